@@ -1,0 +1,1 @@
+"""Fixed performance harness: out-of-process interleaved timing, statistics and profiling."""

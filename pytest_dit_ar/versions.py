@@ -1,0 +1,40 @@
+"""Versions of the software stack, for doctor and for the environment recorded with a baseline."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+from importlib import metadata
+
+PACKAGES = ("torch", "diffusers", "transformers", "open_clip_torch", "torchmetrics", "pytest",
+            "pytest-benchmark", "gitpython", "filelock", "safetensors")
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def driver_version() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+
+
+def collect() -> dict[str, str | None]:
+    info: dict[str, str | None] = {"python": platform.python_version(), "platform": platform.platform()}
+    info.update({name: package_version(name) for name in PACKAGES})
+    try:
+        import torch
+
+        info["torch_cuda"] = torch.version.cuda
+        info["cudnn"] = str(torch.backends.cudnn.version()) if torch.backends.cudnn.is_available() else None
+    except ImportError:
+        pass
+    info["nvidia_driver"] = driver_version()
+    return info

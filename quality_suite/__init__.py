@@ -1,0 +1,1 @@
+"""Fixed quality harness: frozen corpora, the judge, metrics, gates and the classification audit."""

@@ -1,0 +1,95 @@
+"""Classification audit: what the built pipeline really is, and the class that evidence implies.
+
+`inspect_pipeline` runs inside the worker on the built pipeline; `effective_class` runs in the harness
+and compares the candidate's evidence with the baseline's. The stricter (higher) class wins.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ORDER = ("exact", "numerical", "approximate", "quantization")
+LOW_BIT_DTYPES = ("int8", "uint8", "int4", "uint4", "qint8", "quint8", "qint32", "quint4x2",
+                  "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float4_e2m1fn_x2")
+QUANT_NAME_HINTS = ("quantiz", "qlinear", "int8", "int4", "fp8", "float8", "nf4", "bnb", "bitsandbytes",
+                    "torchao", "affinequantized", "linear8bit", "linear4bit", "packed")
+FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
+
+
+def _dtype(t: Any) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+def _looks_quantized(obj: Any) -> bool:
+    cls = type(obj)
+    text = f"{cls.__module__}.{cls.__qualname__}".lower()
+    return any(h in text for h in QUANT_NAME_HINTS) or "torch.ao.nn.quantized" in cls.__module__
+
+
+def inspect_pipeline(pipe: Any) -> dict[str, Any]:
+    """Parameter and buffer dtypes (elements per dtype), weight bytes and quantized module/tensor types."""
+    import torch
+
+    dtypes: dict[str, int] = {}
+    weight_bytes = 0
+    quantized: set[str] = set()
+    subclasses: set[str] = set()
+    modules = 0
+    components = getattr(pipe, "components", {}) or {}
+    for name, comp in components.items():
+        if not isinstance(comp, torch.nn.Module):
+            continue
+        for mod in comp.modules():
+            modules += 1
+            if _looks_quantized(mod):
+                quantized.add(f"{type(mod).__module__}.{type(mod).__qualname__}")
+        for tensor in list(comp.parameters()) + list(comp.buffers()):
+            data = tensor.data if isinstance(tensor, torch.nn.Parameter) else tensor
+            dt = _dtype(data)
+            dtypes[dt] = dtypes.get(dt, 0) + data.numel()
+            if not tensor.is_meta:
+                weight_bytes += data.numel() * data.element_size()
+            if type(data) not in (torch.Tensor, torch.nn.Parameter):
+                subclasses.add(f"{type(data).__module__}.{type(data).__qualname__}")
+                if _looks_quantized(data):
+                    quantized.add(f"{type(data).__module__}.{type(data).__qualname__}")
+    return {"param_dtypes": dtypes, "weight_bytes": weight_bytes, "quantized_types": sorted(quantized),
+            "tensor_subclasses": sorted(subclasses), "modules": modules,
+            "components": sorted(k for k, v in components.items() if isinstance(v, torch.nn.Module))}
+
+
+def raise_to(current: str, other: str) -> str:
+    return current if ORDER.index(current) >= ORDER.index(other) else other
+
+
+def effective_class(declared: str, candidate: dict[str, Any], baseline: dict[str, Any]) -> tuple[str, list[str]]:
+    """The class the evidence supports, never milder than the declared one, and the reasons.
+
+    `candidate`/`baseline` hold `audit` (from inspect_pipeline), `activation_dtypes` and
+    `denoiser_rows_per_image` as measured by the worker.
+    """
+    cls, reasons = declared, []
+    c_audit, b_audit = candidate.get("audit", {}), baseline.get("audit", {})
+    c_dt, b_dt = set(c_audit.get("param_dtypes", {})), set(b_audit.get("param_dtypes", {}))
+    c_act, b_act = set(candidate.get("activation_dtypes", [])), set(baseline.get("activation_dtypes", []))
+
+    low_bit = sorted((c_dt | c_act) & set(LOW_BIT_DTYPES) - (b_dt | b_act))
+    new_quant = sorted(set(c_audit.get("quantized_types", [])) - set(b_audit.get("quantized_types", [])))
+    if low_bit or new_quant:
+        cls = raise_to(cls, "quantization")
+        reasons.append(f"low-bit dtypes {low_bit} / quantized types {new_quant} not in the baseline")
+    b_bytes, c_bytes = b_audit.get("weight_bytes", 0), c_audit.get("weight_bytes", 0)
+    if b_bytes and c_bytes < 0.6 * b_bytes:
+        cls = raise_to(cls, "quantization")
+        reasons.append(f"weight bytes fell to {c_bytes / b_bytes:.0%} of the baseline's")
+
+    new_float = sorted((c_dt | c_act) & set(FLOAT_DTYPES) - (b_dt | b_act))
+    if new_float:
+        cls = raise_to(cls, "numerical")
+        reasons.append(f"float dtypes {new_float} appear that the baseline does not use")
+
+    b_rows, c_rows = baseline.get("denoiser_rows_per_image"), candidate.get("denoiser_rows_per_image")
+    if b_rows and c_rows is not None and c_rows < b_rows - 1e-9:
+        cls = raise_to(cls, "approximate")
+        reasons.append(f"denoiser evaluations per image fell from {b_rows:g} to {c_rows:g}")
+    return cls, reasons

@@ -1,0 +1,65 @@
+"""Frozen corpora: JSONL of prompt + seed cases, verified against corpus/checksums.json."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_dit_ar.errors import Refused
+from pytest_dit_ar.integrity import sha256_file
+
+CHECKSUMS = "checksums.json"
+ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    prompt: str
+    seed: int
+    label: int | None = None
+
+    @property
+    def request(self) -> tuple[str, int]:
+        return (self.prompt, self.seed)
+
+
+def verify_checksum(path: Path) -> str:
+    """Return the corpus file's sha256, refusing when it differs from the recorded checksum."""
+    sums_path = path.parent / CHECKSUMS
+    if not sums_path.is_file():
+        raise Refused(f"{sums_path} is missing: every corpus needs a recorded sha256 "
+                      "(run quality_suite/corpus/make_checksums.py once, then commit it)")
+    sums = json.loads(sums_path.read_text())
+    actual = sha256_file(path)
+    if sums.get(path.name) != actual:
+        raise Refused(f"corpus {path} does not match its checksum in {sums_path} "
+                      f"(recorded {sums.get(path.name)!r}, found {actual}); a frozen corpus must not change")
+    return actual
+
+
+def load_corpus(path: Path) -> list[Case]:
+    """Read and check a corpus: unique readable ids, a prompt and an integer seed on every line."""
+    verify_checksum(path)
+    cases, seen = [], set()
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            case = Case(id=obj["id"], prompt=obj["prompt"], seed=int(obj["seed"]), label=obj.get("label"))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise Refused(f"{path}:{n}: expected a JSON object with id, prompt and seed ({exc})") from None
+        if not ID_PATTERN.fullmatch(case.id) or case.id in seen:
+            raise Refused(f"{path}:{n}: case id {case.id!r} must be unique and match {ID_PATTERN.pattern}")
+        seen.add(case.id)
+        cases.append(case)
+    if not cases:
+        raise Refused(f"{path} holds no cases")
+    return cases
+
+
+def batches(cases: list[Case], size: int) -> list[list[Case]]:
+    return [cases[i:i + size] for i in range(0, len(cases), size)]

@@ -1,0 +1,58 @@
+"""Fidelity of a candidate's outputs to the baseline's, paired per case (torchmetrics for images)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torchmetrics.functional.image import peak_signal_noise_ratio, structural_similarity_index_measure
+
+FIDELITY_KEYS = ("latent_rel_l2", "latent_max_abs", "psnr_db", "ssim")
+
+
+def fidelity(cand_img: torch.Tensor, base_img: torch.Tensor,
+             cand_lat: torch.Tensor, base_lat: torch.Tensor) -> dict[str, float]:
+    """Per-case fidelity of one image [3,H,W] and latent [C,h,w] against the baseline's."""
+    if cand_img.shape != base_img.shape or cand_lat.shape != base_lat.shape:
+        return {"latent_rel_l2": math.inf, "latent_max_abs": math.inf, "psnr_db": 0.0, "ssim": 0.0,
+                "shape_mismatch": 1.0}
+    c_lat, b_lat = cand_lat.double(), base_lat.double()
+    diff = c_lat - b_lat
+    rel = (diff.norm() / b_lat.norm().clamp_min(1e-12)).item()
+    c, b = cand_img.double().clamp(0, 1)[None], base_img.double().clamp(0, 1)[None]
+    if torch.equal(c, b):
+        psnr, ssim = math.inf, 1.0
+    else:
+        psnr = peak_signal_noise_ratio(c, b, data_range=1.0).item()
+        ssim = structural_similarity_index_measure(c, b, data_range=1.0, kernel_size=_ssim_kernel(c)).item()
+    return {"latent_rel_l2": rel, "latent_max_abs": diff.abs().max().item(), "psnr_db": psnr, "ssim": ssim}
+
+
+def _ssim_kernel(img: torch.Tensor) -> int:
+    side = min(img.shape[-2:])
+    return 11 if side >= 11 else (side if side % 2 else side - 1)
+
+
+def mse_from_psnr(psnr_db: float) -> float:
+    return 0.0 if math.isinf(psnr_db) else 10 ** (-psnr_db / 10)
+
+
+def summarize(per_case: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """Worst and mean of each fidelity metric over the cases (worst = the case farthest from baseline)."""
+    if not per_case:
+        return {}
+    out: dict[str, Any] = {}
+    for key in FIDELITY_KEYS:
+        values = [m[key] for m in per_case.values()]
+        lower_is_better = key.startswith("latent")
+        worst = max(values) if lower_is_better else min(values)
+        worst_case = next(cid for cid, m in per_case.items() if m[key] == worst)
+        finite = [v for v in values if math.isfinite(v)]
+        if key == "psnr_db":  # average the error, not the decibels, so one identical case does not hide others
+            mean_mse = sum(mse_from_psnr(v) for v in values) / len(values)
+            mean = math.inf if mean_mse == 0 else -10 * math.log10(mean_mse)
+        else:
+            mean = sum(finite) / len(finite) if finite else math.inf
+        out[key] = {"worst": worst, "worst_case": worst_case, "mean": mean}
+    return out

@@ -1,0 +1,91 @@
+"""Task-quality scores (absolute, not relative to the baseline), by name, as the config requires them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from pytest_dit_ar.errors import Refused
+
+from .corpora import Case
+
+
+@dataclass(frozen=True)
+class TaskScore:
+    value: float
+    per_case_pass: dict[str, bool] | None = None
+
+
+@dataclass(frozen=True)
+class TaskMetric:
+    name: str
+    lower_is_better: bool
+    compute: Callable[[dict[str, torch.Tensor], list[Case], Path], TaskScore]
+
+
+def _stack(images: dict[str, torch.Tensor], cases: list[Case]) -> torch.Tensor:
+    return torch.stack([images[c.id] for c in cases]).float().clamp(0, 1)
+
+
+def judge_accuracy(images: dict[str, torch.Tensor], cases: list[Case], root: Path) -> TaskScore:
+    """Fraction of cases the trained digit judge classifies as the prompted label."""
+    from .judge import load_judge
+
+    labelled = [c for c in cases if c.label is not None]
+    if not labelled:
+        raise Refused("judge_accuracy needs corpus cases with a 'label'")
+    judge = load_judge(root)
+    with torch.inference_mode():
+        pred = judge.predict(_stack(images, labelled))
+    passes = {c.id: int(p) == int(c.label) for c, p in zip(labelled, pred.tolist())}
+    return TaskScore(sum(passes.values()) / len(passes), passes)
+
+
+def frechet_distance(images: dict[str, torch.Tensor], cases: list[Case], root: Path) -> TaskScore:
+    """Fréchet distance between judge features of the generations and of the real digits (torchmetrics FID)."""
+    from .judge import frechet_metric
+
+    fid = frechet_metric(root)
+    fid.update(_stack(images, cases), real=False)
+    return TaskScore(float(fid.compute()))
+
+
+def clip_score(images: dict[str, torch.Tensor], cases: list[Case], root: Path) -> TaskScore:
+    """Mean CLIP score of image and prompt with open_clip weights from a local file."""
+    from .clip import clip_score as _clip
+
+    return TaskScore(_clip(_stack(images, cases), [c.prompt for c in cases], root))
+
+
+REGISTRY: dict[str, TaskMetric] = {
+    "judge_accuracy": TaskMetric("judge_accuracy", False, judge_accuracy),
+    "frechet_distance": TaskMetric("frechet_distance", True, frechet_distance),
+    "clip_score": TaskMetric("clip_score", False, clip_score),
+}
+
+
+def lower_is_better() -> set[str]:
+    return {m.name for m in REGISTRY.values() if m.lower_is_better}
+
+
+def compute(names: tuple[str, ...] | list[str], images: dict[str, torch.Tensor], cases: list[Case],
+            root: Path) -> dict[str, TaskScore]:
+    """Every required task metric; an unknown name is a setup error that names the known ones."""
+    out = {}
+    for name in names:
+        if name not in REGISTRY:
+            raise Refused(f"unknown task metric {name!r}: known metrics are {sorted(REGISTRY)}")
+        out[name] = REGISTRY[name].compute(images, cases, root)
+    return out
+
+
+def case_passes(scores: dict[str, TaskScore]) -> dict[str, bool]:
+    """A case passes the task when every per-case task score says so."""
+    merged: dict[str, bool] = {}
+    for score in scores.values():
+        for cid, ok in (score.per_case_pass or {}).items():
+            merged[cid] = merged.get(cid, True) and ok
+    return merged
