@@ -1,0 +1,121 @@
+"""Helpers for the end-to-end tests: a copy of the project in a temporary git repo, driven by the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[1]
+COPY = ("pytest_dit_ar", "quality_suite", "perf_suite", "model_under_test", "config", "pyproject.toml",
+        ".gitignore", "conftest.py", "program.md", "handbook")
+
+# Injected into the template's model so that a candidate can remove a real, exactly-equivalent cost.
+SLOW_WRAPPER = '''
+
+# --- test template: an avoidable delay per generate() call (a candidate may remove it) ---
+import time as _time
+
+SLOW_S = {slow}
+_build = build_pipeline
+
+
+def build_pipeline(spec):
+    pipe = _build(spec)
+    _generate = pipe.generate
+
+    def generate(requests):
+        _time.sleep(SLOW_S)
+        return _generate(requests)
+
+    pipe.generate = generate
+    return pipe
+'''
+
+FAST_PERF = {"rounds": 6, "warmup_rounds": 1, "confirm_with_fresh_workers": False, "bootstrap_resamples": 500}
+
+
+def env_for(repo: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(repo)
+    env.pop("PYTEST_ADDOPTS", None)
+    return env
+
+
+def run(repo: Path, *args: str, check: bool = False, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run `dit-ar ARGS` in repo; returns the completed process (stdout and stderr as text)."""
+    proc = subprocess.run([sys.executable, "-m", "pytest_dit_ar.cli", *args], cwd=repo, env=env_for(repo),
+                          capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"dit-ar {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def make_project_copy(dest: Path, slow_s: float = 0.15, perf: dict | None = None) -> Path:
+    """Copy the project's fixed and mutable files into a fresh git repo with a fast test config."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in COPY:
+        src = PROJECT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        elif src.exists():
+            shutil.copy2(src, dest / name)
+    init = dest / "model_under_test" / "__init__.py"
+    init.write_text(init.read_text() + SLOW_WRAPPER.format(slow=slow_s))
+    cfg_path = dest / "config" / "autoresearch.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["lanes"]["embedded-cpu"]["performance"] = {**FAST_PERF, **(perf or {})}
+    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+    git(dest, "init", "-q", "-b", "main")
+    git(dest, "config", "user.email", "tests@example.invalid")
+    git(dest, "config", "user.name", "dit-ar tests")
+    git(dest, "add", "-A")
+    git(dest, "commit", "-qm", "project copy")
+    return dest
+
+
+def clone_state(template: Path, dest: Path) -> Path:
+    """A copy of a prepared repo (git, session and baseline included)."""
+    shutil.copytree(template, dest, symlinks=True)
+    return dest
+
+
+def commit_change(repo: Path, path: str, text: str, message: str, append: bool = True) -> str:
+    target = repo / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text((target.read_text() if append and target.exists() else "") + text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def set_slow(repo: Path, slow_s: float, message: str) -> str:
+    init = repo / "model_under_test" / "__init__.py"
+    text = init.read_text()
+    lines = [f"SLOW_S = {slow_s}" if line.startswith("SLOW_S = ") else line for line in text.splitlines()]
+    init.write_text("\n".join(lines) + "\n")
+    git(repo, "commit", "-qam", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def ledger_rows(repo: Path) -> list[list[str]]:
+    path = repo / ".autoresearch" / "results.tsv"
+    if not path.exists():
+        return []
+    return [line.split("\t") for line in path.read_text().splitlines()[1:]]
+
+
+def experiment(repo: Path, cls: str = "exact", desc: str = "test candidate", *extra: str) -> subprocess.CompletedProcess:
+    return run(repo, "experiment", "--classification", cls, "--description", desc, *extra)
+
+
+def last_line(proc: subprocess.CompletedProcess) -> str:
+    lines = proc.stdout.rstrip("\n").splitlines()
+    return lines[-1] if lines else ""
