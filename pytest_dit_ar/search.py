@@ -38,6 +38,10 @@ W_TITLE = 1.5
 W_BIGRAM = 0.6
 W_EXPANSION = 0.45
 SECOND_PASSAGE_SHARE = 0.25
+# Index pages list every topic; they should not outrank the page they point to.
+FILE_WEIGHTS = {"README.md": 0.5}
+# Reference lists (a page's "Sources" section) repeat keywords from everywhere; they count less.
+HEADING_WEIGHTS = {"sources": 0.6, "source": 0.6, "references": 0.6}
 MAX_PASSAGES_PER_FILE = 3
 
 STOPWORDS = frozenset(
@@ -93,6 +97,10 @@ EXPANSIONS = {
     "int8": ["quantiz"],
     "fp8": ["quantiz"],
     "cfg": ["guidanc"],
+    "cond": ["conditional"],
+    "uncond": ["unconditional"],
+    "precompute": ["hoist"],
+    "hoist": ["precompute"],
     "guidanc": ["cfg"],
     "t5": ["encod"],
     "offload": ["cpu"],
@@ -410,13 +418,14 @@ def search_index(index: Index, query: str, top: int = 5) -> list[FileHit]:
         return []
     by_file: dict[str, list[tuple[float, int]]] = {}
     for i, s in scores.items():
+        s *= HEADING_WEIGHTS.get(index.docs[i].heading.strip().lower(), 1.0)
         by_file.setdefault(index.docs[i].path, []).append((s, i))
     hits: list[FileHit] = []
     for path, ranked in by_file.items():
         ranked.sort(key=lambda x: (-x[0], index.docs[x[1]].line))
         best = ranked[0][0]
         rest = sum(s for s, _ in ranked[1:3])
-        file_score = best + SECOND_PASSAGE_SHARE * rest
+        file_score = (best + SECOND_PASSAGE_SHARE * rest) * FILE_WEIGHTS.get(Path(path).name, 1.0)
         passages = [
             Passage(index.docs[i].line, index.docs[i].heading, index.docs[i].text, round(s, 4))
             for s, i in ranked[:MAX_PASSAGES_PER_FILE]
@@ -467,6 +476,9 @@ def _snippet(text: str, query_terms: Iterable[str], width: int = 220) -> str:
             pos = word.start()
             break
     start = max(0, pos - width // 3) if pos >= 0 else 0
+    if start > 0:
+        space = flat.rfind(" ", 0, start)
+        start = space + 1 if space >= 0 and start - space < 30 else start
     piece = flat[start : start + width]
     return ("…" if start > 0 else "") + piece + ("…" if start + width < len(flat) else "")
 
