@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy.stats import mannwhitneyu
+from scipy.stats import mannwhitneyu, wilcoxon
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,8 @@ class BlockStats:
     ci_upper_ratio: float        # one-sided (1 - alpha) bootstrap upper bound of that median
     ci_lower_ratio: float
     improvement_pct: float       # of the primary metric, positive = candidate better
-    p_value: float               # one-sided Mann-Whitney U: candidate times stochastically smaller
+    p_value: float               # one-sided Wilcoxon signed-rank on the paired log ratios (< 0: faster)
+    mwu_p_value: float           # one-sided Mann-Whitney U on the unpaired times, for reference
     significant: bool
     passes: bool
 
@@ -55,12 +56,15 @@ def decide_block(cand_s: list[float], best_s: list[float], *, metric: str, min_i
     ratios = cand / best
     median_ratio = float(np.median(ratios))
     lo, hi = bootstrap_median_ci(ratios, alpha, resamples)
-    p = float(mannwhitneyu(cand, best, alternative="less").pvalue)
+    # Rounds are paired (same seeds, adjacent in time), so the paired test is the primary one: a burst
+    # of noise that slows both sides of a round cancels in the ratio but not in an unpaired test.
+    p = float(wilcoxon(np.log(ratios), alternative="less").pvalue) if np.any(ratios != 1.0) else 1.0
+    mwu = float(mannwhitneyu(cand, best, alternative="less").pvalue)
     significant = p < alpha and hi < 1.0
     gain = improvement_pct(median_ratio, metric)
     return BlockStats(
         rounds=len(cand), best_median_ms=float(np.median(best)) * 1e3, cand_median_ms=float(np.median(cand)) * 1e3,
         best_p95_ms=p95(best_s) * 1e3, cand_p95_ms=p95(cand_s) * 1e3, median_ratio=median_ratio,
-        ci_upper_ratio=hi, ci_lower_ratio=lo, improvement_pct=gain, p_value=p, significant=significant,
+        ci_upper_ratio=hi, ci_lower_ratio=lo, improvement_pct=gain, p_value=p, mwu_p_value=mwu, significant=significant,
         passes=significant and gain >= min_improvement_pct,
     )

@@ -35,7 +35,7 @@ def build_pipeline(spec):
     return pipe
 '''
 
-FAST_PERF = {"rounds": 6, "warmup_rounds": 1, "confirm_with_fresh_workers": False, "bootstrap_resamples": 500}
+FAST_PERF = {"rounds": 10, "warmup_rounds": 1, "confirm_with_fresh_workers": False, "bootstrap_resamples": 500}
 
 
 def env_for(repo: Path) -> dict[str, str]:
