@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import re
 import shutil
@@ -69,7 +70,20 @@ def list_gpus() -> list[Gpu]:
         parts = [p.strip() for p in line.split(",")]
         if len(parts) == 6:
             gpus.append(Gpu(int(parts[0]), parts[1], parts[2], parts[3], float(parts[4]) / 1024, parts[5]))
-    return gpus
+    return visible(gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def visible(gpus: list[Gpu], mask: str | None) -> list[Gpu]:
+    """The GPUs a CUDA_VISIBLE_DEVICES value (indices or UUIDs) leaves, in its order."""
+    if mask is None:
+        return gpus
+    out = []
+    for item in (x.strip() for x in mask.split(",") if x.strip()):
+        match = [g for g in gpus if (item.isdigit() and g.index == int(item)) or g.uuid.startswith(item)]
+        if not match:
+            break  # CUDA stops at the first invalid entry
+        out.append(match[0])
+    return out
 
 
 def matches_target(gpu: Gpu, config: Config) -> bool:

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Replay the H200 research session on the dit-xl2-256 lane in one command:
+#   bash examples/h200-session/replay.sh [SCRATCH_DIR] [STEPS] [ROUNDS]
+# It clones the project into SCRATCH_DIR, sets the lane's sampling steps and timed rounds (the
+# published run used 10 and 10 to fit a 30-minute device budget), runs doctor -> init -> baseline ->
+# profile, then commits each patch in examples/h200-session/patches/ in order and judges it with
+# `dit-ar experiment` (declared class taken from the patch's file name). Ends with status and report.
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+src="$(cd "$here/../.." && pwd)"
+scratch="${1:-$(mktemp -d /tmp/dit-ar-h200-XXXX)}"
+steps="${2:-10}"
+rounds="${3:-10}"
+repo="$scratch/project"
+git clone -q "$src" "$repo" 2>/dev/null || { mkdir -p "$repo" && cp -r "$src"/. "$repo" && rm -rf "$repo/.autoresearch"; }
+cd "$repo"
+[ -d .git ] || git init -q
+git config user.name "dit-ar h200 session"; git config user.email "h200@dit-ar.invalid"
+python3 - "$steps" "$rounds" <<'PY'
+import json, sys
+path = "config/autoresearch.json"
+cfg = json.load(open(path))
+lane = cfg["lanes"]["dit-xl2-256"]
+lane["steps"] = int(sys.argv[1])
+lane.setdefault("performance", {})["rounds"] = int(sys.argv[2])
+json.dump(cfg, open(path, "w"), indent=2)
+PY
+git add -A && git commit -qm "H200 session: dit-xl2-256 at $steps steps, $rounds rounds" || true
+dit() { python3 -m pytest_dit_ar.cli --config config/autoresearch.json "$@"; }
+dit doctor
+dit init --tag h200 --lane dit-xl2-256 || exit 2
+dit baseline --quiet || exit 2
+dit profile --json > "$scratch/profile-baseline.json" || true
+for patch in "$here"/patches/*.patch; do
+  name="$(basename "$patch" .patch)"            # NN-class-slug
+  cls="$(echo "$name" | cut -d- -f2)"
+  desc="$(sed -n 's/^Subject: //p' "$patch" | head -1)"
+  desc="${desc:-$name}"
+  git apply "$patch" || { echo "patch $name does not apply"; continue; }
+  git commit -qam "$desc"
+  echo "=== $name ($cls): $desc"
+  dit experiment --classification "$cls" --description "$desc" 2>&1 | tail -n 25
+done
+dit status --rows 30
+dit report
+echo "session state: $repo/.autoresearch"
