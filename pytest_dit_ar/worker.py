@@ -1,6 +1,6 @@
 """Worker process: loads one side's model_under_test through the seam and answers the harness.
 
-Run as `python -I -m pytest_dit_ar.worker --root R ...`. The fixed prelude (threads, memory cap,
+Run as `python -m pytest_dit_ar.worker --root R ...` (cwd R). The fixed prelude (threads, memory cap,
 device identity) runs before any mutable code is imported. Requests and responses are JSON lines on
 stdin and on a private copy of stdout; whatever the model prints goes to stderr (the worker log).
 """
@@ -120,7 +120,30 @@ class Worker:
             save_file({"images": images, "latents": latents}, save)
         return out
 
+    def profile(self, requests: list[list[Any]], trace: str | None = None, repeats: int = 3) -> dict[str, Any]:
+        """Stage times, top ops, FLOPs and memory of one generate (perf_suite.profiling)."""
+        from perf_suite import profiling
+
+        return profiling.profile_generate(self, self._built_requests(requests), trace, repeats)
+
+    def flops(self, requests: list[list[Any]]) -> dict[str, Any]:
+        """FLOPs of one generate of `requests` (torch.utils.flop_counter)."""
+        from perf_suite import profiling
+
+        return profiling.count_flops(self, self._built_requests(requests))
+
+    def peak(self) -> dict[str, Any]:
+        """A measured arithmetic and copy peak of this worker's device (for devices not in the roofline table)."""
+        from perf_suite import profiling
+
+        return profiling.measure_peak(self)
+
     # -- helpers ----------------------------------------------------------------------------
+    def _built_requests(self, requests: list[list[Any]]) -> list[tuple[str, int]]:
+        if self.pipe is None:
+            raise RuntimeError("build was not called")
+        return [(str(p), int(s)) for p, s in requests]
+
     @contextlib.contextmanager
     def _perturbed(self, perturb: dict[str, Any]):
         """Benign, mathematically-equivalent perturbations used to calibrate the exact envelope."""
@@ -176,7 +199,9 @@ def _classify_error(exc: BaseException) -> str:
 
 
 def serve(worker: Worker, proto: Any, stdin: Any) -> None:
-    ops: dict[str, Callable[..., dict[str, Any]]] = {"build": worker.build, "generate": worker.generate}
+    ops: dict[str, Callable[..., dict[str, Any]]] = {"build": worker.build, "generate": worker.generate,
+                                                     "profile": worker.profile, "flops": worker.flops,
+                                                     "peak": worker.peak}
     for line in stdin:
         if not line.strip():
             continue

@@ -17,6 +17,7 @@ from .errors import CandidateCrash
 from .hardware import LaneTarget
 
 HELLO_TIMEOUT_S = 300.0
+HARNESS_ROOT = Path(__file__).resolve().parents[1]  # where this harness's packages live
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
@@ -52,11 +53,12 @@ class WorkerProcess:
         """Start the process. Call from the main thread: the child dies with the thread that spawned it."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
-        cmd = [sys.executable, "-I", "-m", "pytest_dit_ar.worker", "--root", str(self.root),
+        cmd = [sys.executable, "-m", "pytest_dit_ar.worker", "--root", str(self.root),
                "--device", self.target.device, "--threads", str(self.threads)]
         if self.target.memory_cap_gb:
             cmd += ["--cap-gb", str(self.target.memory_cap_gb)]
-        env = {**os.environ, **self.target.env, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, **self.target.env, "PYTHONUNBUFFERED": "1",
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(HARNESS_ROOT), os.environ.get("PYTHONPATH")]))}
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                      cwd=self.root, env=env, bufsize=0, preexec_fn=_die_with_parent)
         log.close()
