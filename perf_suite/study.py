@@ -68,8 +68,9 @@ class PairPool:
     processes while process start-up (which loads the host) never overlaps a timed block."""
 
     def __init__(self, cand: SideSpec, best: SideSpec, target: Any, threads: int, log_dir: Path,
-                 timeout_s: float, size: int):
+                 timeout_s: float, size: int, affinity: list[int] | None = None):
         self.cand, self.best, self.target, self.threads = cand, best, target, threads
+        self.affinity = affinity
         self.log_dir, self.timeout_s, self.size = log_dir, timeout_s, size
         self.ready: list[Pair] = []
         self.started = 0
@@ -96,7 +97,10 @@ class PairPool:
             futures = [(pool.submit(boot, c, self.cand.spec), pool.submit(boot, b, self.best.spec)) for c, b in workers]
             for (c, b), (fc, fb) in zip(workers, futures):
                 try:
-                    self.ready.append(Pair(c, b, {"cand": fc.result(), "best": fb.result()}))
+                    pair = Pair(c, b, {"cand": fc.result(), "best": fb.result()})
+                    c.pin(self.affinity)
+                    b.pin(self.affinity)
+                    self.ready.append(pair)
                 except CandidateCrash:
                     c.kill()
                     b.kill()
@@ -132,7 +136,8 @@ def one_experiment(make_pair, perf: dict[str, Any], prompts: list[str], batch: i
 
 
 def run_study(config_path: Path, lane_name: str, nulls: int, speedups: list[float], trials: int,
-              steps: int | None, rounds: int | None, pool_size: int = 4) -> dict[str, Any]:
+              steps: int | None, rounds: int | None, pool_size: int = 4, affinity: list[int] | None = None,
+              out: Path | None = None) -> dict[str, Any]:
     config = load_config(config_path)
     lane = config.lane(lane_name)
     target = hardware.resolve_lane(config, lane)
@@ -141,6 +146,8 @@ def run_study(config_path: Path, lane_name: str, nulls: int, speedups: list[floa
     perf = dict(lane.performance)
     if rounds:
         perf["rounds"] = rounds
+    if affinity:
+        perf["cpu_affinity"] = affinity
     root = config.root
     prompts = [c.prompt for c in load_corpus(root / lane.corpus)]
     metric = lane.primary_metric
@@ -158,7 +165,8 @@ def run_study(config_path: Path, lane_name: str, nulls: int, speedups: list[floa
 
     def pair_factory(cand_root: Path, best_root: Path, tag: str):
         pool = PairPool(SideSpec(tag, cand_root, spec_for(cand_root)), SideSpec(tag, best_root, spec_for(best_root)),
-                        target, int(perf["threads"]), logs, float(perf["round_timeout_s"]), pool_size)
+                        target, int(perf["threads"]), logs, float(perf["round_timeout_s"]), pool_size,
+                        perf.get("cpu_affinity"))
         pools.append(pool)
         return pool.take
 
@@ -175,6 +183,7 @@ def run_study(config_path: Path, lane_name: str, nulls: int, speedups: list[floa
         r = one_experiment(null_factory, perf, prompts, lane.batch, metric, rng)
         r["naive_keep"] = r["first_block_cand_median_ms"] < stored_best_ms * (1 - NAIVE_THRESHOLD)
         results["null"].append(r)
+        _save(results, out, started)
         print(f"null {i + 1}/{nulls}: keep={r['keep']} naive_keep={r['naive_keep']} "
               f"ratio={r['blocks'][0]['median_ratio']:.4f} p={r['blocks'][0]['p_value']:.3g}", flush=True)
     for pct in speedups:
@@ -186,6 +195,8 @@ def run_study(config_path: Path, lane_name: str, nulls: int, speedups: list[floa
             r = one_experiment(factory, perf, prompts, lane.batch, metric, rng)
             r["naive_keep"] = r["first_block_cand_median_ms"] < r["first_block_best_median_ms"] * (1 - NAIVE_THRESHOLD)
             rows.append(r)
+            results["speedup"][f"{pct:g}"] = {"delay_s": delay_s, "trials": rows}
+            _save(results, out, started)
             print(f"speedup {pct:g}% trial {t + 1}/{trials}: keep={r['keep']} "
                   f"measured={r['blocks'][0]['improvement_pct']:+.2f}%", flush=True)
         results["speedup"][f"{pct:g}"] = {"delay_s": delay_s, "trials": rows}
@@ -195,6 +206,15 @@ def run_study(config_path: Path, lane_name: str, nulls: int, speedups: list[floa
     results["summary"] = summarize(results)
     results["wall_s"] = time.perf_counter() - started
     return results
+
+
+def _save(results: dict[str, Any], out: Path | None, started: float) -> None:
+    """Write what is known so far, so a run cut short by a time limit still leaves its data."""
+    if out is None:
+        return
+    results["summary"] = summarize(results)
+    results["wall_s"] = time.perf_counter() - started
+    out.write_text(json.dumps(results, indent=1, default=str))
 
 
 def summarize(results: dict[str, Any]) -> dict[str, Any]:
@@ -221,10 +241,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="override the lane's sampling steps")
     parser.add_argument("--rounds", type=int, default=None, help="override the lane's timed rounds per block")
     parser.add_argument("--pool", type=int, default=4, help="worker pairs started at once (outside timed blocks)")
+    parser.add_argument("--cpu-affinity", default=None, help="comma-separated cores for both sides' workers")
     parser.add_argument("--out", type=Path, default=Path("study.json"))
     args = parser.parse_args(argv)
     speedups = [float(s) for s in args.speedups.split(",") if s.strip()]
-    results = run_study(args.config, args.lane, args.nulls, speedups, args.trials, args.steps, args.rounds, args.pool)
+    cores = [int(c) for c in args.cpu_affinity.split(",")] if args.cpu_affinity else None
+    results = run_study(args.config, args.lane, args.nulls, speedups, args.trials, args.steps, args.rounds,
+                        args.pool, cores, args.out)
     args.out.write_text(json.dumps(results, indent=1, default=str))
     print(json.dumps(results["summary"], indent=1))
     return 0

@@ -63,7 +63,7 @@ class Pair:
 
 
 def start_pair(cand: SideSpec, best: SideSpec, target: LaneTarget, threads: int, log_dir: Path,
-               tag: str, timeout_s: float) -> Pair:
+               tag: str, timeout_s: float, affinity: list[int] | None = None) -> Pair:
     """Start and build both workers in parallel; a failure on either side is a CandidateCrash."""
     workers = {
         "cand": WorkerProcess("candidate", cand.root, target, threads, log_dir / f"worker-candidate-{tag}.log", timeout_s),
@@ -86,6 +86,8 @@ def start_pair(cand: SideSpec, best: SideSpec, target: LaneTarget, threads: int,
             for w in workers.values():
                 w.kill()
             raise
+    for w in workers.values():
+        w.pin(affinity)
     return Pair(workers["cand"], workers["best"], build_s)
 
 
@@ -115,6 +117,7 @@ def run_block(pair: Pair, index: int, prompts: list[str], batch: int, rounds: in
 
     cand_s, best_s, seeds, orders, problems = [], [], [], [], []
     fingerprints: dict[str, dict[str, tuple]] = {"cand": {}, "best": {}}
+    collisions: dict[str, list[tuple]] = {"cand": [], "best": []}
     divergences = []
     last: dict[str, dict] = {}
     for _ in range(rounds):
@@ -133,12 +136,14 @@ def run_block(pair: Pair, index: int, prompts: list[str], batch: int, rounds: in
             seen = fingerprints[key]
             for req, fp in zip(reqs, replies[key]["case_fingerprints"]):
                 if fp in seen and seen[fp] != req:
-                    problems.append(f"{key}: identical outputs for different requests {seen[fp]} and {req}")
+                    collisions[key].append((seen[fp], req))
                 seen[fp] = req
         divergences.append(_sketch_divergence(replies["cand"]["sketch"], replies["best"]["sketch"]))
         seeds.append([s for _, s in reqs])
         orders.append("".join(k[0].upper() for k in sequence))
         last = replies
+    problems += [f"{key}: identical outputs for different requests in {len(pairs)} cases, e.g. {pairs[0][0]} and "
+                 f"{pairs[0][1]}" for key, pairs in collisions.items() if pairs]
     divergence = max(divergences) if divergences else 0.0
     if divergence > MAX_SKETCH_DIVERGENCE:
         problems.append(f"timed outputs of candidate and best diverge (sketch difference {divergence:.3f} > "
@@ -218,7 +223,7 @@ def measure(cand: SideSpec, best: SideSpec, target: LaneTarget, perf: dict[str, 
                     pair.close()
                 t0 = time.perf_counter()
                 pair = start_pair(cand, best, target, int(perf["threads"]), log_dir, f"block{index}",
-                                  float(perf["round_timeout_s"]))
+                                  float(perf["round_timeout_s"]), perf.get("cpu_affinity"))
                 seconds["startup"] += time.perf_counter() - t0
             block = run_block(pair, index, prompts, batch, int(perf["rounds"]), int(perf["warmup_rounds"]), rng)
             seconds["warmup"] += sum(block.warmup_s["cand"]) + sum(block.warmup_s["best"])

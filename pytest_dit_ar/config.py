@@ -13,6 +13,7 @@ from .errors import ConfigError
 
 CLASSES = ("exact", "numerical", "approximate", "quantization")
 PRIMARY_METRICS = ("latency_ms", "images_per_s")
+QUALITY_METRIC_KEYS = ("clip", "lpips")
 DEFAULT_CONFIG = Path("config/autoresearch.json")
 
 PERF_DEFAULTS: dict[str, Any] = {
@@ -24,6 +25,7 @@ PERF_DEFAULTS: dict[str, Any] = {
     "confirm_with_fresh_workers": True,
     "round_timeout_s": 600,
     "threads": 2,
+    "cpu_affinity": None,
 }
 
 
@@ -169,6 +171,10 @@ def _performance(r: _Reader, node: dict, where: str) -> dict[str, Any]:
         raise ConfigError(r.path, f"{where}.alpha", alpha, "a significance level in (0, 0.5)")
     r.get(perf, "confirm_with_fresh_workers", where, bool)
     r.positive(perf, "round_timeout_s", where, float)
+    cores = r.get(perf, "cpu_affinity", where, (list, type(None)))
+    if cores is not None and (not cores or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
+                                                   for c in cores)):
+        raise ConfigError(r.path, f"{where}.cpu_affinity", cores, "null or a non-empty list of CPU core numbers")
     unknown = set(perf) - set(PERF_DEFAULTS)
     if unknown:
         raise ConfigError(r.path, f"{where}.{sorted(unknown)[0]}", perf[sorted(unknown)[0]],
@@ -179,10 +185,13 @@ def _performance(r: _Reader, node: dict, where: str) -> dict[str, Any]:
 def _quality(r: _Reader, node: dict, where: str) -> dict[str, Any]:
     for cls in CLASSES:
         r.get(node, cls, where, dict)
-    unknown = set(node) - set(CLASSES)
+    for key in QUALITY_METRIC_KEYS:  # metric settings (quality_suite.clip / quality_suite.perceptual)
+        r.get(node, key, where, dict, {})
+    unknown = set(node) - set(CLASSES) - set(QUALITY_METRIC_KEYS)
     if unknown:
         key = sorted(unknown)[0]
-        raise ConfigError(r.path, f"{where}.{key}", node[key], f"one of the classes {list(CLASSES)}")
+        raise ConfigError(r.path, f"{where}.{key}", node[key],
+                          f"one of the classes {list(CLASSES)} or metric settings {list(QUALITY_METRIC_KEYS)}")
     return node
 
 

@@ -126,6 +126,17 @@ class WorkerProcess:
         line, self._buf = self._buf.split(b"\n", 1)
         return json.loads(line)
 
+    def pin(self, cores: list[int] | None) -> None:
+        """Pin every thread of the worker to `cores` (both sides of a pair share the same cores, so a
+        per-core difference in speed cannot favour one side)."""
+        if not cores or self.proc is None:
+            return
+        for tid in Path(f"/proc/{self.pid}/task").iterdir():
+            try:
+                os.sched_setaffinity(int(tid.name), set(cores))
+            except (OSError, ValueError):
+                pass
+
     def peak_rss_mb(self) -> float | None:
         """Peak resident memory of the worker read by the harness from /proc (not reported by the worker)."""
         try:
