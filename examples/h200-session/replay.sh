@@ -42,7 +42,7 @@ for patch in "$here"/patches/*.patch; do
   desc="$(sed -n 's/^Subject: //p' "$patch" | head -1)"
   desc="${desc:-$name}"
   git apply "$patch" || { echo "patch $name does not apply"; continue; }
-  git commit -qam "$desc"
+  git add -A model_under_test && git commit -qm "$desc"
   echo "=== $name ($cls): $desc"
   dit experiment --classification "$cls" --description "$desc" 2>&1 | tail -n 25
 done
