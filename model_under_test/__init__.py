@@ -1,0 +1,40 @@
+"""model_under_test: the MUTABLE inference pipeline the research loop optimises.
+
+The fixed harness calls exactly::
+
+    pipe = model_under_test.build_pipeline(spec)
+    result = pipe.generate([(prompt, seed), ...])
+    result.images, result.latents, pipe.components["transformer"]
+
+``spec`` keys: root, lane, preset, weights, device, resolution, steps, guidance, batch,
+options. See docs/models.md for the presets and their options.
+"""
+
+from __future__ import annotations
+
+from .pipeline import GenerationResult
+
+PRESETS = ("embedded-digits", "dit-xl-2-256", "pixart-sigma-1024")
+
+__all__ = ["PRESETS", "GenerationResult", "build_pipeline"]
+
+
+def build_pipeline(spec: dict):
+    """Build the pipeline for ``spec["preset"]`` (default: embedded-digits)."""
+    spec = dict(spec)
+    spec.setdefault("options", {})
+    spec["options"] = dict(spec["options"] or {})
+    preset = spec.get("preset") or "embedded-digits"
+    if preset == "embedded-digits":
+        from .embedded import build_embedded
+
+        return build_embedded(spec)
+    if preset == "dit-xl-2-256":
+        from .presets import build_dit_xl2
+
+        return build_dit_xl2(spec)
+    if preset == "pixart-sigma-1024":
+        from .presets import build_pixart_sigma
+
+        return build_pixart_sigma(spec)
+    raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
