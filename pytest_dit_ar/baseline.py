@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perf_suite import timing
+from perf_suite import profiling, timing
 from quality_suite import task_metrics
 from quality_suite.artifacts import envelope_of, per_case_fidelity, save_case
 from quality_suite.corpora import load_corpus
@@ -50,6 +50,7 @@ def _check_preconditions(ctx: Context) -> Any:
 def run_baseline(config_path: Path, out=print, progress: bool = True) -> int:
     ctx = load_context(config_path)
     repo = _check_preconditions(ctx)
+    task_metrics.check_available(ctx.lane.task_metrics, ctx.lane, ctx.root)
     commit = gitops.head_sha(repo)
     cases = load_corpus(ctx.root / ctx.lane.corpus)
     spec = ctx.lane.workload(ctx.root)
@@ -69,11 +70,13 @@ def run_baseline(config_path: Path, out=print, progress: bool = True) -> int:
             alt = generate_corpus(worker, order, how.get("batch", ctx.lane.batch), perturb=how.get("perturb"),
                                   progress=progress, desc=f"envelope {name}")
             envelope_runs[name] = per_case_fidelity(alt.images, alt.latents, default.images, default.latents)
+        roof = profiling.roofline_evidence(worker, [list(c.request) for c in cases[:ctx.lane.batch]])
         identity = worker.identity
+    out(profiling.describe_roofline(roof))
 
     for case in cases:
         save_case(folder / "cases", case.id, default.images[case.id], default.latents[case.id])
-    scores = task_metrics.compute(ctx.lane.task_metrics, default.images, cases, ctx.root)
+    scores = task_metrics.compute(ctx.lane.task_metrics, default.images, cases, ctx.root, ctx.lane.quality)
     envelope = envelope_of(envelope_runs)
     out(f"noise envelope over {len(envelope_runs)} perturbations: " +
         ", ".join(f"{k}={v:.3g}" for k, v in envelope.items()))
@@ -97,7 +100,7 @@ def run_baseline(config_path: Path, out=print, progress: bool = True) -> int:
         "evidence": evidence(build, default), "envelope": envelope, "envelope_runs": envelope_runs,
         "task_metrics": {k: v.value for k, v in scores.items()},
         "task_case_pass": task_metrics.case_passes(scores), "timing": timing_info,
-        "generation_seconds": default.seconds,
+        "generation_seconds": default.seconds, **roof,
     }
     write_json_atomic(folder / "baseline.json", summary)
     manifest = {"lane_id": ctx.lane_id, "commit": commit, "files": integrity.manifest_of(folder)}

@@ -14,6 +14,8 @@ from typing import Any
 import git
 from filelock import FileLock, Timeout
 
+from quality_suite import task_metrics
+
 from . import gitops, ledger
 from .best import best_commit, record_best
 from .context import Context, load_context, metric_value, new_run_id, verify_baseline, verify_session_integrity
@@ -96,6 +98,7 @@ class Experiment:
         shape = gitops.candidate_commit(repo, best)
         self.commit, self.parent = shape.sha, shape.parent
         verify_baseline(ctx)
+        task_metrics.check_available(ctx.lane.task_metrics, ctx.lane, ctx.root)
         self.run_id = new_run_id(self.commit)
         self.run_dir = ctx.paths.run(self.run_id)
         self.run_dir.mkdir(parents=True, exist_ok=True)

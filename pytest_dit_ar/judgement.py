@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from perf_suite import timing
-from quality_suite import audit, gates, task_metrics
+from quality_suite import audit, gates, perceptual, task_metrics
 from quality_suite.artifacts import load_cases, per_case_fidelity
 from quality_suite.corpora import Case, load_corpus
+from quality_suite.evidence import write as write_evidence
 from quality_suite.metrics import summarize
 
 from .context import Context, verify_baseline
@@ -34,6 +35,7 @@ class QualityResult:
     summary: dict[str, Any]
     task_candidate: dict[str, float]
     task_baseline: dict[str, float]
+    lpips: str = "not measured"
 
     def case_checks(self, case_id: str) -> list[gates.Check]:
         return self.per_case[case_id]["checks"]
@@ -62,7 +64,7 @@ class QualityResult:
     def as_dict(self) -> dict[str, Any]:
         return {
             "declared_class": self.declared_class, "effective_class": self.effective_class,
-            "audit_reasons": self.audit_reasons, "summary": self.summary,
+            "audit_reasons": self.audit_reasons, "summary": self.summary, "lpips": self.lpips,
             "task_candidate": self.task_candidate, "task_baseline": self.task_baseline,
             "aggregate": [c.as_dict() for c in self.aggregate],
             "per_case": {cid: {"fidelity": v["fidelity"], "task_pass": v.get("task_pass"),
@@ -128,11 +130,14 @@ class Judgement:
         cand_evidence = evidence(build, outputs)
         effective, reasons = audit.effective_class(self.declared_class, cand_evidence, base["evidence"])
         base_images, base_latents = load_cases(self.ctx.baseline_dir / "cases", cases)
+        quality_cfg = self.ctx.lane.quality
         fid = per_case_fidelity(outputs.images, outputs.latents, base_images, base_latents)
-        scores = task_metrics.compute(self.ctx.lane.task_metrics, outputs.images, cases, self.ctx.root)
+        lpips_values, lpips_status = perceptual.evaluate(outputs.images, base_images, quality_cfg)
+        for cid, value in (lpips_values or {}).items():
+            fid[cid]["lpips"] = value
+        scores = task_metrics.compute(self.ctx.lane.task_metrics, outputs.images, cases, self.ctx.root, quality_cfg)
         cand_pass = task_metrics.case_passes(scores)
         base_pass = base.get("task_case_pass", {})
-        quality_cfg = self.ctx.lane.quality
         per_case = {}
         for case in cases:
             checks = gates.case_checks(effective, case.id, fid[case.id], quality_cfg, base["envelope"],
@@ -142,8 +147,9 @@ class Judgement:
         task_cand = {k: v.value for k, v in scores.items()}
         aggregate = gates.aggregate_checks(effective, summary, quality_cfg, task_cand, base.get("task_metrics", {}),
                                            task_metrics.lower_is_better())
+        write_evidence(self.run_dir, outputs.images, base_images, fid)
         return QualityResult(self.declared_class, effective, reasons, per_case, aggregate, summary,
-                             task_cand, base.get("task_metrics", {}))
+                             task_cand, base.get("task_metrics", {}), lpips_status)
 
     # -- performance ------------------------------------------------------------------------
     def performance(self) -> timing.PerfOutcome:
@@ -170,10 +176,11 @@ class Judgement:
         return self._perf
 
     def roofline_ms(self) -> float | None:
-        """The fastest a batch could possibly run on this device, from the baseline's FLOP count."""
-        flops = self.baseline().get("flops_per_batch")
-        peak = self.baseline().get("device_peak_tflops")
-        if not flops or not peak:
-            return None
-        return flops / (peak * 1e12) * 1e3
+        """The fastest a batch could possibly run on this device, from the baseline's FLOP count and peak
+        (scaled by the candidate's denoiser rows when its quality run measured them)."""
+        from perf_suite.roofline import floor_ms
+
+        rows = self._candidate[1].denoiser_rows_per_image if self._candidate else None
+        cls = self._quality.effective_class if self._quality else self.declared_class
+        return floor_ms(self.baseline(), rows, cls)
 

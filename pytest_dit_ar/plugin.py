@@ -50,6 +50,18 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "perf: performance of the model under test (timed out of process)")
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU")
     config.pluginmanager.register(DitAr(config), "dit-ar-state")
+    from .timers import default_benchmark_timer
+
+    default_benchmark_timer(config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
+    """GPU name, driver, CUDA and torch versions and the lane in pytest-benchmark's machine info."""
+    from .timers import machine_info as dit_ar_machine_info
+
+    state = config.pluginmanager.get_plugin("dit-ar-state")
+    machine_info.update(dit_ar_machine_info(state.config_path, state.lane) if state else {})
 
 
 def _is_xdist_worker(config: pytest.Config) -> bool:
@@ -92,8 +104,10 @@ class DitAr:
         return None if rel.parts[0] in SUITES else True
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        """Quality before performance: performance is only worth measuring for a candidate that passed."""
-        items.sort(key=lambda it: 0 if it.get_closest_marker("quality") else 1)
+        """Quality before performance: performance is only worth measuring for a candidate that passed.
+        pytest-benchmark tests come last, after the A/B verdict test."""
+        items.sort(key=lambda it: 0 if it.get_closest_marker("quality") else
+                   2 if "benchmark" in getattr(it, "fixturenames", ()) else 1)
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         self.deselected.extend(items)
@@ -127,7 +141,9 @@ class DitAr:
             raise Refused("--dit-ar-description is required: say in one line what the candidate changes")
         partial = {"-k": opt.keyword, "-m": opt.markexpr, "--lf": getattr(opt, "lf", False),
                    "--sw": getattr(opt, "stepwise", False), "-x/--maxfail": opt.maxfail,
-                   "-n (xdist)": getattr(opt, "numprocesses", None), "--deselect": self.deselected}
+                   "-n (xdist)": getattr(opt, "numprocesses", None), "--deselect": self.deselected,
+                   "--benchmark-skip": getattr(opt, "benchmark_skip", False),
+                   "--benchmark-only": getattr(opt, "benchmark_only", False)}
         used = [name for name, value in partial.items() if value]
         if used:
             raise Refused(f"an experiment runs the whole required test set; remove {', '.join(used)}")
@@ -273,6 +289,8 @@ def dit_ar_quality(dit_ar_judgement, dit_ar_baseline):
         return dit_ar_judgement.quality()
     except CandidateCrash as exc:
         pytest.fail(f"candidate crashed: {exc}\n{exc.details[-3000:]}", pytrace=False)
+    except Refused as exc:  # a setup error (e.g. a required metric's weights are missing)
+        pytest.fail(f"dit-ar: {exc}", pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ and compares the candidate's evidence with the baseline's. The stricter (higher)
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 ORDER = ("exact", "numerical", "approximate", "quantization")
@@ -14,6 +15,7 @@ LOW_BIT_DTYPES = ("int8", "uint8", "int4", "uint4", "qint8", "quint8", "qint32",
 QUANT_NAME_HINTS = ("quantiz", "qlinear", "int8", "int4", "fp8", "float8", "nf4", "bnb", "bitsandbytes",
                     "torchao", "affinequantized", "linear8bit", "linear4bit", "packed")
 FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
+PARAMS_KEPT = 0.6  # below this fraction of the baseline's visible parameter elements, weights were repacked
 
 
 def _dtype(t: Any) -> str:
@@ -58,6 +60,21 @@ def inspect_pipeline(pipe: Any) -> dict[str, Any]:
             "components": sorted(k for k, v in components.items() if isinstance(v, torch.nn.Module))}
 
 
+def _storage_reasons(cand: dict[str, Any], base: dict[str, Any]) -> list[str]:
+    """Weights stored below 16 bits per element, or parameters gone into packed/opaque storage."""
+    c_elems = sum(cand.get("param_dtypes", {}).values())
+    b_elems = sum(base.get("param_dtypes", {}).values())
+    c_bits = 8 * cand.get("weight_bytes", 0) / c_elems if c_elems else math.inf
+    b_bits = 8 * base.get("weight_bytes", 0) / b_elems if b_elems else math.inf
+    reasons = []
+    if c_bits < min(16.0, b_bits) - 1e-9:
+        reasons.append(f"weights average {c_bits:.1f} bits per element (below 16 and the baseline's)")
+    if b_elems and c_elems < PARAMS_KEPT * b_elems:
+        reasons.append(f"visible parameters fell to {c_elems / b_elems:.0%} of the baseline's "
+                       "(weights moved into packed/opaque storage or removed)")
+    return reasons
+
+
 def raise_to(current: str, other: str) -> str:
     return current if ORDER.index(current) >= ORDER.index(other) else other
 
@@ -75,13 +92,16 @@ def effective_class(declared: str, candidate: dict[str, Any], baseline: dict[str
 
     low_bit = sorted((c_dt | c_act) & set(LOW_BIT_DTYPES) - (b_dt | b_act))
     new_quant = sorted(set(c_audit.get("quantized_types", [])) - set(b_audit.get("quantized_types", [])))
-    if low_bit or new_quant:
+    if low_bit:
         cls = raise_to(cls, "quantization")
-        reasons.append(f"low-bit dtypes {low_bit} / quantized types {new_quant} not in the baseline")
-    b_bytes, c_bytes = b_audit.get("weight_bytes", 0), c_audit.get("weight_bytes", 0)
-    if b_bytes and c_bytes < 0.6 * b_bytes:
+        reasons.append(f"low-bit dtypes {low_bit} that the baseline does not use")
+    if new_quant:
         cls = raise_to(cls, "quantization")
-        reasons.append(f"weight bytes fell to {c_bytes / b_bytes:.0%} of the baseline's")
+        reasons.append(f"quantized module/tensor types {new_quant} that the baseline does not use")
+    storage = _storage_reasons(c_audit, b_audit)
+    if storage:
+        cls = raise_to(cls, "quantization")
+        reasons += storage
 
     new_float = sorted((c_dt | c_act) & set(FLOAT_DTYPES) - (b_dt | b_act))
     if new_float:

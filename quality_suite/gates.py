@@ -1,7 +1,18 @@
 """Quality gates per experiment class (DESIGN §5): pure functions from measurements to checks.
 
-Every check carries the metric, the case, the value and the threshold so that a verdict can say
-exactly what failed. Thresholds come from the config's quality contract.
+Every check carries the metric, the case, the value, the comparison and the threshold so that a
+verdict can say exactly what failed. Thresholds come from the config's quality contract:
+
+* exact        -- per case within the baseline's calibrated noise envelope x ``exact.envelope_multiple``,
+                  never tighter than the ``exact.*_floor`` values, never looser than the numerical gate;
+* numerical    -- per case ``numerical.max_latent_rel_l2 / min_psnr_db / min_ssim [/ max_lpips]`` and over
+                  the corpus ``numerical.min_mean_psnr_db / min_mean_ssim``;
+* approximate  -- every task score non-inferior within ``approximate.task_margin[name]`` (absolute for
+                  higher-is-better scores, relative for lower-is-better ones) plus the looser per-case
+                  ``approximate.min_psnr_db / min_ssim [/ max_lpips]``; a lane without task metrics cannot
+                  show non-inferiority, so the gate fails;
+* quantization -- zero regression: every task score at least the baseline's, every case the baseline
+                  passed still passes, plus the numerical gate.
 """
 
 from __future__ import annotations
@@ -12,6 +23,19 @@ from typing import Any
 
 from .metrics import mse_from_psnr
 
+TOLERANCE = 1e-12  # float noise allowed on "no worse than the baseline" comparisons
+
+
+REQUIRED_KEYS = {"exact": (), "numerical": ("max_latent_rel_l2", "min_psnr_db", "min_ssim", "min_mean_psnr_db",
+                                           "min_mean_ssim"),
+                 "approximate": ("min_psnr_db", "min_ssim"), "quantization": ()}
+
+
+def missing_thresholds(quality: dict[str, Any]) -> list[str]:
+    """Config keys (quality.<class>.<key>) a gate needs that are absent or not numbers."""
+    return [f"quality.{cls}.{key}" for cls, keys in REQUIRED_KEYS.items() for key in keys
+            if not isinstance((quality.get(cls) or {}).get(key), (int, float))]
+
 
 @dataclass(frozen=True)
 class Check:
@@ -21,11 +45,12 @@ class Check:
     threshold: float | None
     case: str | None = None
     message: str = ""
+    op: str = ">="
 
     def describe(self) -> str:
+        """'metric case X: value (needs op threshold) — message'."""
         where = f" case {self.case}" if self.case else ""
-        op = "<=" if self.name.startswith(("latent", "frechet")) or "regression" in self.name else ">="
-        return (f"{self.name}{where}: {_fmt(self.value)} (needs {op} {_fmt(self.threshold)})"
+        return (f"{self.name}{where}: {_fmt(self.value)} (needs {self.op} {_fmt(self.threshold)})"
                 + (f" — {self.message}" if self.message else ""))
 
     def as_dict(self) -> dict[str, Any]:
@@ -36,29 +61,42 @@ def _fmt(x: float | None) -> str:
     if x is None:
         return "n/a"
     if isinstance(x, float) and math.isinf(x):
-        return "inf"
+        return "inf" if x > 0 else "-inf"
     return f"{x:.4g}"
 
 
-def _le(name: str, value: float, limit: float, case: str | None) -> Check:
-    return Check(name, value <= limit, value, limit, case)
+def _le(name: str, value: float, limit: float, case: str | None, message: str = "") -> Check:
+    return Check(name, value <= limit, value, limit, case, message, "<=")
 
 
-def _ge(name: str, value: float, limit: float, case: str | None) -> Check:
-    return Check(name, value >= limit, value, limit, case)
+def _ge(name: str, value: float, limit: float, case: str | None, message: str = "") -> Check:
+    return Check(name, value >= limit, value, limit, case, message, ">=")
 
 
-def exact_limits(envelope: dict[str, float], t: dict[str, Any]) -> dict[str, float]:
-    """The exact gate: a multiple of the baseline's measured noise envelope, never tighter than the floors."""
+def exact_limits(envelope: dict[str, float], quality: dict[str, Any]) -> dict[str, float]:
+    """Envelope x multiple, never tighter than the exact floors, never looser than the numerical gate."""
+    t, n = quality["exact"], quality["numerical"]
     m = float(t.get("envelope_multiple", 4.0))
     env_mse = mse_from_psnr(envelope.get("psnr_db", math.inf))
     mse_limit = max(m * m * env_mse, mse_from_psnr(float(t.get("psnr_floor_db", 60.0))))
+    rel = max(m * envelope.get("latent_rel_l2", 0.0), float(t.get("latent_rel_l2_floor", 1e-5)))
+    ssim_loss = max(m * (1 - envelope.get("ssim", 1.0)), float(t.get("ssim_loss_floor", 1e-4)))
     return {
-        "latent_rel_l2": max(m * envelope.get("latent_rel_l2", 0.0), float(t.get("latent_rel_l2_floor", 1e-5))),
+        "latent_rel_l2": min(rel, float(n["max_latent_rel_l2"])),
         "latent_max_abs": max(m * envelope.get("latent_max_abs", 0.0), float(t.get("latent_max_abs_floor", 1e-4))),
-        "psnr_db": -10 * math.log10(mse_limit),
-        "ssim": 1 - max(m * (1 - envelope.get("ssim", 1.0)), float(t.get("ssim_loss_floor", 1e-4))),
+        "psnr_db": max(-10 * math.log10(mse_limit), float(n["min_psnr_db"])),
+        "ssim": max(1 - ssim_loss, float(n["min_ssim"])),
     }
+
+
+def _floors(t: dict[str, Any], case: str, fid: dict[str, float], rel_key: str | None) -> list[Check]:
+    """Per-case fidelity floors of one class section (latent, PSNR, SSIM and LPIPS when measured)."""
+    checks = [_le("latent_rel_l2", fid["latent_rel_l2"], float(t[rel_key]), case)] if rel_key else []
+    checks += [_ge("psnr_db", fid["psnr_db"], float(t["min_psnr_db"]), case),
+               _ge("ssim", fid["ssim"], float(t["min_ssim"]), case)]
+    if "lpips" in fid and "max_lpips" in t:
+        checks.append(_le("lpips", fid["lpips"], float(t["max_lpips"]), case))
+    return checks
 
 
 def case_checks(cls: str, case: str, fid: dict[str, float], quality: dict[str, Any],
@@ -66,25 +104,39 @@ def case_checks(cls: str, case: str, fid: dict[str, float], quality: dict[str, A
                 cand_pass: bool | None = None) -> list[Check]:
     """Checks for one corpus case under the gate of class `cls`."""
     if cls == "exact":
-        lim = exact_limits(envelope, quality["exact"])
-        return [_le("latent_rel_l2", fid["latent_rel_l2"], lim["latent_rel_l2"], case),
-                _le("latent_max_abs", fid["latent_max_abs"], lim["latent_max_abs"], case),
-                _ge("psnr_db", fid["psnr_db"], lim["psnr_db"], case),
-                _ge("ssim", fid["ssim"], lim["ssim"], case)]
+        lim = exact_limits(envelope, quality)
+        msg = "outside the baseline's noise envelope"
+        return [_le("latent_rel_l2", fid["latent_rel_l2"], lim["latent_rel_l2"], case, msg),
+                _le("latent_max_abs", fid["latent_max_abs"], lim["latent_max_abs"], case, msg),
+                _ge("psnr_db", fid["psnr_db"], lim["psnr_db"], case, msg),
+                _ge("ssim", fid["ssim"], lim["ssim"], case, msg)]
     if cls in ("numerical", "quantization"):
-        t = quality["numerical"]
-        checks = [_le("latent_rel_l2", fid["latent_rel_l2"], float(t["max_latent_rel_l2"]), case),
-                  _ge("psnr_db", fid["psnr_db"], float(t["min_psnr_db"]), case),
-                  _ge("ssim", fid["ssim"], float(t["min_ssim"]), case)]
+        checks = _floors(quality["numerical"], case, fid, "max_latent_rel_l2")
         if cls == "quantization" and base_pass:
             checks.append(Check("task_case_pass", bool(cand_pass), float(bool(cand_pass)), 1.0, case,
                                 "the baseline passed this case, so the candidate must too"))
         return checks
     if cls == "approximate":
-        t = quality["approximate"]
-        return [_ge("psnr_db", fid["psnr_db"], float(t["min_psnr_db"]), case),
-                _ge("ssim", fid["ssim"], float(t["min_ssim"]), case)]
+        return _floors(quality["approximate"], case, fid, None)
     raise ValueError(f"unknown class {cls!r}")
+
+
+def _task_checks(task_cand: dict[str, float], task_base: dict[str, float], lower_is_better: set[str],
+                 margins: dict[str, float]) -> list[Check]:
+    """Each task score against the baseline's, within its margin (0 = no regression at all)."""
+    checks = []
+    for name in sorted(set(task_base) | set(task_cand)):
+        base, cand = task_base.get(name), task_cand.get(name)
+        if base is None or cand is None:
+            side = "baseline" if base is None else "candidate"
+            checks.append(Check(name, False, cand, base, None, f"the {side}'s score is missing"))
+            continue
+        margin = float(margins.get(name, 0.0))
+        if name in lower_is_better:  # relative margin: a distance may grow by this fraction
+            checks.append(_le(name, cand, base * (1 + margin) + TOLERANCE, None, f"baseline {base:.4g}"))
+        else:
+            checks.append(_ge(name, cand, base - margin - TOLERANCE, None, f"baseline {base:.4g}"))
+    return checks
 
 
 def aggregate_checks(cls: str, summary: dict[str, Any], quality: dict[str, Any],
@@ -96,15 +148,11 @@ def aggregate_checks(cls: str, summary: dict[str, Any], quality: dict[str, Any],
         t = quality["numerical"]
         checks += [_ge("mean_psnr_db", summary["psnr_db"]["mean"], float(t["min_mean_psnr_db"]), None),
                    _ge("mean_ssim", summary["ssim"]["mean"], float(t["min_mean_ssim"]), None)]
-    if cls in ("approximate", "quantization"):
-        margins = quality[cls].get("task_margin", {})
-        for name, base in task_base.items():
-            if name not in task_cand:
-                checks.append(Check(name, False, None, base, None, "the candidate's score is missing"))
-                continue
-            margin = float(margins.get(name, 0.0))
-            if name in lower_is_better:  # margins of lower-is-better scores are relative to the baseline
-                checks.append(_le(name, task_cand[name], base * (1 + margin) + 1e-12, None))
-            else:
-                checks.append(_ge(name, task_cand[name], base - margin - 1e-12, None))
+    if cls == "approximate":
+        if not task_base and not task_cand:
+            checks.append(Check("task_metrics", False, 0.0, 1.0, None, "the approximate gate needs task-quality "
+                                "metrics to show non-inferiority; this lane configures none"))
+        checks += _task_checks(task_cand, task_base, lower_is_better, quality["approximate"].get("task_margin", {}))
+    if cls == "quantization":
+        checks += _task_checks(task_cand, task_base, lower_is_better, {})
     return checks

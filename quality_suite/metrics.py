@@ -9,6 +9,7 @@ import torch
 from torchmetrics.functional.image import peak_signal_noise_ratio, structural_similarity_index_measure
 
 FIDELITY_KEYS = ("latent_rel_l2", "latent_max_abs", "psnr_db", "ssim")
+OPTIONAL_KEYS = ("lpips",)  # measured only where their weights are available; lower is closer
 
 
 def fidelity(cand_img: torch.Tensor, base_img: torch.Tensor,
@@ -43,9 +44,10 @@ def summarize(per_case: dict[str, dict[str, float]]) -> dict[str, Any]:
     if not per_case:
         return {}
     out: dict[str, Any] = {}
-    for key in FIDELITY_KEYS:
+    keys = FIDELITY_KEYS + tuple(k for k in OPTIONAL_KEYS if all(k in m for m in per_case.values()))
+    for key in keys:
         values = [m[key] for m in per_case.values()]
-        lower_is_better = key.startswith("latent")
+        lower_is_better = key.startswith("latent") or key in OPTIONAL_KEYS
         worst = max(values) if lower_is_better else min(values)
         worst_case = next(cid for cid, m in per_case.items() if m[key] == worst)
         finite = [v for v in values if math.isfinite(v)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -23,14 +23,16 @@ class TaskScore:
 class TaskMetric:
     name: str
     lower_is_better: bool
-    compute: Callable[[dict[str, torch.Tensor], list[Case], Path], TaskScore]
+    compute: Callable[[dict[str, torch.Tensor], list[Case], Path, dict[str, Any]], TaskScore]
+    check: Callable[[Path, dict[str, Any]], None]
 
 
 def _stack(images: dict[str, torch.Tensor], cases: list[Case]) -> torch.Tensor:
     return torch.stack([images[c.id] for c in cases]).float().clamp(0, 1)
 
 
-def judge_accuracy(images: dict[str, torch.Tensor], cases: list[Case], root: Path) -> TaskScore:
+def judge_accuracy(images: dict[str, torch.Tensor], cases: list[Case], root: Path,
+                   quality: dict[str, Any]) -> TaskScore:
     """Fraction of cases the trained digit judge classifies as the prompted label."""
     from .judge import load_judge
 
@@ -44,26 +46,43 @@ def judge_accuracy(images: dict[str, torch.Tensor], cases: list[Case], root: Pat
     return TaskScore(sum(passes.values()) / len(passes), passes)
 
 
-def frechet_distance(images: dict[str, torch.Tensor], cases: list[Case], root: Path) -> TaskScore:
+def frechet_distance(images: dict[str, torch.Tensor], cases: list[Case], root: Path,
+                     quality: dict[str, Any]) -> TaskScore:
     """Fréchet distance between judge features of the generations and of the real digits (torchmetrics FID)."""
-    from .judge import frechet_metric
+    from .frechet import frechet_metric
 
     fid = frechet_metric(root)
     fid.update(_stack(images, cases), real=False)
     return TaskScore(float(fid.compute()))
 
 
-def clip_score(images: dict[str, torch.Tensor], cases: list[Case], root: Path) -> TaskScore:
+def clip_score(images: dict[str, torch.Tensor], cases: list[Case], root: Path,
+               quality: dict[str, Any]) -> TaskScore:
     """Mean CLIP score of image and prompt with open_clip weights from a local file."""
-    from .clip import clip_score as _clip
+    from .clip import clip_score as _clip, clip_spec
 
-    return TaskScore(_clip(_stack(images, cases), [c.prompt for c in cases], root))
+    return TaskScore(_clip(_stack(images, cases), [c.prompt for c in cases], clip_spec(quality, root)))
+
+
+def _check_judge(root: Path, quality: dict[str, Any]) -> None:
+    from .judge import STATS_NAME, WEIGHTS_NAME, judge_dir
+
+    for name in (WEIGHTS_NAME, STATS_NAME):
+        if not (judge_dir(root) / name).is_file():
+            raise Refused(f"the digit judge file {judge_dir(root) / name} is missing; it is committed with the "
+                          "repository (regenerate with: python quality_suite/judge/train_judge.py)")
+
+
+def _check_clip(root: Path, quality: dict[str, Any]) -> None:
+    from .clip import clip_spec
+
+    clip_spec(quality, root)
 
 
 REGISTRY: dict[str, TaskMetric] = {
-    "judge_accuracy": TaskMetric("judge_accuracy", False, judge_accuracy),
-    "frechet_distance": TaskMetric("frechet_distance", True, frechet_distance),
-    "clip_score": TaskMetric("clip_score", False, clip_score),
+    "judge_accuracy": TaskMetric("judge_accuracy", False, judge_accuracy, _check_judge),
+    "frechet_distance": TaskMetric("frechet_distance", True, frechet_distance, _check_judge),
+    "clip_score": TaskMetric("clip_score", False, clip_score, _check_clip),
 }
 
 
@@ -71,15 +90,29 @@ def lower_is_better() -> set[str]:
     return {m.name for m in REGISTRY.values() if m.lower_is_better}
 
 
-def compute(names: tuple[str, ...] | list[str], images: dict[str, torch.Tensor], cases: list[Case],
-            root: Path) -> dict[str, TaskScore]:
-    """Every required task metric; an unknown name is a setup error that names the known ones."""
-    out = {}
+def _metric(name: str) -> TaskMetric:
+    if name not in REGISTRY:
+        raise Refused(f"unknown task metric {name!r}: known metrics are {sorted(REGISTRY)}")
+    return REGISTRY[name]
+
+
+def check_available(names: tuple[str, ...] | list[str], lane: Any, root: Path) -> None:
+    """Refuse (setup error, nothing changed) when a required metric cannot be computed here."""
+    from . import gates, perceptual
+
+    missing = gates.missing_thresholds(lane.quality)
+    if missing:
+        raise Refused(f"the quality contract of lane {lane.name!r} lacks {', '.join(missing)} "
+                      "(numbers in config/autoresearch.json, see docs/quality.md)")
     for name in names:
-        if name not in REGISTRY:
-            raise Refused(f"unknown task metric {name!r}: known metrics are {sorted(REGISTRY)}")
-        out[name] = REGISTRY[name].compute(images, cases, root)
-    return out
+        _metric(name).check(Path(root), lane.quality)
+    perceptual.check(lane.quality)
+
+
+def compute(names: tuple[str, ...] | list[str], images: dict[str, torch.Tensor], cases: list[Case],
+            root: Path, quality: dict[str, Any] | None = None) -> dict[str, TaskScore]:
+    """Every required task metric; an unknown name is a setup error that names the known ones."""
+    return {name: _metric(name).compute(images, cases, root, quality or {}) for name in names}
 
 
 def case_passes(scores: dict[str, TaskScore]) -> dict[str, bool]:
