@@ -14,14 +14,11 @@ from typing import Any
 import git
 from filelock import FileLock, Timeout
 
-from quality_suite import task_metrics
-
 from . import gitops, ledger
 from .best import best_commit, record_best
 from .context import Context, load_context, metric_value, new_run_id, verify_baseline, verify_session_integrity
 from .errors import EXIT_DISCARD, EXIT_OK, Refused
 from .hardware import same_device
-from .judgement import Judgement
 from .state import write_json_atomic
 
 STATUS_LINE = {"keep": "KEEP", "discard-quality": "DISCARD-QUALITY", "discard-performance": "DISCARD-PERFORMANCE",
@@ -54,7 +51,7 @@ class Experiment:
         self.commit = self.parent = ""
         self.run_id = ""
         self.run_dir: Path | None = None
-        self.judgement: Judgement | None = None
+        self.judgement: Any = None  # a judgement.Judgement once the guards passed
         self.verdict: Verdict | None = None
         self._ledger_bytes = b""
         self.started = time.time()
@@ -98,6 +95,8 @@ class Experiment:
         shape = gitops.candidate_commit(repo, best)
         self.commit, self.parent = shape.sha, shape.parent
         verify_baseline(ctx)
+        from quality_suite import task_metrics  # heavy (torch): imported once the cheap refusals passed
+
         task_metrics.check_available(ctx.lane.task_metrics, ctx.lane, ctx.root)
         self.run_id = new_run_id(self.commit)
         self.run_dir = ctx.paths.run(self.run_id)
@@ -111,6 +110,8 @@ class Experiment:
         if problems:
             raise Refused("fixed files differ from integrity.json before the run: " + "; ".join(problems[:5]))
         gitops.sync_worktree(repo, ctx.paths.best_worktree, best)
+        from .judgement import Judgement
+
         self.judgement = Judgement(ctx, self.classification, self.run_dir, ctx.paths.best_worktree)
         return None
 
