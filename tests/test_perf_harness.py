@@ -39,6 +39,15 @@ def build_pipeline(spec):
 '''
 
 
+# build_extra: `known`, the frozen corpus seeds (the quality run uses only those; timing draws fresh ones)
+CORPUS_SEEDS = """\
+    import json as _json
+    import pathlib as _pl
+    corpus = _pl.Path(spec["root"]) / "quality_suite" / "corpus" / "embedded_digits.jsonl"
+    known = {_json.loads(line)["seed"] for line in corpus.read_text().splitlines() if line.strip()}
+"""
+
+
 def run_record(repo: Path) -> Path:
     return repo / ledger_rows(repo)[-1][16]
 
@@ -94,13 +103,7 @@ def test_same_image_for_every_request_is_caught(loop_repo: Path) -> None:
             return last["out"]
         out, n = last["out"], len(requests)
         return type(out)(images=out.images[:1].expand(n, -1, -1, -1).clone(),
-                         latents=out.latents[:1].expand(n, -1, -1, -1).clone())""", """\
-    import json as _json
-    import pathlib as _pl
-    corpus = _pl.Path(spec["root"]) / "quality_suite" / "corpus" / "embedded_digits.jsonl"
-    known = {_json.loads(line)["seed"] for line in corpus.read_text().splitlines() if line.strip()}
-    last = {}
-"""), "replay one image outside the corpus")
+                         latents=out.latents[:1].expand(n, -1, -1, -1).clone())""", CORPUS_SEEDS + "    last = {}\n"), "replay one image outside the corpus")
     proc = experiment(loop_repo, "exact", "constant image")
     assert last_line(proc) == "VERDICT: DISCARD-PERFORMANCE", proc.stdout + proc.stderr
     assert "identical outputs for different requests" in perf_reasons(loop_repo)
@@ -108,13 +111,14 @@ def test_same_image_for_every_request_is_caught(loop_repo: Path) -> None:
 
 @pytest.mark.slow
 def test_worker_crash_mid_measurement_is_a_crash(loop_repo: Path) -> None:
-    """os._exit in the candidate's worker during timing (its 7th generate: the corpus run makes 5)."""
+    """os._exit in the candidate's worker on its 5th generate with fresh (harness-drawn) seeds: timing."""
     parent = git(loop_repo, "rev-parse", "HEAD")
     commit_change(loop_repo, "model_under_test/__init__.py", wrap_generate("exit", """\
-        calls[0] += 1
-        if calls[0] == 7:
-            _os._exit(3)
-        return _gen(requests)""", "    import os as _os\n    calls = [0]\n"), "exit on the 7th call")
+        if not all(int(s) in known for _, s in requests):
+            calls[0] += 1
+            if calls[0] == 5:
+                _os._exit(3)
+        return _gen(requests)""", CORPUS_SEEDS + "    import os as _os\n    calls = [0]\n"), "exit mid-measurement")
     start = time.monotonic()
     proc = experiment(loop_repo, "exact", "exits mid-measurement")
     assert last_line(proc) == "VERDICT: CRASH", proc.stdout + proc.stderr
@@ -122,7 +126,8 @@ def test_worker_crash_mid_measurement_is_a_crash(loop_repo: Path) -> None:
     assert git(loop_repo, "rev-parse", "HEAD") == parent
     crash = (run_record(loop_repo) / "crash.txt").read_text()
     assert "exit code 3" in crash
-    assert list(run_record(loop_repo).glob("worker-candidate-block0.log")), "it did not die during timing"
+    assert (run_record(loop_repo) / "worker-candidate-block0.log").exists(), "it did not die during timing"
+    assert not (run_record(loop_repo) / "perf.json").exists()
 
 
 @pytest.mark.slow
@@ -152,6 +157,7 @@ def build_pipeline(spec):
     assert "exceeds the budget 1800 MB" in perf_reasons(repo)
 
 
+@pytest.mark.slow
 def test_faster_than_the_roofline_is_flagged_and_not_kept(tmp_path: Path) -> None:
     """timing.measure with a floor no real run can beat: the block is flagged, not kept."""
     from perf_suite import timing
@@ -294,3 +300,30 @@ def test_benchmark_publishes_round_trips_with_machine_info(loop_repo: Path) -> N
     assert bench["stats"]["rounds"] == 10 and bench["extra_info"]["lane"] == "embedded-cpu"
     assert bench["stats"]["min"] > 0
     assert git(loop_repo, "status", "--porcelain") == ""
+
+
+def test_roofline_evidence_uses_the_table_or_measures_and_survives_a_failed_count() -> None:
+    from perf_suite import profiling
+    from pytest_dit_ar.errors import CandidateCrash
+
+    class FakeWorker:
+        def __init__(self, name: str, kind: str, fail: bool = False):
+            self.identity, self.fail, self.ops = {"name": name, "kind": kind}, fail, []
+
+        def request(self, op: str, **fields) -> dict:
+            self.ops.append(op)
+            if self.fail:
+                raise CandidateCrash("flops failed (exception): unsupported op")
+            if op == "flops":
+                return {"flops": 136e9, "denoiser_rows_per_image": 2.0}
+            return {"n": 2048, "reps": 3, "dtype": "float32", "threads": 2, "tflops": 0.1, "bandwidth_gbs": 9.0}
+
+    gpu = FakeWorker("NVIDIA RTX A5500", "cuda")
+    ev = profiling.roofline_evidence(gpu, [["a digit", 1]])
+    assert gpu.ops == ["flops"] and ev["device_peak_tflops"] == 136.0 and roofline.floor_ms(ev) == pytest.approx(1.0)
+    cpu = FakeWorker("AMD EPYC", "cpu")
+    ev = profiling.roofline_evidence(cpu, [["a digit", 1]])
+    assert cpu.ops == ["flops", "peak"] and ev["device_peak"]["measured"] and ev["device_peak_tflops"] == 0.1
+    failed = profiling.roofline_evidence(FakeWorker("AMD EPYC", "cpu", fail=True), [["a digit", 1]])
+    assert roofline.floor_ms(failed) is None and "roofline flag off" in profiling.describe_roofline(failed)
+    assert "GFLOP per batch" in profiling.describe_roofline(ev)
