@@ -42,6 +42,7 @@ CFG_BATCHED = """                    both = self.predict_noise(torch.cat([model_
                     eps_cond, eps_uncond = both.chunk(2)
 """
 LOAD = "    transformer.to(device).eval().requires_grad_(False)\n"
+RETURN = "    return transformer, make_sampler()\n"
 STEP = "                latents = self.scheduler.step(eps, t, latents).prev_sample\n"
 
 CANDIDATES = (
@@ -54,8 +55,8 @@ CANDIDATES = (
     Candidate(PIPELINE, "        self.steps = int(steps)\n", "        self.steps = max(1, int(steps) // 2)\n", "approximate",
               "halve the number of sampling steps",
               "fewer denoiser evaluations: the approximate gate (task quality within a margin)"),
-    Candidate(EMBEDDED, LOAD, LOAD + "    transformer = torch.ao.quantization.quantize_dynamic("
-                                     "transformer, {torch.nn.Linear}, dtype=torch.qint8)\n", "quantization",
+    Candidate(EMBEDDED, RETURN, "    transformer = torch.ao.quantization.quantize_dynamic("
+                                "transformer.float(), {torch.nn.Linear}, dtype=torch.qint8)\n" + RETURN, "quantization",
               "dynamic int8 quantization of every Linear",
               "the zero-regression gate: every task score >= baseline, every passing case still passes"),
     Candidate(PIPELINE, STEP, "                self.predict_noise(model_input, t, labels)  # wasted work\n" + STEP,
