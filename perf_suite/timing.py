@@ -208,17 +208,20 @@ def p95_problems(blocks: list[Block], lane_guardrails: dict[str, float]) -> tupl
 
 def measure(cand: SideSpec, best: SideSpec, target: LaneTarget, perf: dict[str, Any], prompts: list[str],
             batch: int, metric: str, guardrails: dict[str, float], is_cuda: bool, log_dir: Path,
-            roofline_ms: float | None = None, max_blocks: int = 2) -> PerfOutcome:
+            roofline_ms: float | None = None, max_blocks: int = 2, first_pair: Pair | None = None) -> PerfOutcome:
     """The whole performance verdict: block 1, then a confirming block (fresh workers) if block 1 wins."""
     rng = random.SystemRandom()
     blocks: list[Block] = []
     reasons: list[str] = []
     seconds = {"startup": 0.0, "warmup": 0.0, "samples": 0.0}
     guard_info: dict[str, Any] = {}
-    pair: Pair | None = None
+    pair: Pair | None = first_pair  # workers already booted (the quality run's candidate and a best)
+    if pair is not None:
+        pair.cand.pin(perf.get("cpu_affinity"))
+        pair.best.pin(perf.get("cpu_affinity"))
     try:
         for index in range(max_blocks):
-            if pair is None or perf["confirm_with_fresh_workers"]:
+            if pair is None or (index > 0 and perf["confirm_with_fresh_workers"]):
                 if pair is not None:
                     pair.close()
                 t0 = time.perf_counter()

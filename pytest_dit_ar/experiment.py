@@ -112,7 +112,8 @@ class Experiment:
         gitops.sync_worktree(repo, ctx.paths.best_worktree, best)
         from .judgement import Judgement
 
-        self.judgement = Judgement(ctx, self.classification, self.run_dir, ctx.paths.best_worktree)
+        self.judgement = Judgement(ctx, self.classification, self.run_dir, ctx.paths.best_worktree,
+                                   prefetch_best=True)
         return None
 
     # -- after the run --------------------------------------------------------------------

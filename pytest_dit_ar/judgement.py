@@ -7,6 +7,7 @@ runs. Everything is computed lazily, once per pytest session, from worker proces
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,11 +80,13 @@ class Judgement:
     declared_class: str
     run_dir: Path
     best_root: Path | None = None
+    prefetch_best: bool = False  # boot the best side during the quality run (experiments time it next)
     crash: CandidateCrash | None = None
     _candidate: tuple[dict, CorpusOutputs] | None = field(default=None, repr=False)
     _quality: QualityResult | None = field(default=None, repr=False)
     _perf: timing.PerfOutcome | None = field(default=None, repr=False)
     _baseline: dict[str, Any] | None = field(default=None, repr=False)
+    _first_pair: timing.Pair | None = field(default=None, repr=False)
 
     # -- inputs ---------------------------------------------------------------------------
     def cases(self) -> list[Case]:
@@ -95,22 +98,53 @@ class Judgement:
         return self._baseline
 
     def candidate(self) -> tuple[dict, CorpusOutputs]:
-        """Build and run the working tree's pipeline on the corpus in a worker (once)."""
+        """Build and run the working tree's pipeline on the corpus in a worker (once).
+
+        While the candidate generates the corpus, the best side's worker boots, and both stay up as
+        the first timing pair, so an experiment pays for process start-up once instead of twice."""
         if self.crash is not None:
             raise self.crash
         if self._candidate is None:
-            try:
-                with WorkerProcess("candidate", self.ctx.root, self.ctx.target, self.ctx.threads,
+            ctx = self.ctx
+            worker = WorkerProcess("candidate", ctx.root, ctx.target, ctx.threads,
                                    self.run_dir / "worker-candidate-quality.log",
-                                   float(self.ctx.lane.performance["round_timeout_s"])) as worker:
-                    build = worker.request("build", spec=self.ctx.lane.workload(self.ctx.root))
-                    outputs = generate_corpus(worker, self.cases(), self.ctx.lane.batch, desc="candidate")
+                                   float(ctx.lane.performance["round_timeout_s"])).spawn()
+            best = self._spawn_best()
+            try:
+                with ThreadPoolExecutor(1) as pool:
+                    best_boot = pool.submit(self._boot, best, self.best_root) if best else None
+                    build = worker.handshake().request("build", spec=ctx.lane.workload(ctx.root))
+                    outputs = generate_corpus(worker, self.cases(), ctx.lane.batch, desc="candidate")
+                    best_build = best_boot.result() if best_boot else None
                 self._candidate = (build, outputs)
+                if best is not None:
+                    self._first_pair = timing.Pair(worker, best, {"cand": build["build_s"], "best": best_build})
+                else:
+                    worker.close()
             except CandidateCrash as exc:
+                for w in (worker, best):
+                    if w is not None:
+                        w.kill()
                 self.crash = exc
                 self._write_crash(exc)
                 raise
         return self._candidate
+
+    def _spawn_best(self) -> WorkerProcess | None:
+        if self.best_root is None or not self.prefetch_best:
+            return None
+        ctx = self.ctx
+        return WorkerProcess("best", self.best_root, ctx.target, ctx.threads, self.run_dir / "worker-best-block0.log",
+                             float(ctx.lane.performance["round_timeout_s"])).spawn()
+
+    def _boot(self, worker: WorkerProcess, root: Path) -> float:
+        return worker.handshake().request("build", spec=self.ctx.lane.workload(root))["build_s"]
+
+    def close(self) -> None:
+        """Stop workers that are still up (a discard before timing leaves the first pair unused)."""
+        if self._first_pair is not None:
+            self._first_pair.close()
+            self._first_pair = None
 
     def _write_crash(self, exc: CandidateCrash) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -167,7 +201,8 @@ class Judgement:
                     timing.SideSpec("candidate", ctx.root, spec), timing.SideSpec("best", self.best_root, best_spec),
                     ctx.target, ctx.lane.performance, [c.prompt for c in self.cases()], ctx.lane.batch,
                     ctx.lane.primary_metric, ctx.lane.guardrails, ctx.lane.is_cuda, self.run_dir,
-                    roofline_ms=self.roofline_ms())
+                    roofline_ms=self.roofline_ms(), first_pair=self._first_pair)
+                self._first_pair = None  # measure() closed it
             except CandidateCrash as exc:
                 self.crash = exc
                 self._write_crash(exc)

@@ -186,6 +186,7 @@ class DitAr:
             self.refusal = "interrupted: nothing was recorded and HEAD was left as it was"
             session.exitstatus = EXIT_REFUSED
             return
+        exp.judgement.close()
         verdict = exp.conclude(exp.decide(self.outcomes))
         self.last_line = verdict.line
         session.exitstatus = verdict.exit_code
@@ -210,6 +211,8 @@ class DitAr:
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self._plain_judgement is not None:
+            self._plain_judgement.close()
         if self.experiment is not None:
             self.experiment.release()
         if self.refusal:

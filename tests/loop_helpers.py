@@ -9,31 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from perf_suite.study import SLEEP_WRAPPER
+
 PROJECT = Path(__file__).resolve().parents[1]
 COPY = ("pytest_dit_ar", "quality_suite", "perf_suite", "model_under_test", "config", "pyproject.toml",
         ".gitignore", "conftest.py", "program.md", "handbook")
 
-# Injected into the template's model so that a candidate can remove a real, exactly-equivalent cost.
-SLOW_WRAPPER = '''
-
-# --- test template: an avoidable delay per generate() call (a candidate may remove it) ---
-import time as _time
-
-SLOW_S = {slow}
-_build = build_pipeline
-
-
-def build_pipeline(spec):
-    pipe = _build(spec)
-    _generate = pipe.generate
-
-    def generate(requests):
-        _time.sleep(SLOW_S)
-        return _generate(requests)
-
-    pipe.generate = generate
-    return pipe
-'''
+# The template's model sleeps before each generate(): an avoidable, exactly-equivalent cost that a
+# candidate may remove (the same wrapper the harness study uses for its injected speedups).
+DELAY_LINE = "_STUDY_DELAY_S = "
 
 FAST_PERF = {"rounds": 10, "warmup_rounds": 1, "confirm_with_fresh_workers": False, "bootstrap_resamples": 500}
 
@@ -68,7 +52,7 @@ def make_project_copy(dest: Path, slow_s: float = 0.15, perf: dict | None = None
         elif src.exists():
             shutil.copy2(src, dest / name)
     init = dest / "model_under_test" / "__init__.py"
-    init.write_text(init.read_text() + SLOW_WRAPPER.format(slow=slow_s))
+    init.write_text(init.read_text() + SLEEP_WRAPPER.format(delay=slow_s))
     cfg_path = dest / "config" / "autoresearch.json"
     cfg = json.loads(cfg_path.read_text())
     cfg["lanes"]["embedded-cpu"]["performance"] = {**FAST_PERF, **(perf or {})}
@@ -99,7 +83,7 @@ def commit_change(repo: Path, path: str, text: str, message: str, append: bool =
 def set_slow(repo: Path, slow_s: float, message: str) -> str:
     init = repo / "model_under_test" / "__init__.py"
     text = init.read_text()
-    lines = [f"SLOW_S = {slow_s}" if line.startswith("SLOW_S = ") else line for line in text.splitlines()]
+    lines = [f"{DELAY_LINE}{slow_s}" if line.startswith(DELAY_LINE) else line for line in text.splitlines()]
     init.write_text("\n".join(lines) + "\n")
     git(repo, "commit", "-qam", message)
     return git(repo, "rev-parse", "HEAD")

@@ -37,7 +37,7 @@ def assert_refused(proc: subprocess.CompletedProcess, before: tuple, repo: Path,
 
 # -- verdicts --------------------------------------------------------------------------------
 
-def test_faster_exact_commit_is_kept(loop_repo: Path) -> None:
+def test_faster_exact_commit_is_kept_and_a_manual_reset_is_recoverable(loop_repo: Path) -> None:
     sha = set_slow(loop_repo, 0.0, "remove the avoidable delay")
     proc = experiment(loop_repo, "exact", "remove the avoidable delay")
     assert last_line(proc) == "VERDICT: KEEP", proc.stdout + proc.stderr
@@ -49,6 +49,12 @@ def test_faster_exact_commit_is_kept(loop_repo: Path) -> None:
     row = ledger_rows(loop_repo)[-1]
     assert row[5] == "keep" and row[3] == sha and float(row[11]) > 2.0
     assert git(loop_repo / ".autoresearch/worktrees/best", "rev-parse", "HEAD") == sha
+    # a mistaken extra reset by hand is detected by status and undone by recover
+    git(loop_repo, "reset", "-q", "--hard", "HEAD^")
+    info = json.loads(run(loop_repo, "status", "--json", check=True).stdout)
+    assert "BEHIND" in info["head_relation"] and info["fix"]
+    run(loop_repo, "recover", check=True)
+    assert head(loop_repo) == sha
 
 
 def test_slower_commit_is_discarded_and_reset(loop_repo: Path) -> None:
@@ -244,13 +250,3 @@ def test_two_concurrent_experiments_serialize_or_refuse(loop_repo: Path) -> None
     assert "another experiment" in refused[0] + refused[1]
     assert len(ledger_rows(loop_repo)) == rows_before + 1
     assert ledger_rows(loop_repo)[-1][5] == "keep"
-
-
-def test_status_detects_an_extra_manual_reset(loop_repo: Path) -> None:
-    sha = set_slow(loop_repo, 0.0, "faster")
-    assert last_line(experiment(loop_repo)) == "VERDICT: KEEP"
-    git(loop_repo, "reset", "-q", "--hard", "HEAD^")
-    info = json.loads(run(loop_repo, "status", "--json", check=True).stdout)
-    assert "BEHIND" in info["head_relation"] and info["fix"]
-    run(loop_repo, "recover", check=True)
-    assert head(loop_repo) == sha
