@@ -12,7 +12,8 @@ from .context import Context
 from .state import read_json, write_json_atomic
 
 
-def record_best(ctx: Context, repo: git.Repo, commit: str, run_id: str, measurements: dict[str, Any]) -> None:
+def record_best(ctx: Context, repo: git.Repo, commit: str, run_id: str, measurements: dict[str, Any],
+                effective_class: str = "exact") -> None:
     """Make `commit` the lane's best: ref first (recoverable), then best.json, then the worktree."""
     tag = ctx.session["tag"]
     gitops.set_ref(repo, gitops.best_ref(tag, ctx.lane_id), commit)
@@ -21,6 +22,7 @@ def record_best(ctx: Context, repo: git.Repo, commit: str, run_id: str, measurem
     data[ctx.lane_id] = {
         "commit": commit, "tag": tag, "branch": gitops.branch_name(tag), "run_id": run_id,
         "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "measurements": measurements,
+        "effective_class": effective_class,  # against the original baseline, inherited by later candidates
         "ref": gitops.best_ref(tag, ctx.lane_id), "history": history + [commit],
     }
     write_json_atomic(ctx.paths.best, data)

@@ -167,7 +167,9 @@ class Experiment:
                                                              "duration_s": time.time() - self.started})
         ledger.append(ctx.paths.ledger, row)
         if verdict.status == "keep":
-            record_best(ctx, repo, self.commit, self.run_id, self._measurements())
+            quality = self.judgement._quality if self.judgement else None
+            record_best(ctx, repo, self.commit, self.run_id, self._measurements(),
+                        quality.effective_class if quality else self.classification)
         else:
             gitops.reset_to(repo, self.parent, ctx.config.mutable_paths)
             _clean_fixed(repo, ctx.config.fixed_paths)

@@ -162,7 +162,9 @@ class Judgement:
         cases = self.cases()
         build, outputs = self.candidate()
         cand_evidence = evidence(build, outputs)
-        effective, reasons = audit.effective_class(self.declared_class, cand_evidence, base["evidence"])
+        inherited = (self.ctx.best() or {}).get("effective_class", "exact")
+        effective, reasons = audit.effective_class(self.declared_class, cand_evidence, base["evidence"], inherited)
+        approx = audit.approximate_outputs(self.declared_class, cand_evidence, base["evidence"], inherited)
         base_images, base_latents = load_cases(self.ctx.baseline_dir / "cases", cases)
         quality_cfg = self.ctx.lane.quality
         fid = per_case_fidelity(outputs.images, outputs.latents, base_images, base_latents)
@@ -175,12 +177,12 @@ class Judgement:
         per_case = {}
         for case in cases:
             checks = gates.case_checks(effective, case.id, fid[case.id], quality_cfg, base["envelope"],
-                                       base_pass.get(case.id), cand_pass.get(case.id))
+                                       base_pass.get(case.id), cand_pass.get(case.id), approx)
             per_case[case.id] = {"fidelity": fid[case.id], "checks": checks, "task_pass": cand_pass.get(case.id)}
         summary = summarize(fid)
         task_cand = {k: v.value for k, v in scores.items()}
         aggregate = gates.aggregate_checks(effective, summary, quality_cfg, task_cand, base.get("task_metrics", {}),
-                                           task_metrics.lower_is_better())
+                                           task_metrics.lower_is_better(), approx)
         write_evidence(self.run_dir, outputs.images, base_images, fid)
         return QualityResult(self.declared_class, effective, reasons, per_case, aggregate, summary,
                              task_cand, base.get("task_metrics", {}), lpips_status)

@@ -79,13 +79,13 @@ def raise_to(current: str, other: str) -> str:
     return current if ORDER.index(current) >= ORDER.index(other) else other
 
 
-def effective_class(declared: str, candidate: dict[str, Any], baseline: dict[str, Any]) -> tuple[str, list[str]]:
-    """The class the evidence supports, never milder than the declared one, and the reasons.
+def findings(candidate: dict[str, Any], baseline: dict[str, Any]) -> list[tuple[str, str]]:
+    """(class, reason) for every way the candidate's evidence departs from the baseline's.
 
     `candidate`/`baseline` hold `audit` (from inspect_pipeline), `activation_dtypes` and
     `denoiser_rows_per_image` as measured by the worker.
     """
-    cls, reasons = declared, []
+    found: list[tuple[str, str]] = []
     c_audit, b_audit = candidate.get("audit", {}), baseline.get("audit", {})
     c_dt, b_dt = set(c_audit.get("param_dtypes", {})), set(b_audit.get("param_dtypes", {}))
     c_act, b_act = set(candidate.get("activation_dtypes", [])), set(baseline.get("activation_dtypes", []))
@@ -93,23 +93,40 @@ def effective_class(declared: str, candidate: dict[str, Any], baseline: dict[str
     low_bit = sorted((c_dt | c_act) & set(LOW_BIT_DTYPES) - (b_dt | b_act))
     new_quant = sorted(set(c_audit.get("quantized_types", [])) - set(b_audit.get("quantized_types", [])))
     if low_bit:
-        cls = raise_to(cls, "quantization")
-        reasons.append(f"low-bit dtypes {low_bit} that the baseline does not use")
+        found.append(("quantization", f"low-bit dtypes {low_bit} that the baseline does not use"))
     if new_quant:
-        cls = raise_to(cls, "quantization")
-        reasons.append(f"quantized module/tensor types {new_quant} that the baseline does not use")
-    storage = _storage_reasons(c_audit, b_audit)
-    if storage:
-        cls = raise_to(cls, "quantization")
-        reasons += storage
+        found.append(("quantization", f"quantized module/tensor types {new_quant} that the baseline does not use"))
+    found += [("quantization", reason) for reason in _storage_reasons(c_audit, b_audit)]
 
     new_float = sorted((c_dt | c_act) & set(FLOAT_DTYPES) - (b_dt | b_act))
     if new_float:
-        cls = raise_to(cls, "numerical")
-        reasons.append(f"float dtypes {new_float} appear that the baseline does not use")
+        found.append(("numerical", f"float dtypes {new_float} appear that the baseline does not use"))
 
     b_rows, c_rows = baseline.get("denoiser_rows_per_image"), candidate.get("denoiser_rows_per_image")
     if b_rows and c_rows is not None and c_rows < b_rows - 1e-9:
-        cls = raise_to(cls, "approximate")
-        reasons.append(f"denoiser evaluations per image fell from {b_rows:g} to {c_rows:g}")
+        found.append(("approximate", f"denoiser evaluations per image fell from {b_rows:g} to {c_rows:g}"))
+    return found
+
+
+def effective_class(declared: str, candidate: dict[str, Any], baseline: dict[str, Any],
+                    inherited: str = "exact") -> tuple[str, list[str]]:
+    """The class the evidence supports, never milder than the declared one, and the reasons.
+
+    `inherited` is the effective class of the current best: quality is judged against the original
+    baseline, so whatever the kept commits changed is part of every later candidate's difference.
+    """
+    cls, reasons = declared, []
+    for implied, reason in findings(candidate, baseline):
+        cls = raise_to(cls, implied)
+        reasons.append(reason)
+    if ORDER.index(inherited) > ORDER.index(cls):
+        cls = inherited
+    if inherited != "exact":
+        reasons.append(f"the current best is already {inherited} against the original baseline")
     return cls, reasons
+
+
+def approximate_outputs(declared: str, candidate: dict[str, Any], baseline: dict[str, Any],
+                        inherited: str = "exact") -> bool:
+    """Whether the outputs may legitimately drift like an approximation's (a step cut here or in the best)."""
+    return "approximate" in {declared, inherited} | {c for c, _ in findings(candidate, baseline)}
