@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# What ran on the 2-GPU H200 machine for docs/perf-harness.md, docs/results-h200.md and docs/models.md.
+# What ran on the H200 machines for docs/perf-harness.md, docs/results-h200.md and docs/models.md.
 #   bash docs/device/h200_run.sh [tests] [session] [study]     (default: all three)
-# tests   (GPU 1): full-size presets and GPU determinism (pytest -m cuda)
-# session (GPU 1, after tests): the research session of examples/h200-session on dit-xl2-256
-# study   (GPU 0, in parallel): the harness study (false keeps on no-op commits, detection of speedups)
+# tests   (last GPU): full-size presets and GPU determinism (pytest -m cuda)
+# session (last GPU, after tests): the research session of examples/h200-session on dit-xl2-256.
+#         Resumable across calls: state is restored from .h200state/session.tgz when /tmp/h200 is
+#         absent, and saved to $OUT/session.tgz at the end (copy it to .h200state/ and call again).
+# study   (GPU 0, in parallel; needs a second GPU): the harness study (false keeps on no-op commits,
+#         detection of speedups)
 # Each side's workers are pinned to their own two cores. Results land in $OUT.
 # Needs the wheels in .whl/ (diffusers, gitpython, gitdb, smmap, importlib_metadata; git.deb if the
-# machine has no git). Knobs: NULLS (20), TRIALS (4), STEPS (session sampling steps, 8), ROUNDS (8).
+# machine has no git). Knobs: NULLS (20), TRIALS (4), STEPS (session sampling steps, 8), ROUNDS (8),
+# SESSION_S (seconds the session may use in this call, 540), STUDY_S (560).
 set -u
+start=$(date +%s)
 parts="${*:-tests session study}"
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -18,19 +23,28 @@ if ! command -v git >/dev/null; then
 fi
 { nvidia-smi; git --version; nproc; python3 -c "import torch, diffusers; print(torch.__version__, diffusers.__version__)"; } > "$OUT/env.txt" 2>&1
 has() { case " $parts " in *" $1 "*) return 0;; esac; return 1; }
+last_gpu=$(( $(nvidia-smi -L | wc -l) - 1 ))
 
 (
-  export CUDA_VISIBLE_DEVICES=1
+  export CUDA_VISIBLE_DEVICES=$last_gpu
   if has tests; then
     timeout 200 python3 -m pytest tests/test_presets.py tests/test_gpu_determinism.py -m cuda -s -q -p no:cacheprovider \
       > "$OUT/gpu_tests.txt" 2>&1
   fi
   if has session; then
-    timeout "${SESSION_S:-560}" bash examples/h200-session/replay.sh /tmp/h200 "${STEPS:-8}" "${ROUNDS:-8}" 8,9 \
-      > "$OUT/session.txt" 2>&1
+    if [ ! -d /tmp/h200/project ] && [ -f .h200state/session.tgz ]; then
+      mkdir -p /tmp/h200 && for f in .h200state/session*.tgz; do tar xzf "$f" -C /tmp/h200; done
+    fi
+    budget=$(( start + ${SESSION_S:-540} - $(date +%s) ))
+    DEADLINE=$(( $(date +%s) + budget )) MIN_LEFT="${MIN_LEFT:-200}" timeout "$budget" \
+      bash examples/h200-session/replay.sh /tmp/h200 "${STEPS:-8}" "${ROUNDS:-8}" 8,9 > "$OUT/session.txt" 2>&1
     cp /tmp/h200/project/.autoresearch/results.tsv "$OUT/session_ledger.tsv" 2>/dev/null
-    cp /tmp/h200/profile-baseline.json "$OUT/profile.json" 2>/dev/null
-    (cd /tmp/h200/project/.autoresearch && tar czf "$OUT/session_state.tgz" --exclude=worktrees --exclude='*.safetensors' .) 2>/dev/null
+    # three archives, each under the 16 MiB a returned file may have: the state, its git history, the runs' images
+    (cd /tmp/h200 && find project/.autoresearch/runs -name '*.png' > /tmp/pngs.txt
+     tar czf "$OUT/session.tgz" --exclude=project/.autoresearch/worktrees --exclude=project/.autoresearch/report \
+       --exclude=project/.git --exclude-from=/tmp/pngs.txt . && tar czf "$OUT/session_git.tgz" project/.git \
+       && tar czf "$OUT/session_png.tgz" -T /tmp/pngs.txt
+     tar czf "$OUT/report.tgz" project/.autoresearch/report) 2>/dev/null
   fi
 ) &
 (
@@ -41,4 +55,4 @@ has() { case " $parts " in *" $1 "*) return 0;; esac; return 1; }
   fi
 ) &
 wait
-echo done
+echo "done in $(( $(date +%s) - start )) s"
