@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # What ran on the H200 machines for docs/perf-harness.md, docs/results-h200.md and docs/models.md.
-#   bash docs/device/h200_run.sh [tests] [session] [study]     (default: all three)
+#   bash docs/device/h200_run.sh [tests] [session] [study] [branches]   (default: the first three)
 # tests   (last GPU): full-size presets and GPU determinism (pytest -m cuda)
 # session (last GPU, after tests): the research session of examples/h200-session on dit-xl2-256.
 #         Resumable across calls: state is restored from .h200state/session.tgz when /tmp/h200 is
 #         absent, and saved to $OUT/session.tgz at the end (copy it to .h200state/ and call again).
 # study   (GPU 0, in parallel; needs a second GPU): the harness study (false keeps on no-op commits,
 #         detection of speedups)
+# branches (both GPUs): the second part of the published session, two sessions in parallel from the
+#         best commit of the first part (see docs/results-h200.md); BRANCHES overrides the split
 # Each side's workers are pinned to their own two cores. Results land in $OUT.
 # Needs the wheels in .whl/ (diffusers, gitpython, gitdb, smmap, importlib_metadata; git.deb if the
 # machine has no git). Knobs: NULLS (20), TRIALS (4), STEPS (session sampling steps, 8), ROUNDS (8),
@@ -54,5 +56,22 @@ last_gpu=$(( $(nvidia-smi -L | wc -l) - 1 ))
       --trials "${TRIALS:-4}" --steps 4 --rounds 10 --pool 6 --cpu-affinity 4,5 --out "$OUT/study.json" > "$OUT/study.txt" 2>&1
   fi
 ) &
+if has branches; then
+  # Two sessions at once, one per GPU, from the same starting commit (GPU:TAG:START:ONLY:CORES).
+  for spec in ${BRANCHES:-0:a:01,03:04,05,10:8,9 1:b:01,03:06,07,08,09:24,25}; do
+    IFS=: read -r gpu tag first only cores <<< "$spec"
+    (
+      budget=$(( start + ${SESSION_S:-540} - $(date +%s) ))
+      [ "$tag" = a ] || export NO_START_PROFILE=1
+      CUDA_VISIBLE_DEVICES=$gpu TAG="h200$tag" START="$first" ONLY="$only" DEADLINE=$(( $(date +%s) + budget )) \
+        MIN_LEFT="${MIN_LEFT:-150}" timeout "$budget" \
+        bash examples/h200-session/replay.sh "/tmp/h200$tag" "${STEPS:-8}" "${ROUNDS:-8}" "$cores" > "$OUT/branch-$tag.txt" 2>&1
+      # the session's state without git, worktrees and per-case images (each returned file <= 16 MiB)
+      (cd "/tmp/h200$tag" && tar czf "$OUT/branch-$tag.tgz" --exclude=project/.autoresearch/worktrees \
+        --exclude=project/.autoresearch/baseline/*/cases --exclude='project/.autoresearch/runs/*/*.png' \
+        --exclude='*.safetensors' project/.autoresearch ./*.json) 2>/dev/null
+    ) &
+  done
+fi
 wait
 echo "done in $(( $(date +%s) - start )) s"

@@ -9,6 +9,9 @@
 # Resumable: run it again on the same SCRATCH_DIR and it skips the setup and every patch whose
 # description is already in the ledger. DEADLINE (epoch seconds, optional) stops it before an
 # experiment that might not finish in time (MIN_LEFT seconds, default 240), so nothing is killed.
+# Branches (how the published session ran on two GPUs at once): START="01,03" applies those patches
+# to the starting commit (so the session's baseline is that commit), ONLY="04,05" judges just those
+# patches, TAG names the session (default h200).
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 src="$(cd "$here/../.." && pwd)"
@@ -18,6 +21,7 @@ rounds="${3:-10}"
 cores="${4:-}"
 repo="$scratch/project"
 dit() { python3 -m pytest_dit_ar.cli --config config/autoresearch.json "$@"; }
+picked() { case ",$1," in *",${2%%-*},"*) return 0;; esac; return 1; }   # picked LIST NN-name
 time_left() { [ -z "${DEADLINE:-}" ] || [ $(( DEADLINE - $(date +%s) )) -ge "${MIN_LEFT:-240}" ]; }
 
 setup() {
@@ -38,11 +42,14 @@ if sys.argv[3]:
     lane["performance"]["cpu_affinity"] = [int(c) for c in sys.argv[3].split(",")]
 json.dump(cfg, open(path, "w"), indent=2)
 PY
-  git add -A && git commit -qm "H200 session: dit-xl2-256 at $steps steps, $rounds rounds" || exit 2
+  for patch in "$here"/patches/*.patch; do
+    if picked "${START:-}" "$(basename "$patch")"; then git apply "$patch" || exit 2; fi
+  done
+  git add -A && git commit -qm "H200 session: dit-xl2-256 at $steps steps, $rounds rounds${START:+, starting from patches $START}" || exit 2
   dit doctor
-  dit init --tag h200 --lane dit-xl2-256 || exit 2
+  dit init --tag "${TAG:-h200}" --lane dit-xl2-256 || exit 2
   dit baseline --quiet || exit 2
-  dit profile --json > "$scratch/profile-baseline.json" || true
+  if [ -z "${NO_START_PROFILE:-}" ]; then dit profile --json > "$scratch/profile-start.json" || true; fi
 }
 
 if [ -f "$repo/.autoresearch/results.tsv" ]; then
@@ -60,6 +67,8 @@ for patch in "$here"/patches/*.patch; do
   cls="$(echo "$name" | cut -d- -f2)"
   desc="$(sed -n 's/^Subject: //p' "$patch" | head -1)"
   desc="${desc:-$name}"
+  if [ -n "${ONLY:-}" ] && ! picked "$ONLY" "$name"; then continue; fi
+  if picked "${START:-}" "$name"; then echo "=== $name: part of the starting commit"; continue; fi
   if cut -f16 .autoresearch/results.tsv | grep -qxF -- "$desc"; then echo "=== $name: already judged"; continue; fi
   if ! time_left; then echo "=== $name: not started, the deadline is too close"; continue; fi
   git apply "$patch" || { echo "patch $name does not apply"; continue; }
