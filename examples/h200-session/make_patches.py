@@ -1,28 +1,53 @@
-"""Generate the H200 session's candidate patches, each against the unmodified baseline."""
-import pathlib, subprocess, sys
+"""Generate the H200 session's candidate patches, each against the unmodified baseline.
 
-root = pathlib.Path(sys.argv[1]); out = pathlib.Path(sys.argv[2]); out.mkdir(parents=True, exist_ok=True)
+Usage: python make_patches.py CLEAN_CHECKOUT OUT_DIR  (the checkout is reset after each patch).
+"""
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+from typing import Callable
+
+if len(sys.argv) != 3:
+    sys.exit("usage: python make_patches.py CLEAN_CHECKOUT OUT_DIR")
+root, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+out.mkdir(parents=True, exist_ok=True)
 P, S = root / "model_under_test/pipeline.py", root / "model_under_test/presets.py"
 
-def edit(path, old, new):
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout
+
+
+if git("status", "--porcelain", "--", "model_under_test"):
+    sys.exit(f"{root}/model_under_test has uncommitted changes; use a clean checkout (this script resets it)")
+
+
+def edit(path: pathlib.Path, old: str, new: str) -> None:
+    """Replace the one occurrence of old by new (fails loudly when the baseline moved)."""
     text = path.read_text()
     assert text.count(old) == 1, (path, old)
     path.write_text(text.replace(old, new))
 
-def insert_after(path, anchor, following, block=None):
+
+def insert_after(path: pathlib.Path, anchor: str, following: str, block: str | None = None) -> None:
+    """Insert block after the line anchor (optionally: only where the text following comes next)."""
     if block is None:
         following, block = "", following
     edit(path, anchor + "\n" + following, anchor + "\n" + block + following)
 
-def emit(name, subject, *changes):
-    for fn in changes:
-        fn()
-    subprocess.run(["git", "add", "-A", "model_under_test"], cwd=root, check=True)
-    diff = subprocess.run(["git", "diff", "--cached", "-U1", "--", "model_under_test"], cwd=root, check=True,
-                          capture_output=True, text=True).stdout
+
+def emit(name: str, subject: str, *changes: Callable[[], None]) -> None:
+    """Apply the changes, write NAME.patch (1 line of context, so any subset applies), reset."""
+    for change in changes:
+        change()
+    git("add", "-A", "model_under_test")
+    diff = git("diff", "--cached", "-U1", "--", "model_under_test")
     assert diff, name
     (out / f"{name}.patch").write_text(f"Subject: {subject}\n\n{diff}")
-    subprocess.run(["git", "reset", "-q", "--hard"], cwd=root, check=True)
+    git("reset", "-q", "--hard")
+
 
 emit("01-exact-batch-cfg", "run the two classifier-free guidance passes as one batched forward",
      lambda: edit(P, "                    eps_cond = self.predict_noise(model_input, t, labels)\n"
