@@ -75,7 +75,7 @@ class PairPool:
         self.ready: list[Pair] = []
         self.started = 0
 
-    def take(self, index: int = 0) -> Pair:
+    def take(self) -> Pair:
         if not self.ready:
             self._fill()
         return self.ready.pop()
@@ -117,7 +117,7 @@ def one_experiment(make_pair, perf: dict[str, Any], prompts: list[str], batch: i
     """The keep rule of perf_suite.timing.measure: block 1, then a confirming block in fresh workers."""
     blocks = []
     for index in range(2):
-        pair: Pair = make_pair(index)
+        pair: Pair = make_pair()
         try:
             block = run_block(pair, index, prompts, batch, int(perf["rounds"]), int(perf["warmup_rounds"]), rng)
         finally:
@@ -189,32 +189,29 @@ def run_study(config_path: Path, lane_name: str, nulls: int, speedups: list[floa
     for pct in speedups:
         delay_s = stored_best_ms / 1e3 * (pct / 100) / (1 - pct / 100)
         slow_root = slowed_copy(root, tmp / f"slow{pct:g}", delay_s)
-        rows = []
+        rows: list[dict[str, Any]] = []
+        results["speedup"][f"{pct:g}"] = {"delay_s": delay_s, "trials": rows}
         factory = pair_factory(root, slow_root, f"s{pct:g}")
         for t in range(trials):
             r = one_experiment(factory, perf, prompts, lane.batch, metric, rng)
             r["naive_keep"] = r["first_block_cand_median_ms"] < r["first_block_best_median_ms"] * (1 - NAIVE_THRESHOLD)
             rows.append(r)
-            results["speedup"][f"{pct:g}"] = {"delay_s": delay_s, "trials": rows}
             _save(results, out, started)
             print(f"speedup {pct:g}% trial {t + 1}/{trials}: keep={r['keep']} "
                   f"measured={r['blocks'][0]['improvement_pct']:+.2f}%", flush=True)
-        results["speedup"][f"{pct:g}"] = {"delay_s": delay_s, "trials": rows}
     for pool in pools:
         pool.close()
     shutil.rmtree(tmp, ignore_errors=True)
-    results["summary"] = summarize(results)
-    results["wall_s"] = time.perf_counter() - started
+    _save(results, out, started)
     return results
 
 
 def _save(results: dict[str, Any], out: Path | None, started: float) -> None:
-    """Write what is known so far, so a run cut short by a time limit still leaves its data."""
-    if out is None:
-        return
+    """Update the summary and wall time; write what is known so far (a run cut short still leaves its data)."""
     results["summary"] = summarize(results)
     results["wall_s"] = time.perf_counter() - started
-    out.write_text(json.dumps(results, indent=1, default=str))
+    if out is not None:
+        out.write_text(json.dumps(results, indent=1, default=str))
 
 
 def summarize(results: dict[str, Any]) -> dict[str, Any]:
@@ -248,7 +245,6 @@ def main(argv: list[str] | None = None) -> int:
     cores = [int(c) for c in args.cpu_affinity.split(",")] if args.cpu_affinity else None
     results = run_study(args.config, args.lane, args.nulls, speedups, args.trials, args.steps, args.rounds,
                         args.pool, cores, args.out)
-    args.out.write_text(json.dumps(results, indent=1, default=str))
     print(json.dumps(results["summary"], indent=1))
     return 0
 

@@ -300,11 +300,9 @@ def dit_ar_quality(dit_ar_judgement, dit_ar_baseline):
 def dit_ar_pipeline(dit_ar_context):
     """The working tree's pipeline built in this process through the seam (for exploration only;
     verdicts never use it: they come from worker processes)."""
-    import importlib
+    from .worker import import_model
 
-    sys.path.insert(0, str(dit_ar_context.root))
-    module = importlib.import_module("model_under_test")
-    return module.build_pipeline(dit_ar_context.lane.workload(dit_ar_context.root))
+    return import_model(dit_ar_context.root).build_pipeline(dit_ar_context.lane.workload(dit_ar_context.root))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -314,15 +312,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     from quality_suite.corpora import load_corpus
 
     from .config import load_config
+    from .state import session_lane
 
     state: DitAr = metafunc.config.pluginmanager.get_plugin("dit-ar-state")
     config = load_config(state.config_path)
-    lane = config.lane(state.lane or _session_lane(config) or config.default_lane)
+    lane = config.lane(state.lane or session_lane(config.root) or config.default_lane)
     cases = load_corpus(config.root / lane.corpus)
     metafunc.parametrize("dit_ar_case", cases, ids=[c.id for c in cases])
 
-
-def _session_lane(config) -> str | None:
-    from .state import StatePaths, read_json
-
-    return (read_json(StatePaths(config.root).session, {}) or {}).get("lane")

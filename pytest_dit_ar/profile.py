@@ -76,17 +76,15 @@ def profile(ctx: Context, batch: int, repeats: int, run_dir: Path) -> dict[str, 
 
 def once(ctx: Context, batch: int, warmup: int) -> float:
     """Build in this process and time one steady-state generate inside the profiler-capture range."""
-    import importlib
-    import sys
-
     from perf_suite import profiling
+
+    from .worker import import_model
 
     os.environ.update(ctx.target.env)
     import torch
 
     torch.set_num_threads(ctx.threads)
-    sys.path.insert(0, str(ctx.root))
-    pipe = importlib.import_module("model_under_test").build_pipeline(ctx.lane.workload(ctx.root))
+    pipe = import_model(ctx.root).build_pipeline(ctx.lane.workload(ctx.root))
     requests = [(str(p), int(s)) for p, s in _requests(ctx, batch)]
     return profiling.run_once(pipe, requests, ctx.lane.is_cuda, warmup)
 
@@ -98,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         seconds = once(ctx, batch, args.warmup)
         print(f"one generate of {batch} on lane {ctx.lane_id}: {seconds * 1e3:.1f} ms (after {args.warmup} warm-ups)")
         return 0
-    run_dir = ctx.paths.runs / f"profile-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    run_dir = ctx.paths.run(f"profile-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
     info = profile(ctx, batch, args.repeats, run_dir)
     if args.json:
         print(json.dumps(info, indent=2))

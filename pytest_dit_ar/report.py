@@ -128,7 +128,7 @@ def _header(lane_id: str, rows: list[dict[str, str]], ctx: dict[str, Any]) -> st
     """The lane's summary table: device, best commit, baseline metrics, noise floor, counts."""
     paths: StatePaths = ctx["paths"]
     baseline = _read(paths.baseline(lane_id) / "baseline.json")
-    best = _read(paths.best).get(lane_id) or {}
+    best = ctx["best"].get(lane_id) or {}
     timing = baseline.get("timing") or {}
     counts = ", ".join(f"{s}={n}" for s in ledger.STATUSES if (n := sum(r["status"] == s for r in rows)))
     meta = [
@@ -211,8 +211,8 @@ def _profile(paths: StatePaths, lane_id: str, assets: Path) -> str:
 
 # -- one run ------------------------------------------------------------------------------------
 
-def _worst_cases(quality: dict[str, Any], k: int = WORST_CASES) -> list[tuple[str, dict[str, Any]]]:
-    """The k cases furthest from the baseline (lowest PSNR, then highest latent error)."""
+def _worst_cases(quality: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The WORST_CASES cases furthest from the baseline (lowest PSNR, then highest latent error)."""
     cases = [(cid, v) for cid, v in (quality.get("per_case") or {}).items() if isinstance(v, dict)]
 
     def key(item: tuple[str, dict[str, Any]]) -> tuple[float, float]:
@@ -220,7 +220,7 @@ def _worst_cases(quality: dict[str, Any], k: int = WORST_CASES) -> list[tuple[st
         fid = item[1].get("fidelity") or {}
         return (float(fid.get("psnr_db", math.inf)), -float(fid.get("latent_rel_l2", 0.0)))
 
-    return sorted(cases, key=key)[:k]
+    return sorted(cases, key=key)[:WORST_CASES]
 
 
 def _quality(run_dir: Path, lane_id: str, paths: StatePaths, assets: Path, shown: list[str]) -> str:
@@ -357,12 +357,13 @@ def _prepare(out: Path) -> Path:
 
 def _context(config_path: Path) -> dict[str, Any]:
     """Root, state paths, session and target name; read-only, so a lane need not run here nor the config validate."""
-    if not Path(config_path).is_file():
+    config_path = Path(config_path)
+    if not config_path.is_file():
         raise Refused(f"{config_path} does not exist: pass the session's --config (the report is written beside it)")
-    root = repo_root_for(Path(config_path))
+    root = repo_root_for(config_path)
     paths = StatePaths(root)
-    target = (_read(Path(config_path)).get("target") or {}).get("name")
-    return {"root": root, "paths": paths, "session": _read(paths.session),
+    target = (_read(config_path).get("target") or {}).get("name")
+    return {"root": root, "paths": paths, "session": _read(paths.session), "best": _read(paths.best),
             "target_name": target or "the target device"}
 
 
@@ -398,15 +399,20 @@ def run_report(config_path: Path, run_id: str, out: Path | None = None) -> Path:
         raise Refused(f"{run_id!r} is not a run id (a folder name under .autoresearch/runs/)")
     ctx = _context(config_path)
     paths: StatePaths = ctx["paths"]
-    rows = [r for r in ledger.read(paths.ledger) if r["run_id"] == run_id]
-    record = _read(paths.run(run_id) / "experiment.json")
-    if not rows and not paths.run(run_id).is_dir():
+    all_rows = ledger.read(paths.ledger)
+    rows = [r for r in all_rows if r["run_id"] == run_id]
+    run_dir = paths.run(run_id)
+    if not rows and not run_dir.is_dir():
         raise Refused(f"no run {run_id!r} in the ledger or in {paths.runs}")
-    row = rows[-1] if rows else {c: str(record.get(c) or "") for c in ledger.COLUMNS} | {"run_id": run_id}
-    out = out or paths.run(run_id)
+    if rows:
+        row = rows[-1]
+    else:
+        record = _read(run_dir / "experiment.json")
+        row = {c: str(record.get(c) or "") for c in ledger.COLUMNS} | {"run_id": run_id}
+    out = out or run_dir
     assets = _prepare(out)
     lane_id = row.get("lane") or ctx["session"].get("lane_id", "")
-    lane_rows = current_session([r for r in ledger.read(paths.ledger) if r["lane"] == lane_id])
+    lane_rows = current_session([r for r in all_rows if r["lane"] == lane_id])
     no_row = '<p class="note">this run has no ledger row.</p>'
     body = (f"<h2>lane {esc(lane_id)}</h2>{_header(lane_id, lane_rows, ctx)}"
             f"{run_section(row, ctx['root'], paths, assets)}<h2>ledger row</h2>"

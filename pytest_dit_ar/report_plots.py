@@ -54,7 +54,7 @@ def progress(points: list[Point], metric: str, title: str, path: Path) -> Path:
         ax.step(xs + [max(p.x for p in points)], ys + [ys[-1]], where="post", color=STATUS_COLOURS["keep"],
                 lw=2, label="best so far", zorder=2)
     base = next((p for p in points if p.status == "baseline" and p.value is not None), None)
-    if base is not None and base.value is not None:
+    if base is not None:
         ax.axhline(base.value, color=STATUS_COLOURS["baseline"], ls=":", lw=1)
         ax.plot([base.x], [base.value], marker="*", ms=16, color=STATUS_COLOURS["baseline"], ls="",
                 label=f"baseline {base.value:.4g}", zorder=4)
@@ -129,8 +129,7 @@ def image_grid(rows: list[tuple[str, Path, Path | None]], path: Path) -> Path:
     Without any candidate image the baselines are laid out side by side in one row.
     """
     if all(c is None for _, _, c in rows):
-        panels = [[(f"{label}: baseline", _load(base))] for label, base, _ in rows]
-        panels = [[p[0] for p in panels]]
+        panels = [[(f"{label}: baseline", _load(base)) for label, base, _ in rows]]
     else:
         panels = []
         for label, base_png, cand_png in rows:

@@ -95,3 +95,8 @@ class StatePaths:
 
     def run(self, run_id: str) -> Path:
         return self.runs / run_id
+
+
+def session_lane(root: Path) -> str | None:
+    """The lane named in the project's session.json, if a session was started."""
+    return (read_json(StatePaths(root).session, {}) or {}).get("lane")

@@ -38,10 +38,10 @@ def _lane(config_path: Any, lane_option: str | None) -> str | None:
         return lane_option
     try:
         from .config import load_config
-        from .state import StatePaths, read_json
+        from .state import session_lane
 
         config = load_config(config_path)
-        return (read_json(StatePaths(config.root).session, {}) or {}).get("lane") or config.default_lane
+        return session_lane(config.root) or config.default_lane
     except Exception:  # no or broken config: the plugin still reports the rest
         return None
 

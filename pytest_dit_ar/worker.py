@@ -43,7 +43,8 @@ def _device_identity(torch: Any, device: str) -> dict[str, Any]:
     return {"kind": "cpu", "name": cpu_name(), "threads": torch.get_num_threads(), "torch": torch.__version__}
 
 
-def _import_side(root: Path) -> Any:
+def import_model(root: Path) -> Any:
+    """Import model_under_test from root (the seam), refusing a copy found anywhere else."""
     sys.path.insert(0, str(root))
     module = importlib.import_module("model_under_test")
     where = Path(module.__file__).resolve()
@@ -72,7 +73,7 @@ class Worker:
     def build(self, spec: dict[str, Any]) -> dict[str, Any]:
         from quality_suite import audit
 
-        module = _import_side(self.root)
+        module = import_model(self.root)
         start = time.perf_counter()
         self.pipe = module.build_pipeline(spec)
         build_s = time.perf_counter() - start

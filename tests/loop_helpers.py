@@ -103,3 +103,22 @@ def experiment(repo: Path, cls: str = "exact", desc: str = "test candidate", *ex
 def last_line(proc: subprocess.CompletedProcess) -> str:
     lines = proc.stdout.rstrip("\n").splitlines()
     return lines[-1] if lines else ""
+
+
+def wrap_generate(name: str, body: str, build_extra: str = "") -> str:
+    """Source appended to model_under_test/__init__.py that wraps the pipeline's generate()."""
+    return f'''
+
+_build_{name} = build_pipeline
+
+
+def build_pipeline(spec):
+    pipe = _build_{name}(spec)
+    _gen = pipe.generate
+{build_extra}
+    def generate(requests):
+{body}
+
+    pipe.generate = generate
+    return pipe
+'''

@@ -13,30 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loop_helpers import commit_change, experiment, git, last_line, ledger_rows, make_project_copy, run
+from loop_helpers import commit_change, experiment, git, last_line, ledger_rows, make_project_copy, wrap_generate
 from perf_suite import roofline
 from perf_suite.stats import decide_block
 
 DECIDE = {"metric": "latency_ms", "min_improvement_pct": 2.0, "alpha": 0.01, "resamples": 2000}
-
-
-def wrap_generate(name: str, body: str, build_extra: str = "") -> str:
-    """Source appended to model_under_test/__init__.py that wraps the pipeline's generate()."""
-    return f'''
-
-_build_{name} = build_pipeline
-
-
-def build_pipeline(spec):
-    pipe = _build_{name}(spec)
-    _gen = pipe.generate
-{build_extra}
-    def generate(requests):
-{body}
-
-    pipe.generate = generate
-    return pipe
-'''
 
 
 # build_extra: `known`, the frozen corpus seeds (the quality run uses only those; timing draws fresh ones)

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from loop_helpers import commit_change, env_for, experiment, git, last_line, ledger_rows, make_project_copy, run, set_slow
+from loop_helpers import (commit_change, env_for, experiment, git, last_line, ledger_rows, make_project_copy, run,
+                          set_slow, wrap_generate)
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -276,17 +277,10 @@ return _build_steps(dict(spec, steps=spec["steps"] // 2))"""), "half the samplin
 @pytest.mark.slow
 def test_nan_output_is_a_crash(loop_repo: Path) -> None:
     parent = git(loop_repo, "rev-parse", "HEAD")
-    commit_change(loop_repo, "model_under_test/__init__.py", wrap("nan", """
-pipe = _build_nan(spec)
-generate = pipe.generate
-
-def nan_generate(requests):
-    out = generate(requests)
-    out.latents = out.latents * float("nan")
-    return out
-
-pipe.generate = nan_generate
-return pipe"""), "NaN latents")
+    commit_change(loop_repo, "model_under_test/__init__.py", wrap_generate("nan", """\
+        out = _gen(requests)
+        out.latents = out.latents * float("nan")
+        return out"""), "NaN latents")
     proc = experiment(loop_repo, "exact", "NaN latents")
     assert last_line(proc) == "VERDICT: CRASH" and proc.returncode == 1, proc.stdout + proc.stderr
     assert ledger_rows(loop_repo)[-1][5] == "crash" and git(loop_repo, "rev-parse", "HEAD") == parent
@@ -295,19 +289,11 @@ return pipe"""), "NaN latents")
 @pytest.mark.slow
 def test_added_noise_is_a_quality_discard_naming_the_metric(loop_repo: Path) -> None:
     parent = git(loop_repo, "rev-parse", "HEAD")
-    commit_change(loop_repo, "model_under_test/__init__.py", wrap("noise", """
-import torch
-pipe = _build_noise(spec)
-generate = pipe.generate
-
-def noisy_generate(requests):
-    out = generate(requests)
-    gen = torch.Generator().manual_seed(0)
-    out.images = (out.images + 0.05 * torch.randn(out.images.shape, generator=gen)).clamp(0, 1)
-    return out
-
-pipe.generate = noisy_generate
-return pipe"""), "noisy images")
+    commit_change(loop_repo, "model_under_test/__init__.py", wrap_generate("noise", """\
+        out = _gen(requests)
+        gen = torch.Generator().manual_seed(0)
+        out.images = (out.images + 0.05 * torch.randn(out.images.shape, generator=gen)).clamp(0, 1)
+        return out""", "    import torch\n"), "noisy images")
     proc, row, quality = judged(loop_repo, "exact", "noisy images")
     assert last_line(proc) == "VERDICT: DISCARD-QUALITY" and proc.returncode == 1
     assert git(loop_repo, "rev-parse", "HEAD") == parent
