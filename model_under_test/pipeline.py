@@ -143,7 +143,8 @@ class ClassConditionalPipeline(_PipelineBase):
             return self._vae_decode(self.vae, latents)
         images = ((latents.float() + 1) / 2).clamp(0, 1)
         if images.shape[-1] != self.resolution or images.shape[-2] != self.resolution:
-            images = F.interpolate(images, size=(self.resolution, self.resolution), mode="bilinear", align_corners=False)
+            size = (self.resolution, self.resolution)
+            images = F.interpolate(images, size=size, mode="bilinear", align_corners=False)
         if images.shape[1] == 1:
             images = images.repeat(1, 3, 1, 1)
         return images
@@ -161,13 +162,7 @@ class ClassConditionalPipeline(_PipelineBase):
             for t in self.scheduler.timesteps:
                 model_input = self.scheduler.scale_model_input(latents, t)
                 if self.guidance > 1.0:
-                    # Classifier-free guidance as TWO separate forward passes (conditional,
-                    # then unconditional). diffusers' DiTPipeline runs both halves as ONE
-                    # batched pass; the result is mathematically identical (on this CPU
-                    # build even bit-identical). This baseline deliberately leaves that
-                    # change on the table as a demonstration opportunity for the research
-                    # loop: it pays where the denoiser is launch/overhead-bound (GPUs),
-                    # while a compute-bound 1-thread CPU run gains ~nothing (docs/models.md).
+                    # classifier-free guidance: a conditional and an unconditional pass
                     eps_cond = self.predict_noise(model_input, t, labels)
                     eps_uncond = self.predict_noise(model_input, t, null)
                     eps = eps_uncond + self.guidance * (eps_cond - eps_uncond)

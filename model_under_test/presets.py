@@ -33,8 +33,13 @@ from __future__ import annotations
 import contextlib
 
 import torch
-from diffusers import AutoencoderKL, DDIMScheduler, DiTTransformer2DModel, DPMSolverMultistepScheduler
-from diffusers import PixArtTransformer2DModel
+from diffusers import (
+    AutoencoderKL,
+    DDIMScheduler,
+    DiTTransformer2DModel,
+    DPMSolverMultistepScheduler,
+    PixArtTransformer2DModel,
+)
 
 from .checkpoints import load_class_conditional_folder, load_text_to_image_folder, torch_dtype
 from .pipeline import ClassConditionalPipeline, TextToImagePipeline

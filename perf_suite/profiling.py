@@ -8,6 +8,7 @@ Nothing here decides a verdict except the FLOP count and peak that `dit-ar basel
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import re
 import shlex
@@ -109,7 +110,7 @@ def profile_generate(worker: Any, requests: list[tuple[str, int]], trace: str | 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities, record_shapes=False) as prof:
         profiled_s = _timed(worker, requests)
-    memory = worker._memory()
+    memory = worker.memory()
     flops = count_flops(worker, requests)
     if trace:
         prof.export_chrome_trace(trace)
@@ -140,7 +141,7 @@ def measure_peak(worker: Any, n: int | None = None, reps: int | None = None) -> 
 
     a = torch.randn(n, n, device=worker.device, dtype=dtype)
     b = torch.randn(n, n, device=worker.device, dtype=dtype)
-    mm_s = best_of(lambda: a @ b)
+    mm_s = best_of(functools.partial(torch.matmul, a, b))
     del a, b
     src = torch.empty((1 << 30 if cuda else 1 << 26) // 4, device=worker.device, dtype=torch.float32).fill_(1.0)
     dst = torch.empty_like(src)
@@ -153,9 +154,8 @@ def measure_peak(worker: Any, n: int | None = None, reps: int | None = None) -> 
 # -- in the harness -------------------------------------------------------------------------------
 def device_peak(worker: Any) -> roofline.Peak:
     """The table's peak for the worker's GPU, else one measured in the worker (always for CPUs)."""
-    identity = worker.identity
-    name = str(identity.get("name", "unknown device"))
-    peak = roofline.lookup(name) if identity.get("kind") == "cuda" else None
+    name = worker.device_name
+    peak = roofline.lookup(name) if worker.identity.get("kind") == "cuda" else None
     return peak or roofline.measured_peak(name, worker.request("peak"))
 
 
@@ -164,7 +164,7 @@ def roofline_evidence(worker: Any, requests: list[list[Any]]) -> dict[str, Any]:
 
     An op the FLOP counter cannot run through leaves the flag off (recorded why), not the baseline failed.
     """
-    from pytest_dit_ar.errors import CandidateCrash
+    from dit_ar_contract.errors import CandidateCrash
 
     try:
         counted = worker.request("flops", requests=requests)

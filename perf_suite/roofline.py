@@ -66,7 +66,8 @@ MEASURED_SLACK = 4.0  # a measured peak is no ceiling: load at measurement time,
 LOW_PRECISION_RATE = 2.0  # int8 (Ampere) and fp8 (Hopper) tensor rates are twice the bf16 dense rate
 
 
-def floor_ms(baseline: dict[str, Any], cand_rows_per_image: float | None = None,
+def floor_ms(flops_per_batch: float | None, peak_tflops: float | None, peak_measured: bool = False,
+             base_rows_per_image: float | None = None, cand_rows_per_image: float | None = None,
              effective_class: str | None = None) -> float | None:
     """The verdict's roofline floor from the *baseline's* FLOP count and device peak (never the candidate's).
 
@@ -75,15 +76,13 @@ def floor_ms(baseline: dict[str, Any], cand_rows_per_image: float | None = None,
     shrinks by that ratio (it never grows); a quantized candidate may run at the int8/fp8 rate; a
     measured peak gets MEASURED_SLACK.
     """
-    flops, peak = baseline.get("flops_per_batch"), baseline.get("device_peak_tflops")
-    if not flops or not peak:
+    if not flops_per_batch or not peak_tflops:
         return None
-    base_rows = baseline.get("flops_rows_per_image") or (baseline.get("evidence") or {}).get("denoiser_rows_per_image")
     scale = 1.0
-    if cand_rows_per_image is not None and base_rows:
-        scale = min(1.0, max(0.0, cand_rows_per_image / base_rows))
+    if cand_rows_per_image is not None and base_rows_per_image:
+        scale = min(1.0, max(0.0, cand_rows_per_image / base_rows_per_image))
     if effective_class == "quantization":
-        peak *= LOW_PRECISION_RATE
-    if (baseline.get("device_peak") or {}).get("measured"):
-        peak *= MEASURED_SLACK
-    return roofline_ms(flops * scale, peak)
+        peak_tflops *= LOW_PRECISION_RATE
+    if peak_measured:
+        peak_tflops *= MEASURED_SLACK
+    return roofline_ms(flops_per_batch * scale, peak_tflops)

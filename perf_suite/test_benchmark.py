@@ -10,43 +10,36 @@ import random
 
 import pytest
 
-from pytest_dit_ar.errors import CandidateCrash
-from pytest_dit_ar.workers import WorkerProcess
+from dit_ar_contract.errors import CandidateCrash
 
 pytestmark = pytest.mark.perf
 
 EXPERIMENT_ROUNDS = 3  # inside an experiment: cheap, the A/B test has decided already
 
 
-def test_generate_latency(benchmark, dit_ar, dit_ar_judgement):
+def test_generate_latency(benchmark, dit_ar, dit_ar_evidence, dit_ar_worker):
     """Round-trip latency of one generate of the lane's batch (fresh seeds every round)."""
-    if dit_ar.experiment_mode and any(v != "passed" for k in ("quality", "perf") for v in dit_ar.outcomes[k].values()):
+    if dit_ar.experiment_mode and (dit_ar.outcomes.quality_failed() or dit_ar.outcomes.not_passed("perf")):
         pytest.skip("the candidate was already judged a discard: nothing to publish")
-    j = dit_ar_judgement
-    ctx = j.ctx
-    prompts = [c.prompt for c in j.cases()]
+    lane = dit_ar_evidence.session.lane
+    prompts = [c.prompt for c in dit_ar_evidence.cases()]
     rng = random.SystemRandom()
-    rounds = EXPERIMENT_ROUNDS if dit_ar.experiment_mode else int(ctx.lane.performance["rounds"])
+    rounds = EXPERIMENT_ROUNDS if dit_ar.experiment_mode else lane.performance.rounds
 
     def draw() -> tuple[tuple, dict]:
-        return ([[rng.choice(prompts), rng.randrange(2**31)] for _ in range(ctx.lane.batch)],), {}
+        return ([[rng.choice(prompts), rng.randrange(2**31)] for _ in range(lane.batch)],), {}
 
+    def round_trip(requests: list) -> None:
+        if not dit_ar_worker.request("generate", requests=requests)["finite"]:
+            raise CandidateCrash("candidate produced NaN/Inf outputs during the benchmark")
+
+    benchmark.group = dit_ar_evidence.session.lane_id
+    benchmark.extra_info.update(lane=dit_ar_evidence.session.lane_id, batch=lane.batch, steps=lane.steps,
+                                device=dit_ar_worker.device_name, unit="one generate round trip")
     try:
-        with WorkerProcess("candidate", ctx.root, ctx.target, ctx.threads, j.run_dir / "worker-benchmark.log",
-                           float(ctx.lane.performance["round_timeout_s"])) as worker:
-            worker.request("build", spec=ctx.lane.workload(ctx.root))
-            for _ in range(int(ctx.lane.performance["warmup_rounds"])):
-                worker.request("generate", requests=draw()[0][0])
-
-            def round_trip(requests: list) -> None:
-                if not worker.request("generate", requests=requests)["finite"]:
-                    raise CandidateCrash("candidate produced NaN/Inf outputs during the benchmark")
-
-            benchmark.group = ctx.lane_id
-            benchmark.extra_info.update(lane=ctx.lane_id, batch=ctx.lane.batch, steps=ctx.lane.steps,
-                                        device=worker.identity.get("name"), unit="one generate round trip")
-            benchmark.pedantic(round_trip, setup=draw, rounds=rounds, iterations=1, warmup_rounds=0)
-    except CandidateCrash as exc:
-        if dit_ar.experiment_mode and j.crash is None:
-            j.crash = exc  # a crash is a crash wherever it happens
+        for _ in range(lane.performance.warmup_rounds):
+            round_trip(draw()[0][0])
+        benchmark.pedantic(round_trip, setup=draw, rounds=rounds, iterations=1, warmup_rounds=0)
+    except CandidateCrash as exc:  # a crash is a crash wherever it happens
+        dit_ar_evidence.record_crash(exc)
         pytest.fail(f"candidate crashed: {exc}\n{exc.details[-3000:]}", pytrace=False)

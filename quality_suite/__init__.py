@@ -1,1 +1,2 @@
-"""Fixed quality harness: frozen corpora, the judge, metrics, gates and the classification audit."""
+"""Fixed quality library: frozen corpora, the digit judge, metrics, gates, the classification audit and the
+quality assessment, plus the tests marked `quality`. Nothing here imports the harness above it."""

@@ -7,6 +7,7 @@ and compares the candidate's evidence with the baseline's. The stricter (higher)
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
 ORDER = ("exact", "numerical", "approximate", "quantization")
@@ -16,6 +17,50 @@ QUANT_NAME_HINTS = ("quantiz", "qlinear", "int8", "int4", "fp8", "float8", "nf4"
                     "torchao", "affinequantized", "linear8bit", "linear4bit", "packed")
 FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
 PARAMS_KEPT = 0.6  # below this fraction of the baseline's visible parameter elements, weights were repacked
+
+
+@dataclass(frozen=True)
+class PipelineInspection:
+    """What `inspect_pipeline` found in a built pipeline (elements per dtype, bytes, quantized types)."""
+
+    param_dtypes: dict[str, int] = field(default_factory=dict)
+    weight_bytes: int = 0
+    quantized_types: tuple[str, ...] = ()
+    tensor_subclasses: tuple[str, ...] = ()
+    modules: int = 0
+    components: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> PipelineInspection:
+        data = data or {}
+        return cls(dict(data.get("param_dtypes", {})), int(data.get("weight_bytes", 0)),
+                   tuple(data.get("quantized_types", ())), tuple(data.get("tensor_subclasses", ())),
+                   int(data.get("modules", 0)), tuple(data.get("components", ())))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"param_dtypes": self.param_dtypes, "weight_bytes": self.weight_bytes,
+                "quantized_types": list(self.quantized_types), "tensor_subclasses": list(self.tensor_subclasses),
+                "modules": self.modules, "components": list(self.components)}
+
+
+@dataclass(frozen=True)
+class AuditEvidence:
+    """The evidence of one side the audit compares: the built pipeline, activation dtypes, denoiser rows."""
+
+    pipeline: PipelineInspection = field(default_factory=PipelineInspection)
+    activation_dtypes: tuple[str, ...] = ()
+    denoiser_rows_per_image: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> AuditEvidence:
+        data = data or {}
+        return cls(PipelineInspection.from_dict(data.get("audit")), tuple(data.get("activation_dtypes", ())),
+                   data.get("denoiser_rows_per_image"))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON shape stored in baseline.json (`audit` is the inspection)."""
+        return {"audit": self.pipeline.as_dict(), "activation_dtypes": list(self.activation_dtypes),
+                "denoiser_rows_per_image": self.denoiser_rows_per_image}
 
 
 def _dtype(t: Any) -> str:
@@ -38,7 +83,7 @@ def inspect_pipeline(pipe: Any) -> dict[str, Any]:
     subclasses: set[str] = set()
     modules = 0
     components = getattr(pipe, "components", {}) or {}
-    for name, comp in components.items():
+    for comp in components.values():
         if not isinstance(comp, torch.nn.Module):
             continue
         for mod in comp.modules():
@@ -60,12 +105,12 @@ def inspect_pipeline(pipe: Any) -> dict[str, Any]:
             "components": sorted(k for k, v in components.items() if isinstance(v, torch.nn.Module))}
 
 
-def _storage_reasons(cand: dict[str, Any], base: dict[str, Any]) -> list[str]:
+def _storage_reasons(cand: PipelineInspection, base: PipelineInspection) -> list[str]:
     """Weights stored below 16 bits per element, or parameters gone into packed/opaque storage."""
-    c_elems = sum(cand.get("param_dtypes", {}).values())
-    b_elems = sum(base.get("param_dtypes", {}).values())
-    c_bits = 8 * cand.get("weight_bytes", 0) / c_elems if c_elems else math.inf
-    b_bits = 8 * base.get("weight_bytes", 0) / b_elems if b_elems else math.inf
+    c_elems = sum(cand.param_dtypes.values())
+    b_elems = sum(base.param_dtypes.values())
+    c_bits = 8 * cand.weight_bytes / c_elems if c_elems else math.inf
+    b_bits = 8 * base.weight_bytes / b_elems if b_elems else math.inf
     reasons = []
     if c_bits < min(16.0, b_bits) - 1e-9:
         reasons.append(f"weights average {c_bits:.1f} bits per element (below 16 and the baseline's)")
@@ -79,19 +124,15 @@ def raise_to(current: str, other: str) -> str:
     return current if ORDER.index(current) >= ORDER.index(other) else other
 
 
-def findings(candidate: dict[str, Any], baseline: dict[str, Any]) -> list[tuple[str, str]]:
-    """(class, reason) for every way the candidate's evidence departs from the baseline's.
-
-    `candidate`/`baseline` hold `audit` (from inspect_pipeline), `activation_dtypes` and
-    `denoiser_rows_per_image` as measured by the worker.
-    """
+def findings(candidate: AuditEvidence, baseline: AuditEvidence) -> list[tuple[str, str]]:
+    """(class, reason) for every way the candidate's evidence departs from the baseline's."""
     found: list[tuple[str, str]] = []
-    c_audit, b_audit = candidate.get("audit", {}), baseline.get("audit", {})
-    c_dt, b_dt = set(c_audit.get("param_dtypes", {})), set(b_audit.get("param_dtypes", {}))
-    c_act, b_act = set(candidate.get("activation_dtypes", [])), set(baseline.get("activation_dtypes", []))
+    c_audit, b_audit = candidate.pipeline, baseline.pipeline
+    c_dt, b_dt = set(c_audit.param_dtypes), set(b_audit.param_dtypes)
+    c_act, b_act = set(candidate.activation_dtypes), set(baseline.activation_dtypes)
 
     low_bit = sorted((c_dt | c_act) & set(LOW_BIT_DTYPES) - (b_dt | b_act))
-    new_quant = sorted(set(c_audit.get("quantized_types", [])) - set(b_audit.get("quantized_types", [])))
+    new_quant = sorted(set(c_audit.quantized_types) - set(b_audit.quantized_types))
     if low_bit:
         found.append(("quantization", f"low-bit dtypes {low_bit} that the baseline does not use"))
     if new_quant:
@@ -102,13 +143,13 @@ def findings(candidate: dict[str, Any], baseline: dict[str, Any]) -> list[tuple[
     if new_float:
         found.append(("numerical", f"float dtypes {new_float} appear that the baseline does not use"))
 
-    b_rows, c_rows = baseline.get("denoiser_rows_per_image"), candidate.get("denoiser_rows_per_image")
+    b_rows, c_rows = baseline.denoiser_rows_per_image, candidate.denoiser_rows_per_image
     if b_rows and c_rows is not None and c_rows < b_rows - 1e-9:
         found.append(("approximate", f"denoiser evaluations per image fell from {b_rows:g} to {c_rows:g}"))
     return found
 
 
-def effective_class(declared: str, candidate: dict[str, Any], baseline: dict[str, Any],
+def effective_class(declared: str, candidate: AuditEvidence, baseline: AuditEvidence,
                     inherited: str = "exact") -> tuple[str, list[str]]:
     """The class the evidence supports, never milder than the declared one, and the reasons.
 
@@ -126,7 +167,7 @@ def effective_class(declared: str, candidate: dict[str, Any], baseline: dict[str
     return cls, reasons
 
 
-def approximate_outputs(declared: str, candidate: dict[str, Any], baseline: dict[str, Any],
+def approximate_outputs(declared: str, candidate: AuditEvidence, baseline: AuditEvidence,
                         inherited: str = "exact") -> bool:
     """Whether the outputs may legitimately drift like an approximation's (a step cut here or in the best)."""
     return "approximate" in {declared, inherited} | {c for c, _ in findings(candidate, baseline)}

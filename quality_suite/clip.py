@@ -18,12 +18,14 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from pytest_dit_ar.errors import Refused
+from dit_ar_contract.config import QualityContract
+from dit_ar_contract.errors import Refused
 
 HOW_TO = ("CLIP weights are never downloaded by the harness. On a machine with internet access, pick a tag with\n"
           "  python -c \"import open_clip; print(open_clip.list_pretrained_tags_by_model('{model}'))\"\n"
           "fetch it with\n"
-          "  python -c \"import open_clip; open_clip.create_model('{model}', pretrained='<tag>', cache_dir='clip-cache')\"\n"
+          "  python -c \"import open_clip; "
+          "open_clip.create_model('{model}', pretrained='<tag>', cache_dir='clip-cache')\"\n"
           "copy the checkpoint file from clip-cache/ to {path} and name it in config/autoresearch.json under "
           "quality.clip (or lanes.<lane>.quality.clip): {{\"model\": \"{model}\", \"weights\": \"<path>\"}}.")
 
@@ -34,11 +36,10 @@ class ClipSpec:
     weights: Path
 
 
-def clip_spec(quality: dict[str, Any], root: Path) -> ClipSpec:
+def clip_spec(quality: QualityContract, root: Path) -> ClipSpec:
     """The configured open_clip model and its local weights file; a setup error when absent."""
-    cfg = quality.get("clip") or {}
-    model, weights = cfg.get("model"), cfg.get("weights")
-    if not isinstance(model, str) or not isinstance(weights, str) or not weights:
+    model, weights = quality.clip.model, quality.clip.weights
+    if not model or not weights:
         raise Refused("clip_score is a required metric but the quality contract names no CLIP model and weights "
                       "(key quality.clip).\n" + HOW_TO.format(model=model or "ViT-B-32", path="weights/"))
     path = Path(weights) if Path(weights).is_absolute() else Path(root) / weights

@@ -7,8 +7,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_dit_ar.errors import Refused
-from pytest_dit_ar.integrity import sha256_file
+from dit_ar_contract.digest import sha256_file
+from dit_ar_contract.errors import Refused
 
 CHECKSUMS = "checksums.json"
 ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 from safetensors.torch import load_file
 from torch import nn
 from torchmetrics.image.fid import FrechetInceptionDistance
 
-from .judge import FEATURE_DIM, STATS_NAME, Judge, judge_dir, load_judge
+from .judge import FEATURE_DIM, JUDGE_DIR, STATS_NAME, Judge, load_judge
 
 
 class JudgeFeatures(nn.Module):
@@ -27,9 +25,9 @@ class JudgeFeatures(nn.Module):
         return self.judge.features(images).clone().to(images.device)
 
 
-def real_statistics(root: Path) -> tuple[torch.Tensor, torch.Tensor, int]:
+def real_statistics() -> tuple[torch.Tensor, torch.Tensor, int]:
     """(mean [64], covariance [64, 64], count) of the real digits' judge features, float64."""
-    path = judge_dir(root) / STATS_NAME
+    path = JUDGE_DIR / STATS_NAME
     if not path.is_file():
         raise FileNotFoundError(f"real-digit feature statistics expected at {path}")
     stats = load_file(str(path))
@@ -43,12 +41,12 @@ def inject_real(fid: FrechetInceptionDistance, mean: torch.Tensor, cov: torch.Te
     fid.real_features_num_samples = torch.tensor(count, dtype=torch.long)
 
 
-def frechet_metric(root: Path) -> FrechetInceptionDistance:
+def frechet_metric() -> FrechetInceptionDistance:
     """A FrechetInceptionDistance on judge features whose real side comes from real_stats.safetensors.
 
     Call ``update(generated, real=False)`` then ``compute()``; ``reset()`` keeps the real side.
     """
-    fid = FrechetInceptionDistance(feature=JudgeFeatures(load_judge(root)), reset_real_features=False,
+    fid = FrechetInceptionDistance(feature=JudgeFeatures(load_judge()), reset_real_features=False,
                                    normalize=True)
-    inject_real(fid, *real_statistics(Path(root)))
+    inject_real(fid, *real_statistics())
     return fid

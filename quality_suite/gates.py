@@ -18,23 +18,15 @@ verdict can say exactly what failed. Thresholds come from the config's quality c
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from dit_ar_contract.config import ApproximateGate, NumericalGate, QualityContract
 
 from .metrics import mse_from_psnr
 
 TOLERANCE = 1e-12  # float noise allowed on "no worse than the baseline" comparisons
-
-
-REQUIRED_KEYS = {"exact": (), "numerical": ("max_latent_rel_l2", "min_psnr_db", "min_ssim", "min_mean_psnr_db",
-                                           "min_mean_ssim"),
-                 "approximate": ("min_psnr_db", "min_ssim"), "quantization": ()}
-
-
-def missing_thresholds(quality: dict[str, Any]) -> list[str]:
-    """Config keys (quality.<class>.<key>) a gate needs that are absent or not numbers."""
-    return [f"quality.{cls}.{key}" for cls, keys in REQUIRED_KEYS.items() for key in keys
-            if not isinstance((quality.get(cls) or {}).get(key), (int, float))]
 
 
 @dataclass(frozen=True)
@@ -73,33 +65,34 @@ def _ge(name: str, value: float, limit: float, case: str | None, message: str = 
     return Check(name, value >= limit, value, limit, case, message, ">=")
 
 
-def exact_limits(envelope: dict[str, float], quality: dict[str, Any]) -> dict[str, float]:
+def exact_limits(envelope: dict[str, float], quality: QualityContract) -> dict[str, float]:
     """Envelope x multiple, never tighter than the exact floors, never looser than the numerical gate."""
-    t, n = quality["exact"], quality["numerical"]
-    m = float(t.get("envelope_multiple", 4.0))
+    t, n = quality.exact, quality.numerical
+    m = t.envelope_multiple
     env_mse = mse_from_psnr(envelope.get("psnr_db", math.inf))
-    mse_limit = max(m * m * env_mse, mse_from_psnr(float(t.get("psnr_floor_db", 60.0))))
-    rel = max(m * envelope.get("latent_rel_l2", 0.0), float(t.get("latent_rel_l2_floor", 1e-5)))
-    ssim_loss = max(m * (1 - envelope.get("ssim", 1.0)), float(t.get("ssim_loss_floor", 1e-4)))
+    mse_limit = max(m * m * env_mse, mse_from_psnr(t.psnr_floor_db))
+    rel = max(m * envelope.get("latent_rel_l2", 0.0), t.latent_rel_l2_floor)
+    ssim_loss = max(m * (1 - envelope.get("ssim", 1.0)), t.ssim_loss_floor)
     return {
-        "latent_rel_l2": min(rel, float(n["max_latent_rel_l2"])),
-        "latent_max_abs": max(m * envelope.get("latent_max_abs", 0.0), float(t.get("latent_max_abs_floor", 1e-4))),
-        "psnr_db": max(-10 * math.log10(mse_limit), float(n["min_psnr_db"])),
-        "ssim": max(1 - ssim_loss, float(n["min_ssim"])),
+        "latent_rel_l2": min(rel, n.max_latent_rel_l2),
+        "latent_max_abs": max(m * envelope.get("latent_max_abs", 0.0), t.latent_max_abs_floor),
+        "psnr_db": max(-10 * math.log10(mse_limit), n.min_psnr_db),
+        "ssim": max(1 - ssim_loss, n.min_ssim),
     }
 
 
-def _floors(t: dict[str, Any], case: str, fid: dict[str, float], rel_key: str | None) -> list[Check]:
+def _floors(t: NumericalGate | ApproximateGate, case: str, fid: dict[str, float]) -> list[Check]:
     """Per-case fidelity floors of one class section (latent, PSNR, SSIM and LPIPS when measured)."""
-    checks = [_le("latent_rel_l2", fid["latent_rel_l2"], float(t[rel_key]), case)] if rel_key else []
-    checks += [_ge("psnr_db", fid["psnr_db"], float(t["min_psnr_db"]), case),
-               _ge("ssim", fid["ssim"], float(t["min_ssim"]), case)]
-    if "lpips" in fid and "max_lpips" in t:
-        checks.append(_le("lpips", fid["lpips"], float(t["max_lpips"]), case))
+    checks = [_le("latent_rel_l2", fid["latent_rel_l2"], t.max_latent_rel_l2, case)] \
+        if isinstance(t, NumericalGate) else []
+    checks += [_ge("psnr_db", fid["psnr_db"], t.min_psnr_db, case),
+               _ge("ssim", fid["ssim"], t.min_ssim, case)]
+    if "lpips" in fid and t.max_lpips is not None:
+        checks.append(_le("lpips", fid["lpips"], t.max_lpips, case))
     return checks
 
 
-def case_checks(cls: str, case: str, fid: dict[str, float], quality: dict[str, Any],
+def case_checks(cls: str, case: str, fid: dict[str, float], quality: QualityContract,
                 envelope: dict[str, float], base_pass: bool | None = None,
                 cand_pass: bool | None = None, approximate_outputs: bool = False) -> list[Check]:
     """Checks for one corpus case under the gate of class `cls`.
@@ -115,19 +108,18 @@ def case_checks(cls: str, case: str, fid: dict[str, float], quality: dict[str, A
                 _ge("ssim", fid["ssim"], lim["ssim"], case, msg)]
     if cls in ("numerical", "quantization"):
         approx = cls == "quantization" and approximate_outputs
-        checks = (_floors(quality["approximate"], case, fid, None) if approx
-                  else _floors(quality["numerical"], case, fid, "max_latent_rel_l2"))
+        checks = _floors(quality.approximate if approx else quality.numerical, case, fid)
         if cls == "quantization" and base_pass:
             checks.append(Check("task_case_pass", bool(cand_pass), float(bool(cand_pass)), 1.0, case,
                                 "the baseline passed this case, so the candidate must too"))
         return checks
     if cls == "approximate":
-        return _floors(quality["approximate"], case, fid, None)
+        return _floors(quality.approximate, case, fid)
     raise ValueError(f"unknown class {cls!r}")
 
 
 def _task_checks(task_cand: dict[str, float], task_base: dict[str, float], lower_is_better: set[str],
-                 margins: dict[str, float]) -> list[Check]:
+                 margins: Mapping[str, float]) -> list[Check]:
     """Each task score against the baseline's, within its margin (0 = no regression at all)."""
     checks = []
     for name in sorted(set(task_base) | set(task_cand)):
@@ -136,7 +128,7 @@ def _task_checks(task_cand: dict[str, float], task_base: dict[str, float], lower
             side = "baseline" if base is None else "candidate"
             checks.append(Check(name, False, cand, base, None, f"the {side}'s score is missing"))
             continue
-        margin = float(margins.get(name, 0.0))
+        margin = margins.get(name, 0.0)
         if name in lower_is_better:  # relative margin: a distance may grow by this fraction
             checks.append(_le(name, cand, base * (1 + margin) + TOLERANCE, None, f"baseline {base:.4g}"))
         else:
@@ -144,20 +136,20 @@ def _task_checks(task_cand: dict[str, float], task_base: dict[str, float], lower
     return checks
 
 
-def aggregate_checks(cls: str, summary: dict[str, Any], quality: dict[str, Any],
+def aggregate_checks(cls: str, summary: dict[str, Any], quality: QualityContract,
                      task_cand: dict[str, float], task_base: dict[str, float],
                      lower_is_better: set[str], approximate_outputs: bool = False) -> list[Check]:
     """Checks over the whole corpus: mean fidelity floors and task-quality non-inferiority."""
     checks: list[Check] = []
     if (cls == "numerical" or (cls == "quantization" and not approximate_outputs)) and summary:
-        t = quality["numerical"]
-        checks += [_ge("mean_psnr_db", summary["psnr_db"]["mean"], float(t["min_mean_psnr_db"]), None),
-                   _ge("mean_ssim", summary["ssim"]["mean"], float(t["min_mean_ssim"]), None)]
+        t = quality.numerical
+        checks += [_ge("mean_psnr_db", summary["psnr_db"]["mean"], t.min_mean_psnr_db, None),
+                   _ge("mean_ssim", summary["ssim"]["mean"], t.min_mean_ssim, None)]
     if cls == "approximate":
         if not task_base and not task_cand:
             checks.append(Check("task_metrics", False, 0.0, 1.0, None, "the approximate gate needs task-quality "
                                 "metrics to show non-inferiority; this lane configures none"))
-        checks += _task_checks(task_cand, task_base, lower_is_better, quality["approximate"].get("task_margin", {}))
+        checks += _task_checks(task_cand, task_base, lower_is_better, quality.approximate.task_margin)
     if cls == "quantization":
         checks += _task_checks(task_cand, task_base, lower_is_better, {})
     return checks

@@ -11,11 +11,11 @@ Missing weights make LPIPS ``unavailable`` (reported, never counted as a pass); 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from pytest_dit_ar.errors import Refused
+from dit_ar_contract.config import QualityContract
+from dit_ar_contract.errors import Refused
 
 BACKBONES = {"alex": "alexnet", "vgg": "vgg16", "squeeze": "squeezenet1_1"}
 WEIGHT_ENUMS = {"alexnet": "AlexNet_Weights", "vgg16": "VGG16_Weights", "squeezenet1_1": "SqueezeNet1_1_Weights"}
@@ -25,13 +25,11 @@ HOW_TO = ("LPIPS needs the torchvision ImageNet weights of its backbone in the t
           "and copy {name} into {folder} here (or point TORCH_HOME at a folder whose hub/checkpoints holds it).")
 
 
-def settings(quality: dict[str, Any]) -> tuple[str, bool]:
+def settings(quality: QualityContract) -> tuple[str, bool]:
     """(net, required) from the quality contract."""
-    cfg = quality.get("lpips") or {}
-    net = cfg.get("net", "alex")
-    if net not in BACKBONES:
-        raise Refused(f"quality.lpips.net is {net!r}; expected one of {sorted(BACKBONES)}")
-    return net, bool(cfg.get("required", False))
+    if quality.lpips.net not in BACKBONES:
+        raise Refused(f"quality.lpips.net is {quality.lpips.net!r}; expected one of {sorted(BACKBONES)}")
+    return quality.lpips.net, quality.lpips.required
 
 
 def backbone_file(net: str) -> Path:
@@ -51,7 +49,7 @@ def unavailable_reason(net: str) -> str | None:
     return HOW_TO.format(arch=BACKBONES[net], name=path.name, folder=path.parent)
 
 
-def check(quality: dict[str, Any]) -> None:
+def check(quality: QualityContract) -> None:
     """A lane that requires LPIPS without its weights cannot be judged (setup error)."""
     net, required = settings(quality)
     reason = unavailable_reason(net) if required else None
@@ -74,7 +72,7 @@ def lpips_per_case(cand: dict[str, torch.Tensor], base: dict[str, torch.Tensor],
 
 
 def evaluate(cand: dict[str, torch.Tensor], base: dict[str, torch.Tensor],
-             quality: dict[str, Any]) -> tuple[dict[str, float] | None, str]:
+             quality: QualityContract) -> tuple[dict[str, float] | None, str]:
     """(per-case LPIPS or None, status line for quality.json: 'computed with <net>' or 'unavailable: ...')."""
     net, _ = settings(quality)
     reason = unavailable_reason(net)

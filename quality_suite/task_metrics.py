@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
-from pytest_dit_ar.errors import Refused
+from dit_ar_contract.config import QualityContract
+from dit_ar_contract.errors import Refused
 
 from .corpora import Case
 
@@ -23,8 +24,8 @@ class TaskScore:
 class TaskMetric:
     name: str
     lower_is_better: bool
-    compute: Callable[[dict[str, torch.Tensor], list[Case], Path, dict[str, Any]], TaskScore]
-    check: Callable[[Path, dict[str, Any]], None]
+    compute: Callable[[dict[str, torch.Tensor], list[Case], Path, QualityContract], TaskScore]
+    check: Callable[[Path, QualityContract], None]
 
 
 def _stack(images: dict[str, torch.Tensor], cases: list[Case]) -> torch.Tensor:
@@ -32,14 +33,14 @@ def _stack(images: dict[str, torch.Tensor], cases: list[Case]) -> torch.Tensor:
 
 
 def judge_accuracy(images: dict[str, torch.Tensor], cases: list[Case], root: Path,
-                   quality: dict[str, Any]) -> TaskScore:
+                   quality: QualityContract) -> TaskScore:
     """Fraction of cases the trained digit judge classifies as the prompted label."""
     from .judge import load_judge
 
     labelled = [c for c in cases if c.label is not None]
     if not labelled:
         raise Refused("judge_accuracy needs corpus cases with a 'label'")
-    judge = load_judge(root)
+    judge = load_judge()
     with torch.inference_mode():
         pred = judge.predict(_stack(images, labelled))
     passes = {c.id: int(p) == int(c.label) for c, p in zip(labelled, pred.tolist())}
@@ -47,33 +48,34 @@ def judge_accuracy(images: dict[str, torch.Tensor], cases: list[Case], root: Pat
 
 
 def frechet_distance(images: dict[str, torch.Tensor], cases: list[Case], root: Path,
-                     quality: dict[str, Any]) -> TaskScore:
+                     quality: QualityContract) -> TaskScore:
     """Fréchet distance between judge features of the generations and of the real digits (torchmetrics FID)."""
     from .frechet import frechet_metric
 
-    fid = frechet_metric(root)
+    fid = frechet_metric()
     fid.update(_stack(images, cases), real=False)
     return TaskScore(float(fid.compute()))
 
 
 def clip_score(images: dict[str, torch.Tensor], cases: list[Case], root: Path,
-               quality: dict[str, Any]) -> TaskScore:
+               quality: QualityContract) -> TaskScore:
     """Mean CLIP score of image and prompt with open_clip weights from a local file."""
-    from .clip import clip_score as _clip, clip_spec
+    from .clip import clip_score as _clip
+    from .clip import clip_spec
 
     return TaskScore(_clip(_stack(images, cases), [c.prompt for c in cases], clip_spec(quality, root)))
 
 
-def _check_judge(root: Path, quality: dict[str, Any]) -> None:
-    from .judge import STATS_NAME, WEIGHTS_NAME, judge_dir
+def _check_judge(root: Path, quality: QualityContract) -> None:
+    from .judge import JUDGE_DIR, STATS_NAME, WEIGHTS_NAME
 
     for name in (WEIGHTS_NAME, STATS_NAME):
-        if not (judge_dir(root) / name).is_file():
-            raise Refused(f"the digit judge file {judge_dir(root) / name} is missing; it is committed with the "
-                          "repository (regenerate with: python quality_suite/judge/train_judge.py)")
+        if not (JUDGE_DIR / name).is_file():
+            raise Refused(f"the digit judge file {JUDGE_DIR / name} is missing; it ships with the package "
+                          "(regenerate with: python -m quality_suite.judge.train)")
 
 
-def _check_clip(root: Path, quality: dict[str, Any]) -> None:
+def _check_clip(root: Path, quality: QualityContract) -> None:
     from .clip import clip_spec
 
     clip_spec(quality, root)
@@ -96,23 +98,19 @@ def _metric(name: str) -> TaskMetric:
     return REGISTRY[name]
 
 
-def check_available(names: tuple[str, ...] | list[str], lane: Any, root: Path) -> None:
+def check_available(names: tuple[str, ...] | list[str], quality: QualityContract, root: Path) -> None:
     """Refuse (setup error, nothing changed) when a required metric cannot be computed here."""
-    from . import gates, perceptual
+    from . import perceptual
 
-    missing = gates.missing_thresholds(lane.quality)
-    if missing:
-        raise Refused(f"the quality contract of lane {lane.name!r} lacks {', '.join(missing)} "
-                      "(numbers in config/autoresearch.json, see docs/quality.md)")
     for name in names:
-        _metric(name).check(Path(root), lane.quality)
-    perceptual.check(lane.quality)
+        _metric(name).check(Path(root), quality)
+    perceptual.check(quality)
 
 
 def compute(names: tuple[str, ...] | list[str], images: dict[str, torch.Tensor], cases: list[Case],
-            root: Path, quality: dict[str, Any] | None = None) -> dict[str, TaskScore]:
+            root: Path, quality: QualityContract) -> dict[str, TaskScore]:
     """Every required task metric; an unknown name is a setup error that names the known ones."""
-    return {name: _metric(name).compute(images, cases, root, quality or {}) for name in names}
+    return {name: _metric(name).compute(images, cases, root, quality) for name in names}
 
 
 def case_passes(scores: dict[str, TaskScore]) -> dict[str, bool]:

@@ -9,11 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from perf_suite.study import SLEEP_WRAPPER
+from pytest_dit_ar.loop.study import SLEEP_WRAPPER
 
 PROJECT = Path(__file__).resolve().parents[1]
-COPY = ("pytest_dit_ar", "quality_suite", "perf_suite", "model_under_test", "config", "pyproject.toml",
-        ".gitignore", "conftest.py", "program.md", "handbook")
+COPY = ("dit_ar_contract", "pytest_dit_ar", "quality_suite", "perf_suite", "model_under_test", "assets", "config",
+        "pyproject.toml", ".gitignore", "conftest.py", "program.md", "handbook")
 
 # The template's model sleeps before each generate(): an avoidable, exactly-equivalent cost that a
 # candidate may remove (the same wrapper the harness study uses for its injected speedups).
@@ -96,7 +96,8 @@ def ledger_rows(repo: Path) -> list[list[str]]:
     return [line.split("\t") for line in path.read_text().splitlines()[1:]]
 
 
-def experiment(repo: Path, cls: str = "exact", desc: str = "test candidate", *extra: str) -> subprocess.CompletedProcess:
+def experiment(repo: Path, cls: str = "exact", desc: str = "test candidate",
+               *extra: str) -> subprocess.CompletedProcess:
     return run(repo, "experiment", "--classification", cls, "--description", desc, *extra)
 
 

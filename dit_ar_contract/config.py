@@ -1,0 +1,396 @@
+"""config/autoresearch.json, the session contract (DESIGN §3), read into frozen dataclasses.
+
+Every section has a fixed set of keys: a missing required key, a value of the wrong type and a key
+nobody knows are all refused with the file, the key path, what was found and what was expected. Lanes
+may override the top-level `performance` and `quality` sections key by key.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError, UnknownKeyError
+
+CLASSES = ("exact", "numerical", "approximate", "quantization")
+PRIMARY_METRICS = ("latency_ms", "images_per_s")
+DEFAULT_CONFIG = Path("config/autoresearch.json")
+SCHEMA_VERSION = 1
+REQUIRED = dataclasses.MISSING
+
+
+# -- the contract's sections ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Target:
+    """The hardware the project optimises for; any other device runs as a labelled foreign lane."""
+
+    name: str
+    device_match: str
+    compute_capability: str
+    vram_gb: float
+    gpu_count: int
+    peak_tflops_bf16: float
+    memory_bandwidth_gbs: float
+    allow_foreign_lanes: bool
+
+
+@dataclass(frozen=True)
+class PerfProtocol:
+    """How candidate and best are timed against each other (perf_suite, loop.measurement)."""
+
+    warmup_rounds: int = 2
+    rounds: int = 12
+    min_improvement_pct: float = 2.0
+    alpha: float = 0.01
+    bootstrap_resamples: int = 2000
+    confirm_with_fresh_workers: bool = True
+    round_timeout_s: float = 600.0
+    threads: int = 2
+    cpu_affinity: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Guardrails:
+    """Limits a faster candidate must still respect (absent = not checked)."""
+
+    peak_vram_gb: float | None = None
+    peak_memory_mb: float | None = None
+    p95_regression_pct: float | None = None
+
+
+@dataclass(frozen=True)
+class ExactGate:
+    envelope_multiple: float = 4.0
+    latent_rel_l2_floor: float = 1e-5
+    latent_max_abs_floor: float = 1e-4
+    psnr_floor_db: float = 60.0
+    ssim_loss_floor: float = 1e-4
+
+
+@dataclass(frozen=True)
+class NumericalGate:
+    max_latent_rel_l2: float
+    min_psnr_db: float
+    min_mean_psnr_db: float
+    min_ssim: float
+    min_mean_ssim: float
+    max_lpips: float | None = None
+
+
+@dataclass(frozen=True)
+class ApproximateGate:
+    min_psnr_db: float
+    min_ssim: float
+    max_lpips: float | None = None
+    task_margin: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class QuantizationGate:
+    """Zero regression on every task score plus the numerical floors; nothing to configure."""
+
+
+@dataclass(frozen=True)
+class LpipsSettings:
+    net: str = "alex"
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class ClipSettings:
+    model: str | None = None
+    weights: str | None = None
+
+
+@dataclass(frozen=True)
+class QualityContract:
+    """Thresholds per experiment class (DESIGN §5) and the settings of the optional metrics."""
+
+    exact: ExactGate
+    numerical: NumericalGate
+    approximate: ApproximateGate
+    quantization: QuantizationGate
+    lpips: LpipsSettings = field(default_factory=LpipsSettings)
+    clip: ClipSettings = field(default_factory=ClipSettings)
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One named workload: the model, its device and size, its corpus, its metrics and its protocol."""
+
+    name: str
+    preset: str
+    device: str
+    resolution: int
+    steps: int
+    guidance: float
+    batch: int
+    corpus: str
+    primary_metric: str
+    performance: PerfProtocol
+    quality: QualityContract
+    guardrails: Guardrails = field(default_factory=Guardrails)
+    task_metrics: tuple[str, ...] = ()
+    weights: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
+    def workload(self, root: Path) -> dict[str, Any]:
+        """The spec handed to model_under_test.build_pipeline (DESIGN §2): a plain dict, by design."""
+        weights = self.weights
+        if weights and not Path(weights).is_absolute():
+            weights = str((root / weights).resolve())
+        return {
+            "root": str(root), "lane": self.name, "preset": self.preset, "weights": weights,
+            "device": self.device, "resolution": self.resolution, "steps": self.steps,
+            "guidance": self.guidance, "batch": self.batch, "options": copy.deepcopy(dict(self.options)),
+        }
+
+    def metric_value(self, median_ms: float | None) -> float | None:
+        """A batch latency in ms expressed as the lane's primary metric."""
+        if median_ms is None:
+            return None
+        return self.batch / (median_ms / 1e3) if self.primary_metric == "images_per_s" else median_ms
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    root: Path
+    sha256: str
+    target: Target
+    default_lane: str
+    lanes: Mapping[str, Lane]
+    mutable_paths: tuple[str, ...]
+    fixed_paths: tuple[str, ...]
+
+    def lane_name(self, explicit: str | None = None, session_lane: str | None = None) -> str:
+        """The one rule for which lane runs: the explicit choice, else the session's, else the default."""
+        name = explicit or session_lane or self.default_lane
+        if name not in self.lanes:
+            raise ConfigError(self.path, "lanes", name, f"one of the lanes {sorted(self.lanes)}")
+        return name
+
+    def lane(self, explicit: str | None = None, session_lane: str | None = None) -> Lane:
+        return self.lanes[self.lane_name(explicit, session_lane)]
+
+
+# -- reading ---------------------------------------------------------------------------------------
+class _Reader:
+    """Builds the dataclasses above from JSON objects; every error names the key path."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def fail(self, key: str, found: Any, expected: str) -> ConfigError:
+        return ConfigError(self.path, key, found, expected)
+
+    def obj(self, node: Any, where: str) -> dict[str, Any]:
+        if not isinstance(node, dict):
+            raise self.fail(where or "<root>", node, "a JSON object")
+        return node
+
+    def known(self, node: dict[str, Any], where: str, keys: typing.Iterable[str]) -> None:
+        keys = set(keys)
+        for key in node:
+            if key not in keys:
+                raise UnknownKeyError(self.path, _join(where, key), keys)
+
+    def build(self, cls: type, node: Any, where: str) -> Any:
+        """An instance of dataclass `cls` from `node`, every field type-checked, unknown keys refused."""
+        node = self.obj(node, where)
+        hints = typing.get_type_hints(cls)
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        self.known(node, where, fields)
+        values = {}
+        for name, f in fields.items():
+            key = _join(where, name)
+            if name in node:
+                values[name] = self.value(hints[name], node[name], key)
+            elif f.default is REQUIRED and f.default_factory is REQUIRED:
+                raise self.fail(key, "<missing>", f"a value of type {_type_name(hints[name])}")
+        return cls(**values)
+
+    def value(self, hint: Any, value: Any, key: str) -> Any:
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+        if origin in (typing.Union, types.UnionType):
+            if value is None and type(None) in args:
+                return None
+            options = [a for a in args if a is not type(None)]
+            return self.value(options[0], value, key)
+        if origin is tuple:
+            if not isinstance(value, list):
+                raise self.fail(key, value, f"an array of {_type_name(args[0])}")
+            return tuple(self.value(args[0], item, f"{key}[{i}]") for i, item in enumerate(value))
+        if origin in (Mapping, dict):
+            mapping = self.obj(value, key)
+            return {k: self.value(args[1], v, _join(key, k)) for k, v in mapping.items()}
+        if hint is Any:
+            return value
+        if dataclasses.is_dataclass(hint):
+            return self.build(hint, value, key)
+        return self.scalar(hint, value, key)
+
+    def scalar(self, kind: type, value: Any, key: str) -> Any:
+        if isinstance(value, bool) and kind is not bool:
+            raise self.fail(key, value, f"a {_type_name(kind)}")
+        if kind is float and isinstance(value, int):
+            return float(value)
+        if not isinstance(value, kind):
+            raise self.fail(key, value, f"a value of type {_type_name(kind)}")
+        return value
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _type_name(hint: Any) -> str:
+    names = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in args) + " or null"
+    if typing.get_origin(hint) is tuple:
+        return "array"
+    if typing.get_origin(hint) in (Mapping, dict) or dataclasses.is_dataclass(hint):
+        return "object"
+    return names.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def _merge(base: dict, override: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+# -- checks beyond types ---------------------------------------------------------------------------
+def _positive(r: _Reader, where: str, **values: float | None) -> None:
+    for key, value in values.items():
+        if value is not None and value <= 0:
+            raise r.fail(_join(where, key), value, "a positive number")
+
+
+def _check_target(r: _Reader, t: Target) -> None:
+    cc = t.compute_capability
+    if cc.count(".") != 1 or not all(part.isdigit() for part in cc.split(".")):
+        raise r.fail("target.compute_capability", cc, 'a string like "8.6"')
+    _positive(r, "target", vram_gb=t.vram_gb, gpu_count=t.gpu_count, peak_tflops_bf16=t.peak_tflops_bf16,
+              memory_bandwidth_gbs=t.memory_bandwidth_gbs)
+
+
+def _check_perf(r: _Reader, p: PerfProtocol, where: str) -> None:
+    _positive(r, where, warmup_rounds=p.warmup_rounds, rounds=p.rounds, bootstrap_resamples=p.bootstrap_resamples,
+              threads=p.threads, round_timeout_s=p.round_timeout_s)
+    if p.rounds < 6:
+        raise r.fail(f"{where}.rounds", p.rounds, "at least 6 timed rounds")
+    if not 0 < p.alpha < 0.5:
+        raise r.fail(f"{where}.alpha", p.alpha, "a significance level in (0, 0.5)")
+    if p.cpu_affinity is not None and (not p.cpu_affinity or min(p.cpu_affinity) < 0):
+        raise r.fail(f"{where}.cpu_affinity", list(p.cpu_affinity), "null or a non-empty list of CPU core numbers")
+
+
+def _check_quality(r: _Reader, q: QualityContract, where: str) -> None:
+    if q.lpips.net not in ("alex", "vgg", "squeeze"):
+        raise r.fail(f"{where}.lpips.net", q.lpips.net, 'one of "alex", "vgg", "squeeze"')
+
+
+def _check_lane(r: _Reader, lane: Lane, root: Path) -> None:
+    where = f"lanes.{lane.name}"
+    if lane.device != "cpu" and not (lane.device == "cuda" or lane.device.startswith("cuda:")):
+        raise r.fail(f"{where}.device", lane.device, '"cpu", "cuda" or "cuda:N"')
+    if not (root / lane.corpus).is_file():
+        raise r.fail(f"{where}.corpus", lane.corpus, f"an existing corpus file relative to {root}")
+    if lane.primary_metric not in PRIMARY_METRICS:
+        raise r.fail(f"{where}.primary_metric", lane.primary_metric, f"one of {list(PRIMARY_METRICS)}")
+    _positive(r, where, resolution=lane.resolution, steps=lane.steps, batch=lane.batch)
+    g = lane.guardrails
+    _positive(r, f"{where}.guardrails", peak_vram_gb=g.peak_vram_gb, peak_memory_mb=g.peak_memory_mb,
+              p95_regression_pct=g.p95_regression_pct)
+    _check_perf(r, lane.performance, f"{where}.performance")
+    _check_quality(r, lane.quality, f"{where}.quality")
+
+
+def _paths(r: _Reader, raw: dict, key: str) -> tuple[str, ...]:
+    items = r.value(tuple[str, ...], raw.get(key, []), key)
+    if not items:
+        raise r.fail(key, list(items), "a non-empty list of paths relative to the repo root")
+    for i, item in enumerate(items):
+        if not item or item.startswith("/") or ".." in Path(item).parts:
+            raise r.fail(f"{key}[{i}]", item, "a relative path inside the repo")
+    return items
+
+
+def _lane(r: _Reader, name: str, node: Any, perf: dict, quality: dict, root: Path) -> Lane:
+    where = f"lanes.{name}"
+    node = r.obj(node, where)
+    merged = dict(node)
+    merged["performance"] = _merge(perf, r.obj(node.get("performance", {}), f"{where}.performance"))
+    merged["quality"] = _merge(quality, r.obj(node.get("quality", {}), f"{where}.quality"))
+    lane = r.build(Lane, {"name": name, **merged}, where)
+    _check_lane(r, lane, root)
+    return lane
+
+
+def repo_root_for(config_path: Path) -> Path:
+    """The repo root is the folder above the config file's folder (config/autoresearch.json)."""
+    return Path(config_path).resolve().parent.parent
+
+
+TOP_KEYS = ("schema_version", "target", "default_lane", "lanes", "mutable_paths", "fixed_paths", "quality",
+            "performance")
+
+
+def load_config(path: str | Path = DEFAULT_CONFIG) -> Config:
+    """Read, validate and return the config; every error names file, key, found and expected."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(path, "<file>", "missing", "an existing JSON file (see config/autoresearch.json)")
+    text = path.read_text(encoding="utf-8")
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(path, f"<line {exc.lineno} column {exc.colno}>", exc.msg, "valid JSON") from None
+    r = _Reader(path)
+    raw = r.obj(raw, "")
+    r.known(raw, "", TOP_KEYS)
+    version = r.value(int, raw.get("schema_version"), "schema_version")
+    if version != SCHEMA_VERSION:
+        raise r.fail("schema_version", version, str(SCHEMA_VERSION))
+    root = repo_root_for(path)
+    target = r.build(Target, raw.get("target"), "target")
+    _check_target(r, target)
+    perf = r.obj(raw.get("performance", {}), "performance")
+    _check_perf(r, r.build(PerfProtocol, perf, "performance"), "performance")
+    quality = r.obj(raw.get("quality"), "quality")
+    _check_quality(r, r.build(QualityContract, quality, "quality"), "quality")
+    lanes_raw = r.obj(raw.get("lanes"), "lanes")
+    if not lanes_raw:
+        raise r.fail("lanes", lanes_raw, "at least one lane")
+    lanes = {name: _lane(r, name, node, perf, quality, root) for name, node in lanes_raw.items()}
+    default_lane = r.value(str, raw.get("default_lane"), "default_lane")
+    if default_lane not in lanes:
+        raise r.fail("default_lane", default_lane, f"one of the lanes {sorted(lanes)}")
+    mutable, fixed = _paths(r, raw, "mutable_paths"), _paths(r, raw, "fixed_paths")
+    for m in mutable:
+        for f in fixed:
+            a, b = m.rstrip("/"), f.rstrip("/")
+            if a == b or a.startswith(b + "/") or b.startswith(a + "/"):
+                raise r.fail("mutable_paths", m, f"no overlap with fixed path {f!r}")
+    return Config(path=path.resolve(), root=root, sha256=hashlib.sha256(text.encode()).hexdigest(), target=target,
+                  default_lane=default_lane, lanes=lanes, mutable_paths=mutable, fixed_paths=fixed)

@@ -1,0 +1,7 @@
+"""`python -m pytest_dit_ar.cli ...` is `dit-ar ...`."""
+
+import sys
+
+from .main import main
+
+sys.exit(main())

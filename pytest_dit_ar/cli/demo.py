@@ -1,0 +1,128 @@
+"""`dit-ar demo`: the whole loop on the embedded CPU lane in one command, in a scratch clone.
+
+doctor -> init -> baseline, then a built-in series of candidate commits, each judged by
+`dit-ar experiment`: an exact speedup, a bf16 cast declared exact (the audit raises it), a step cut,
+a dynamic int8 quantization and a slower change. Ends with the ledger and the report's path.
+The candidates are patch files (demo_patches/, written by tools/make_demo_patches.py) applied with
+`git apply`, exactly as a person would apply an idea to model_under_test/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from dit_ar_contract.config import repo_root_for
+from dit_ar_contract.errors import Refused
+
+PATCHES = Path(__file__).resolve().parent / "demo_patches"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One idea: a patch of model_under_test/, its declared class, its description and what to expect."""
+
+    patch: Path
+    classification: str
+    description: str
+    expect: str
+
+
+def _header(patch: Path) -> dict[str, str]:
+    fields = {}
+    for line in patch.read_text().splitlines():
+        if not line.strip():
+            break
+        key, _, value = line.partition(": ")
+        fields[key.lower()] = value
+    return fields
+
+
+def candidates(folder: Path = PATCHES) -> list[Candidate]:
+    """The demo's candidates in order, read from their patch headers."""
+    out = []
+    for patch in sorted(folder.glob("*.patch")):
+        h = _header(patch)
+        out.append(Candidate(patch, h["classification"], h["subject"], h["expect"]))
+    return out
+
+
+def apply(repo: Path, cand: Candidate) -> None:
+    """`git apply` the candidate; refuse loudly when it no longer fits the model."""
+    proc = subprocess.run(["git", "apply", str(cand.patch)], cwd=repo, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise Refused(f"demo candidate '{cand.description}' no longer applies to model_under_test/ "
+                      f"({proc.stderr.strip()}); regenerate the patches with tools/make_demo_patches.py")
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str], echo: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, cwd=cwd, env=env, text=True, capture_output=True)
+    if echo and proc.stdout.strip():
+        print("\n".join("    " + line for line in proc.stdout.strip().splitlines()[-6:]), flush=True)
+    return proc
+
+
+def run_demo(source: Path, scratch: Path, lane: str = "embedded-cpu") -> int:
+    """Clone source into scratch and drive the loop there with the CLI."""
+    started = time.perf_counter()
+    repo = scratch / "project"
+    subprocess.run(["git", "clone", "-q", str(source), str(repo)], check=True)
+    for key, value in (("user.name", "dit-ar demo"), ("user.email", "demo@dit-ar.invalid")):
+        subprocess.run(["git", "config", key, value], cwd=repo, check=True)
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    cli = [sys.executable, "-m", "pytest_dit_ar.cli", "--config", "config/autoresearch.json"]
+
+    def step(title: str, *args: str) -> subprocess.CompletedProcess:
+        print(f"[{time.perf_counter() - started:5.0f}s] {title}: dit-ar {' '.join(args)}", flush=True)
+        return _run(cli + list(args), repo, env)
+
+    for title, args in (("doctor", ["doctor"]), ("init", ["init", "--tag", "demo", "--lane", lane]),
+                        ("baseline", ["baseline", "--quiet"])):
+        proc = step(title, *args)
+        if proc.returncode != 0:
+            print(proc.stderr[-3000:], file=sys.stderr)
+            return proc.returncode
+    series = candidates()
+    for i, cand in enumerate(series, start=1):
+        apply(repo, cand)
+        subprocess.run(["git", "commit", "-qam", cand.description], cwd=repo, check=True)
+        print(f"[{time.perf_counter() - started:5.0f}s] candidate {i}/{len(series)}: {cand.description} "
+              f"(declared {cand.classification}) — {cand.expect}", flush=True)
+        proc = _run(cli + ["experiment", "--classification", cand.classification, "--description", cand.description],
+                    repo, env, echo=False)
+        lines = proc.stdout.strip().splitlines()
+        summary = [ln for ln in lines if ln.startswith(("class:", "quality:", "- "))][:4]
+        for line in summary + lines[-1:]:
+            print("    " + line[:200], flush=True)
+        if proc.returncode == 2:
+            print(proc.stdout[-2000:] + proc.stderr[-2000:], file=sys.stderr)
+            return 2
+    print(f"[{time.perf_counter() - started:5.0f}s] ledger:", flush=True)
+    _run(cli + ["status", "--rows", "20"], repo, env)
+    report = _run(cli + ["report"], repo, env, echo=False)
+    print(report.stdout.strip().splitlines()[-1] if report.stdout.strip() else report.stderr[-500:])
+    print(f"demo finished in {time.perf_counter() - started:.0f} s; the project copy is in {repo}")
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser("demo", help="the whole loop on the embedded CPU lane in a scratch clone",
+                       description=__doc__.splitlines()[0])
+    p.add_argument("--dir", type=Path, default=None, help="scratch folder (default: a new temp folder)")
+    p.set_defaults(func=_main)
+    return p
+
+
+def _main(args: argparse.Namespace) -> int:
+    source = repo_root_for(args.config)
+    scratch = args.dir or Path(tempfile.mkdtemp(prefix="dit-ar-demo-"))
+    scratch.mkdir(parents=True, exist_ok=True)
+    if (scratch / "project").exists():
+        raise Refused(f"{scratch / 'project'} exists already: pick another --dir")
+    return run_demo(source, scratch)

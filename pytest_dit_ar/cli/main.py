@@ -1,0 +1,111 @@
+"""The `dit-ar` command. Exit codes: 0 success/KEEP, 1 DISCARD or CRASH (after the reset), 2 refused."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from dit_ar_contract.config import CLASSES, DEFAULT_CONFIG, repo_root_for
+from dit_ar_contract.errors import EXIT_REFUSED, Refused
+
+from . import demo, profile, report, search
+
+
+def _config_arg(parser: argparse.ArgumentParser, top: bool) -> None:
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG if top else argparse.SUPPRESS,
+                        help=f"session contract (default {DEFAULT_CONFIG})")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dit-ar", description=__doc__)
+    _config_arg(parser, top=True)
+    sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    def verb(name: str, help_text: str, func) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        _config_arg(p, top=False)
+        p.set_defaults(func=func)
+        return p
+
+    verb("doctor", "device, driver and software versions, the target contract, what can run here", _doctor)
+    p = verb("init", "create or validate branch autoresearch/<tag> and the session state", _init)
+    p.add_argument("--tag", help="session tag (branch autoresearch/<tag>); default: today's date")
+    p.add_argument("--lane", help="lane to run (default: the config's default_lane)")
+    p = verb("baseline", "run the unmodified pipeline: artifacts, noise envelope, timing", _baseline)
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p = verb("experiment", "judge HEAD (one commit on the current best): keep it or reset it", _experiment)
+    p.add_argument("--classification", required=True, choices=CLASSES, help="declared class of the change")
+    p.add_argument("--description", required=True, help="one line saying what the commit changes")
+    p.add_argument("--lane", help=argparse.SUPPRESS)
+    p.add_argument("pytest_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    p = verb("status", "lane, best commit, recent ledger rows and failures", _status)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--rows", type=int, default=10, help="how many recent ledger rows to show")
+    verb("recover", "restore the branch to the recorded best and a damaged baseline from its git copy", _recover)
+    for module in (search, profile, report, demo):
+        _config_arg(module.add_parser(sub), top=False)
+    return parser
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from .doctor import doctor
+
+    return doctor(args.config)
+
+
+def _init(args: argparse.Namespace) -> int:
+    from ..loop.init_session import init
+
+    return init(args.config, args.tag, args.lane)
+
+
+def _baseline(args: argparse.Namespace) -> int:
+    from ..loop.baseline import run_baseline
+
+    return run_baseline(args.config, progress=not args.quiet)
+
+
+def experiment_pytest_args(config: Path, classification: str, description: str, lane: str | None) -> list[str]:
+    """The pytest invocation that `dit-ar experiment` wraps (the two are the same thing)."""
+    root = repo_root_for(config)
+    args = ["--dit-ar-experiment", "--dit-ar-classification", classification, "--dit-ar-description", description,
+            "--dit-ar-config", str(config.resolve()), "--rootdir", str(root),
+            "-W", "ignore::pytest.PytestAssertRewriteWarning", str(root)]
+    if lane:
+        args[:0] = ["--dit-ar-lane", lane]
+    return args
+
+
+def _experiment(args: argparse.Namespace) -> int:
+    import pytest
+
+    extra = [a for a in args.pytest_args if a != "--"]
+    code = pytest.main(experiment_pytest_args(args.config, args.classification, args.description, args.lane) + extra)
+    return int(code)
+
+
+def _status(args: argparse.Namespace) -> int:
+    from .status import status
+
+    return status(args.config, as_json=args.json, rows=args.rows)
+
+
+def _recover(args: argparse.Namespace) -> int:
+    from .status import recover
+
+    return recover(args.config)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except Refused as exc:
+        print(f"dit-ar {args.verb}: refused: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

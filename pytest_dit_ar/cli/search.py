@@ -1,0 +1,62 @@
+"""`dit-ar search "QUERY"`: ranked handbook pages with the matching passages and line numbers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from ..search.engine import FileHit, query_terms, search, snippet
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "search",
+        help="search the handbook (BM25) and print ranked files with their matching passages",
+        description="Search the handbook for passages relevant to QUERY; prints ranked files with line numbers.",
+    )
+    parser.add_argument("query", nargs="+", help="words to look for (quote a phrase or pass several words)")
+    parser.add_argument("--top", type=int, default=5, help="number of files to show (default 5)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.set_defaults(func=run, handler=run)
+    return parser
+
+
+def _repo_root(args) -> Path:
+    config = getattr(args, "config", None)
+    if config:
+        return Path(config).resolve().parent.parent
+    return Path.cwd()
+
+
+def format_hits(hits: list[FileHit], query: str) -> str:
+    if not hits:
+        return f"no handbook passage matches {query!r}"
+    terms = set(query_terms(query))
+    lines = []
+    for rank, hit in enumerate(hits, start=1):
+        title = f" — {hit.title}" if hit.title else ""
+        lines.append(f"{rank}. handbook/{hit.path}  (score {hit.score:.2f}){title}")
+        for p in hit.passages:
+            lines.append(f"   handbook/{hit.path}:{p.line}  {p.heading}")
+            lines.append(f"      {snippet(p.text, terms)}")
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    query = " ".join(args.query) if isinstance(args.query, (list, tuple)) else str(args.query)
+    root = _repo_root(args)
+    handbook = root / "handbook"
+    if not handbook.is_dir():
+        print(f"dit-ar search: no handbook folder at {handbook}", file=sys.stderr)
+        return 2
+    cache = root / ".autoresearch" / "handbook_index.json"
+    hits = search(query, handbook, top=max(1, int(args.top)), cache_path=cache if cache.parent.is_dir() else None)
+    if getattr(args, "json", False):
+        payload = {"query": query, "handbook": str(handbook), "hits": [asdict(h) for h in hits]}
+        print(json.dumps(payload, indent=2))
+    else:
+        print(format_hits(hits, query))
+    return 0

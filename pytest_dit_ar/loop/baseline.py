@@ -1,0 +1,133 @@
+"""`dit-ar baseline`: outputs, noise envelope, task scores and timing of the unmodified pipeline."""
+
+from __future__ import annotations
+
+import platform
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import git
+
+from dit_ar_contract import versions
+from dit_ar_contract.digest import sha256_file
+from dit_ar_contract.errors import Refused
+from dit_ar_contract.status import Status
+from perf_suite import profiling
+from quality_suite import task_metrics
+from quality_suite.artifacts import envelope_of, per_case_fidelity, save_case
+from quality_suite.corpora import Case, load_corpus
+
+from ..state import gitops, integrity, records
+from ..state.baseline import BaselineSummary, BaselineTiming, Roofline, cases_dir
+from ..state.ledger import LedgerRow
+from ..state.paths import new_run_id, now
+from ..state.session import Session, open_session, verify_integrity
+from ..worker.client import WorkerProcess
+from .evidence import launcher_for
+from .generation import CorpusOutputs, audit_evidence, generate_corpus
+from .measurement import MeasurementPlan, PerfOutcome, Side, measure
+
+
+def perturbations(session: Session) -> dict[str, dict[str, Any]]:
+    """Benign, mathematically-equivalent ways to run the same baseline (for the exact envelope)."""
+    runs: dict[str, dict[str, Any]] = {"split-batch": {"batch": 1}, "reversed-batches": {"reverse": True}}
+    if session.lane.is_cuda:
+        runs["sdpa-math"] = {"perturb": {"sdpa": "math"}}
+    else:
+        runs["one-thread"] = {"perturb": {"threads": 1}}
+    return runs
+
+
+def _check_preconditions(session: Session) -> git.Repo:
+    record = session.require_current_layout()
+    repo = gitops.open_repo(session.root)
+    gitops.require_branch(repo, record.tag)
+    gitops.require_clean(repo)
+    if gitops.head_sha(repo) != record.baseline_commit:
+        raise Refused(f"HEAD is not the session's baseline commit {record.baseline_commit[:10]}: "
+                      "the baseline is taken from the unmodified pipeline")
+    if (session.baseline_dir / integrity.MANIFEST).exists():
+        raise Refused(f"lane {session.lane_id} already has a baseline ({session.baseline_dir}); the original baseline "
+                      "is never replaced — start a new session with `dit-ar init --tag NEW` for a fresh one")
+    problems = verify_integrity(session)
+    if problems:
+        raise Refused("fixed files differ from integrity.json: " + "; ".join(problems[:5]))
+    return repo
+
+
+def _envelope_runs(session: Session, worker: WorkerProcess, cases: list[Case], default: CorpusOutputs,
+                   progress: bool) -> dict[str, Any]:
+    runs = {}
+    for name, how in perturbations(session).items():
+        order = list(reversed(cases)) if how.get("reverse") else cases
+        alt = generate_corpus(worker, order, how.get("batch", session.lane.batch), perturb=how.get("perturb"),
+                              progress=progress, desc=f"envelope {name}")
+        runs[name] = per_case_fidelity(alt.images, alt.latents, default.images, default.latents)
+    return runs
+
+
+def _aa_timing(session: Session, run_dir: Path, prompts: tuple[str, ...]) -> PerfOutcome:
+    """One A/A block: the baseline against itself, in two fresh workers (the noise floor)."""
+    lane = session.lane
+    side = Side("baseline", session.root, lane.workload(session.root))
+    plan = MeasurementPlan(cand=side, best=side, protocol=lane.performance, prompts=prompts, batch=lane.batch,
+                           metric=lane.primary_metric, is_cuda=lane.is_cuda, log_dir=run_dir, max_blocks=1)
+    return measure(plan, launcher_for(session))
+
+
+def run_baseline(config_path: Path, out: Callable[[str], None] = print, progress: bool = True) -> int:
+    session = open_session(config_path)
+    repo = _check_preconditions(session)
+    lane = session.lane
+    task_metrics.check_available(lane.task_metrics, lane.quality, session.root)
+    commit = gitops.head_sha(repo)
+    cases = load_corpus(session.root / lane.corpus)
+    run_dir = session.paths.run(new_run_id(commit))
+    started = time.perf_counter()
+
+    with launcher_for(session).worker("baseline", session.root, run_dir / "worker-baseline.log") as worker:
+        build = worker.request("build", spec=lane.workload(session.root))
+        out(f"built {lane.preset} on {worker.device_name} in {build['build_s']:.1f} s")
+        default = generate_corpus(worker, cases, lane.batch, progress=progress, desc="baseline corpus")
+        envelope_runs = _envelope_runs(session, worker, cases, default, progress)
+        roof = profiling.roofline_evidence(worker, [list(c.request) for c in cases[:lane.batch]])
+        identity = dict(worker.identity)
+    out(profiling.describe_roofline(roof))
+
+    for case in cases:
+        save_case(cases_dir(session.baseline_dir), case.id, default.images[case.id], default.latents[case.id])
+    scores = task_metrics.compute(lane.task_metrics, default.images, cases, session.root, lane.quality)
+    envelope = envelope_of(envelope_runs)
+    out(f"noise envelope over {len(envelope_runs)} perturbations: " +
+        ", ".join(f"{k}={v:.3g}" for k, v in envelope.items()))
+
+    perf = _aa_timing(session, run_dir, tuple(c.prompt for c in cases))
+    aa = perf.blocks[0].stats
+    assert aa is not None
+    out(f"baseline latency {aa.best_median_ms:.1f} ms per batch of {lane.batch}; "
+        f"A/A noise: {aa.improvement_pct:+.2f}% (p={aa.p_value:.2g})")
+
+    summary = BaselineSummary(
+        lane=lane.name, lane_id=session.lane_id, commit=commit, run_id=run_dir.name, created=now(),
+        cases=tuple(c.id for c in cases), corpus_sha256=sha256_file(session.root / lane.corpus),
+        workload=lane.workload(session.root),
+        environment={**versions.collect(), "device": identity, "python": platform.python_version()},
+        evidence=audit_evidence(build, default).as_dict(), envelope=envelope, envelope_runs=envelope_runs,
+        task_metrics={k: v.value for k, v in scores.items()}, task_case_pass=task_metrics.case_passes(scores),
+        timing=BaselineTiming(median_ms=aa.best_median_ms, p95_ms=aa.best_p95_ms,
+                              noise_floor_pct=abs(aa.improvement_pct),
+                              noise_ci_ratio=(aa.ci_lower_ratio, aa.ci_upper_ratio), seconds=perf.seconds,
+                              aa_block=perf.blocks[0].as_dict()),
+        roofline=Roofline(**roof), generation_seconds=default.seconds)
+    quality = "; ".join(f"{k}={v.value:.4g}" for k, v in scores.items()) or "fidelity reference"
+    row = LedgerRow(timestamp=now(), run_id=run_dir.name, lane=session.lane_id, commit=commit, parent="",
+                    status=Status.BASELINE, metric=lane.primary_metric, candidate=lane.metric_value(aa.best_median_ms),
+                    peak_vram_mb=perf.peak_memory_mb("best"), quality_summary=quality, description="baseline",
+                    run_dir=str(run_dir.relative_to(session.root)))
+    records.record_baseline(session, repo, summary, row, run_dir)
+    out(f"baseline of lane {session.lane_id} stored in {session.baseline_dir.relative_to(session.root)} "
+        f"({len(cases)} cases, {time.perf_counter() - started:.0f} s)")
+    if scores:
+        out("task metrics: " + quality)
+    return 0

@@ -1,0 +1,208 @@
+"""Evidence about one candidate tree: its outputs on the frozen corpus, their quality against the original
+baseline and its speed against the best. Each part is computed once, on first request, from worker
+processes; what has been computed is exposed read-only (`quality_result`, `performance_result`, `crash`).
+
+Used by the quality and perf tests both inside an experiment and in plain `pytest -m quality|perf` runs.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from dit_ar_contract.errors import CandidateCrash
+from perf_suite.roofline import floor_ms
+from quality_suite import diff_images, task_metrics
+from quality_suite.artifacts import load_cases
+from quality_suite.assessment import BaselineReference, Outputs, QualityAssessment, assess
+from quality_suite.audit import AuditEvidence
+from quality_suite.corpora import Case, load_corpus
+
+from ..state.baseline import BaselineSummary, cases_dir
+from ..state.files import write_json_atomic
+from ..state.session import Session
+from ..worker.client import WorkerLauncher, WorkerProcess
+from .generation import CorpusOutputs, audit_evidence, generate_corpus
+from .measurement import MeasurementPlan, Pair, PerfOutcome, Side, boot, measure
+
+
+def launcher_for(session: Session) -> WorkerLauncher:
+    """The workers of a session's lane: its device, threads and round timeout."""
+    p = session.lane.performance
+    return WorkerLauncher(session.target, p.threads, p.round_timeout_s)
+
+
+@dataclass(frozen=True)
+class CandidateRun:
+    """What the quality run of the candidate produced."""
+
+    build_s: float
+    outputs: CorpusOutputs
+    evidence: AuditEvidence
+
+
+class Evidence:
+    """Lazily computed, read-only evidence about the tree at `session.root` (the candidate)."""
+
+    def __init__(self, session: Session, declared_class: str, run_dir: Path, best_root: Path | None = None,
+                 prefetch_best: bool = False):
+        self.session, self.declared_class, self.run_dir = session, declared_class, run_dir
+        self.best_root = best_root
+        self.prefetch_best = prefetch_best  # boot the best side during the quality run (experiments time it next)
+        self.launcher = launcher_for(session)
+        self._crash: CandidateCrash | None = None
+        self._run: CandidateRun | None = None
+        self._quality: QualityAssessment | None = None
+        self._perf: PerfOutcome | None = None
+        self._baseline: BaselineSummary | None = None
+        self._first_pair: Pair | None = None
+
+    # -- read-only results --------------------------------------------------------------------
+    @property
+    def crash(self) -> CandidateCrash | None:
+        return self._crash
+
+    @property
+    def quality_result(self) -> QualityAssessment | None:
+        return self._quality
+
+    @property
+    def performance_result(self) -> PerfOutcome | None:
+        return self._perf
+
+    @property
+    def effective_class(self) -> str:
+        return self._quality.effective_class if self._quality else self.declared_class
+
+    # -- inputs ---------------------------------------------------------------------------------
+    def cases(self) -> list[Case]:
+        return load_corpus(self.session.root / self.session.lane.corpus)
+
+    def baseline(self) -> BaselineSummary:
+        if self._baseline is None:
+            self._baseline = self.session.verified_baseline()
+        return self._baseline
+
+    # -- crash bookkeeping ----------------------------------------------------------------------
+    def record_crash(self, exc: CandidateCrash) -> None:
+        """Remember a crash wherever it happened (the verdict is CRASH) and write crash.txt."""
+        if self._crash is None:
+            self._crash = exc
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "crash.txt").write_text(f"{exc}\n\n{exc.details}\n", encoding="utf-8")
+
+    def _raise_if_crashed(self) -> None:
+        if self._crash is not None:
+            raise self._crash
+
+    # -- the candidate's quality run --------------------------------------------------------------
+    def candidate(self) -> CandidateRun:
+        """Build and run the candidate's pipeline on the corpus in a worker (once).
+
+        While the candidate generates the corpus, the best side's worker boots, and both stay up as the
+        first timing pair, so an experiment pays for process start-up once instead of twice."""
+        self._raise_if_crashed()
+        if self._run is None:
+            session = self.session
+            worker = self.launcher.worker("candidate", session.root,
+                                          self.run_dir / "worker-candidate-quality.log").spawn()
+            best = self._spawn_best()
+            try:
+                self._run = self._quality_run(worker, best)
+            except CandidateCrash as exc:
+                for w in (worker, best):
+                    if w is not None:
+                        w.kill()
+                self.record_crash(exc)
+                raise
+        return self._run
+
+    def _quality_run(self, worker: WorkerProcess, best: WorkerProcess | None) -> CandidateRun:
+        session = self.session
+        with ThreadPoolExecutor(1) as pool:
+            best_boot = pool.submit(boot, best, session.lane.workload(self.best_root)) if best else None
+            build = worker.handshake().request("build", spec=session.lane.workload(session.root))
+            outputs = generate_corpus(worker, self.cases(), session.lane.batch, desc="candidate")
+            best_build = best_boot.result() if best_boot else None
+        if best is not None and best_build is not None:
+            self._first_pair = Pair(worker, best, {"cand": build["build_s"], "best": best_build})
+        else:
+            worker.close()
+        return CandidateRun(build["build_s"], outputs, audit_evidence(build, outputs))
+
+    def _spawn_best(self) -> WorkerProcess | None:
+        if self.best_root is None or not self.prefetch_best:
+            return None
+        return self.launcher.worker("best", self.best_root, self.run_dir / "worker-best-block0.log").spawn()
+
+    def close(self) -> None:
+        """Stop workers that are still up (a discard before timing leaves the first pair unused)."""
+        if self._first_pair is not None:
+            self._first_pair.close()
+            self._first_pair = None
+
+    # -- quality --------------------------------------------------------------------------------
+    def quality(self) -> QualityAssessment:
+        if self._quality is None:
+            self._quality = self._assess()
+            write_json_atomic(self.run_dir / "quality.json", self._quality.as_dict())
+        return self._quality
+
+    def _reference(self, cases: list[Case]) -> BaselineReference:
+        base = self.baseline()
+        images, latents = load_cases(cases_dir(self.session.baseline_dir), cases)
+        return BaselineReference(Outputs(images, latents, AuditEvidence.from_dict(base.evidence)), base.envelope,
+                                 base.task_metrics, base.task_case_pass)
+
+    def _assess(self) -> QualityAssessment:
+        cases = self.cases()
+        reference = self._reference(cases)
+        run = self.candidate()
+        best = self.session.best()
+        lane = self.session.lane
+        result = assess(self.declared_class, best.effective_class if best else "exact",
+                        Outputs(run.outputs.images, run.outputs.latents, run.evidence), reference, cases,
+                        lane.quality, lane.task_metrics, self.session.root)
+        diff_images.write(self.run_dir, run.outputs.images, reference.outputs.images, result.fidelity)
+        return result
+
+    def check_metrics_available(self) -> None:
+        """Refuse before anything runs when a required metric cannot be computed here."""
+        task_metrics.check_available(self.session.lane.task_metrics, self.session.lane.quality, self.session.root)
+
+    # -- performance ----------------------------------------------------------------------------
+    def performance(self) -> PerfOutcome:
+        """Interleaved A/B timing of the candidate against the best worktree."""
+        self._raise_if_crashed()
+        if self._perf is None:
+            if self.best_root is None:
+                raise RuntimeError("no best worktree to compare with")
+            try:
+                self._perf = measure(self._plan(), self.launcher, first_pair=self._first_pair)
+                self._first_pair = None  # measure() closed it
+            except CandidateCrash as exc:
+                self.record_crash(exc)
+                raise
+            write_json_atomic(self.run_dir / "perf.json", self._perf.as_dict())
+        return self._perf
+
+    def _plan(self) -> MeasurementPlan:
+        assert self.best_root is not None
+        lane = self.session.lane
+        return MeasurementPlan(
+            cand=Side("candidate", self.session.root, lane.workload(self.session.root)),
+            best=Side("best", self.best_root, lane.workload(self.best_root)),
+            protocol=lane.performance, prompts=tuple(c.prompt for c in self.cases()), batch=lane.batch,
+            metric=lane.primary_metric, guardrails=lane.guardrails, is_cuda=lane.is_cuda, log_dir=self.run_dir,
+            roofline_ms=self.roofline_ms())
+
+    def roofline_ms(self) -> float | None:
+        """The fastest a batch could possibly run on this device, from the baseline's FLOP count and peak
+        (scaled by the candidate's denoiser rows when its quality run measured them)."""
+        baseline = self.baseline()
+        roof = baseline.roofline
+        base_rows = roof.flops_rows_per_image or AuditEvidence.from_dict(baseline.evidence).denoiser_rows_per_image
+        cand_rows = self._run.outputs.denoiser_rows_per_image if self._run else None
+        return floor_ms(roof.flops_per_batch, roof.device_peak_tflops, bool(roof.device_peak.get("measured")),
+                        base_rows, cand_rows, self.effective_class)

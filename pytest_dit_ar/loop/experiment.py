@@ -1,0 +1,203 @@
+"""One experiment's git and state side: pre-run guards, post-run guards, the verdict, keep or reset.
+
+Refusals (exit 2) change nothing in git or state. The verdict itself is `verdict.decide`; this module
+gathers what it needs (scope problems, the crash, the quality and performance findings) and carries out
+what it says.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import git
+from filelock import FileLock, Timeout
+
+from dit_ar_contract.config import load_config
+from dit_ar_contract.errors import Refused
+from dit_ar_contract.status import Status
+
+from ..state import gitops, records
+from ..state.best import BestRecord, Measurements, require_best
+from ..state.files import write_bytes_atomic
+from ..state.ledger import LedgerRow
+from ..state.paths import StatePaths, new_run_id, now
+from ..state.session import Session, open_session, verify_integrity
+from .evidence import Evidence
+from .verdict import Finding, Verdict, decide
+
+
+@dataclass
+class TestOutcomes:
+    """pytest's outcome of every quality and perf test that ran (node id -> passed/failed/skipped)."""
+
+    quality: dict[str, str] = field(default_factory=dict)
+    perf: dict[str, str] = field(default_factory=dict)
+
+    def record(self, marker: str, nodeid: str, outcome: str) -> None:
+        seen = getattr(self, marker)
+        if seen.get(nodeid) in (None, "passed"):
+            seen[nodeid] = outcome
+
+    def not_passed(self, marker: str) -> list[str]:
+        return [n for n, outcome in getattr(self, marker).items() if outcome != "passed"]
+
+    def quality_failed(self) -> bool:
+        return bool(self.not_passed("quality"))
+
+
+class Experiment:
+    """Guards and bookkeeping around one candidate commit."""
+
+    def __init__(self, config_path: Path, lane: str | None, classification: str, description: str):
+        self.config_path, self.lane_name = config_path, lane
+        self.classification, self.description = classification, description
+        self.session: Session | None = None
+        self.repo: git.Repo | None = None
+        self.lock: FileLock | None = None
+        self.commit = self.parent = ""
+        self.run_id = ""
+        self.run_dir: Path | None = None
+        self.evidence: Evidence | None = None
+        self.verdict: Verdict | None = None
+        self._ledger_bytes = b""
+        self._best: BestRecord | None = None
+        self.started = time.time()
+
+    # -- before the run -------------------------------------------------------------------
+    def acquire(self) -> None:
+        """One experiment per repo at a time: a second one is refused, never interleaved."""
+        paths = StatePaths(load_config(self.config_path).root)
+        paths.dir.mkdir(parents=True, exist_ok=True)
+        self.lock = FileLock(str(paths.lock), timeout=0)
+        try:
+            self.lock.acquire()
+        except Timeout:
+            self.lock = None
+            raise Refused(f"another experiment holds {paths.lock}: wait for it to finish "
+                          "(one experiment per repository and GPU at a time)") from None
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    def begin(self) -> Verdict | None:
+        """Run every pre-run guard; refuse (raise Refused) or return a scope verdict, else None."""
+        self.acquire()
+        session = self.session = open_session(self.config_path, self.lane_name)
+        record = session.require_current_layout()
+        if not record.device.same_device(session.target.identity):
+            raise Refused(f"the session's baseline device is {record.device.name!r}, this run would use "
+                          f"{session.target.identity.name!r}; start a new session")
+        repo = self.repo = gitops.open_repo(session.root)
+        gitops.require_branch(repo, record.tag)
+        gitops.require_clean(repo)
+        best = self._best = require_best(session.best(), session.lane_id)
+        ref = gitops.read_ref(repo, gitops.best_ref(record.tag, session.lane_id))
+        if ref and ref != best.commit:
+            raise Refused(f"best.json names {best.commit[:10]} but the best ref names {ref[:10]}; run `dit-ar status`")
+        shape = gitops.candidate_commit(repo, best.commit)
+        self.commit, self.parent = shape.sha, shape.parent
+        run_dir = session.paths.run(new_run_id(self.commit))
+        evidence = Evidence(session, self.classification, run_dir, session.paths.best_worktree, prefetch_best=True)
+        evidence.baseline()
+        evidence.check_metrics_available()
+        self.run_id, self.run_dir = run_dir.name, run_dir
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self._ledger_bytes = session.paths.ledger.read_bytes() if session.paths.ledger.exists() else b""
+        outside = gitops.out_of_scope(shape.changed, session.config.mutable_paths)
+        if outside:
+            return self.conclude(Verdict(Status.DISCARD_SCOPE, (f"the commit changes paths outside "
+                                                                f"{list(session.config.mutable_paths)}: {outside}",)))
+        problems = verify_integrity(session)
+        if problems:
+            raise Refused("fixed files differ from integrity.json before the run: " + "; ".join(problems[:5]))
+        gitops.sync_worktree(repo, session.paths.best_worktree, best.commit)
+        self.evidence = evidence
+        return None
+
+    # -- after the run --------------------------------------------------------------------
+    def post_run_problems(self) -> list[str]:
+        """What the candidate may have changed while it ran: fixed files, baseline, ledger, git."""
+        session, repo = self.session, self.repo
+        assert session is not None and repo is not None and self.evidence is not None
+        problems = verify_integrity(session)
+        try:
+            session.verified_baseline()
+        except Refused as exc:
+            problems.append(f"baseline: {exc}")
+        ledger = session.paths.ledger
+        current = ledger.read_bytes() if ledger.exists() else b""
+        if current != self._ledger_bytes:
+            problems.append("the ledger changed while the candidate ran (restored)")
+            write_bytes_atomic(ledger, self._ledger_bytes)
+        if gitops.head_sha(repo) != self.commit or \
+                gitops.current_branch(repo) != gitops.branch_name(session.started.tag):
+            problems.append("HEAD or the branch moved while the candidate ran")
+        dirty = gitops.dirty_entries(repo)
+        if dirty:
+            problems.append(f"the candidate left changes in the tree: {dirty[:5]}")
+        return problems
+
+    def judge(self, outcomes: TestOutcomes) -> Verdict:
+        """The verdict from the post-run guards, the evidence and the tests' outcomes."""
+        evidence = self.evidence
+        assert evidence is not None
+        crash = evidence.crash
+        return decide(self.post_run_problems(), str(crash) if crash else None,
+                      self._quality_finding(outcomes), self._performance_finding(outcomes))
+
+    def _quality_finding(self, outcomes: TestOutcomes) -> Finding | None:
+        assessment = self.evidence.quality_result if self.evidence else None
+        if not outcomes.quality or assessment is None:
+            return None
+        failed = outcomes.not_passed("quality")
+        reasons = tuple(c.describe() for c in assessment.failures()[:8])
+        if failed and not reasons:
+            reasons = (f"quality tests failed: {failed[:5]}",)
+        return Finding(not failed and assessment.passed, reasons)
+
+    def _performance_finding(self, outcomes: TestOutcomes) -> Finding | None:
+        perf = self.evidence.performance_result if self.evidence else None
+        if not outcomes.perf or perf is None:
+            return None
+        failed = outcomes.not_passed("perf")
+        reasons = tuple(perf.reasons) or (f"performance tests did not pass: {failed[:5]}",)
+        return Finding(not failed and perf.keep, reasons)
+
+    def conclude(self, verdict: Verdict) -> Verdict:
+        """Write the run record and the ledger row, then keep (move best) or reset to the explicit parent."""
+        session, repo = self.session, self.repo
+        assert session is not None and repo is not None and self.run_dir is not None
+        self.verdict = verdict
+        perf = self.evidence.performance_result if self.evidence else None
+        stats = perf.final if perf else None
+        measurements = Measurements(stats.cand_median_ms, stats.cand_p95_ms) if stats else None
+        records.record_experiment(session, repo, self._row(verdict), self.run_dir, list(verdict.reasons),
+                                  time.time() - self.started, measurements)
+        if verdict.status is not Status.KEEP:
+            gitops.reset_to(repo, self.parent, session.config.mutable_paths)
+            gitops.clean_untracked(repo, session.config.fixed_paths)
+        return verdict
+
+    def _row(self, verdict: Verdict) -> LedgerRow:
+        session = self.session
+        assert session is not None and self.run_dir is not None
+        evidence = self.evidence
+        quality = evidence.quality_result if evidence else None
+        perf = evidence.performance_result if evidence else None
+        stats = perf.final if perf else None
+        best_ms = stats.best_median_ms if stats else (self._best.measurements.median_ms if self._best else None)
+        lane = session.lane
+        return LedgerRow(
+            timestamp=now(), run_id=self.run_id, lane=session.lane_id, commit=self.commit, parent=self.parent,
+            status=verdict.status, declared_class=self.classification,
+            effective_class=quality.effective_class if quality else "", metric=lane.primary_metric,
+            best_before=lane.metric_value(best_ms),
+            candidate=lane.metric_value(stats.cand_median_ms if stats else None),
+            improvement_pct=stats.improvement_pct if stats else None, p_value=stats.p_value if stats else None,
+            peak_vram_mb=perf.peak_memory_mb("cand") if perf else None,
+            quality_summary=quality.headline() if quality else "; ".join(verdict.reasons)[:300],
+            description=self.description, run_dir=str(self.run_dir.relative_to(session.root)), reason=verdict.reason)

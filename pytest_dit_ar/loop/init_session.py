@@ -1,0 +1,85 @@
+"""`dit-ar init`: create or validate the session branch and write session.json and integrity.json."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Callable
+
+from dit_ar_contract import device
+from dit_ar_contract.config import load_config
+from dit_ar_contract.errors import Refused
+
+from ..search.engine import build_index
+from ..state import gitops, integrity
+from ..state.files import write_json_atomic
+from ..state.paths import StatePaths, now
+from ..state.session import LAYOUT, SessionRecord, read_record
+
+
+def _archive_previous(paths: StatePaths, old_tag: str) -> Path:
+    """Move the previous session's state aside (the ledger and run folders stay where they are)."""
+    dest = paths.archive / f"{old_tag}-{time.strftime('%Y%m%d-%H%M%S')}"
+    dest.mkdir(parents=True)
+    for name in ("session.json", "integrity.json", "best.json", "baseline"):
+        src = paths.dir / name
+        if src.exists():
+            shutil.move(str(src), str(dest / name))
+    return dest
+
+
+def _index_handbook(root: Path, paths: StatePaths) -> str:
+    if not (root / "handbook").is_dir():
+        return "handbook not indexed (no handbook/ folder)"
+    build_index(root / "handbook", paths.handbook_index)
+    return f"handbook indexed into {paths.handbook_index.relative_to(root)}"
+
+
+def init(config_path: Path, tag: str | None, lane: str | None, out: Callable[[str], None] = print) -> int:
+    config = load_config(config_path)
+    repo = gitops.open_repo(config.root)
+    gitops.exclude_state_dir(repo)
+    lane_obj = config.lane(lane)
+    target = device.resolve_lane(config, lane_obj)
+    if not target.runnable:
+        raise Refused(f"lane {lane_obj.name!r} cannot run here: {target.problem}")
+    tag = tag or time.strftime("%b%d").lower()
+    if not gitops.valid_tag(tag):
+        raise Refused(f"tag {tag!r} is not usable in a branch name: use letters, digits, '.', '_' or '-'")
+    gitops.require_clean(repo)
+    gitops.head_sha(repo)
+    paths = StatePaths(config.root)
+    previous = read_record(paths)
+    branch = gitops.branch_name(tag)
+
+    if previous is not None and previous.tag == tag:
+        if previous.lane != lane_obj.name:
+            raise Refused(f"session {tag} runs lane {previous.lane!r}; use another tag for lane {lane_obj.name!r}")
+        if gitops.current_branch(repo) != branch:
+            repo.git.checkout(branch)
+        out(f"session {tag} exists: branch {branch}, lane {previous.lane} ({previous.lane_id}), "
+            f"baseline commit {previous.baseline_commit[:10]}")
+        return 0
+
+    if previous is not None:
+        dest = _archive_previous(paths, previous.tag)
+        out(f"previous session {previous.tag} moved to {dest.relative_to(config.root)}")
+    if branch in [h.name for h in repo.heads]:
+        repo.git.checkout(branch)
+    else:
+        repo.git.checkout("-b", branch)
+    head = gitops.head_sha(repo)
+    record = SessionRecord(tag=tag, branch=branch, lane=lane_obj.name, lane_id=target.lane_id,
+                           device=target.identity, on_target=target.on_target, baseline_commit=head,
+                           init_time=now(), config=str(config.path.relative_to(config.root)),
+                           config_sha256=config.sha256, layout=LAYOUT)
+    write_json_atomic(paths.session, record.as_dict())
+    write_json_atomic(paths.integrity, {"config_sha256": config.sha256, "taken_at": head,
+                                        "files": integrity.snapshot(config.root, config.fixed_paths)})
+    label = "" if target.on_target else (f" (foreign lane: {target.identity.name}, never compared with "
+                                         f"{config.target.name} results)")
+    out(f"session {tag}: branch {branch} at {head[:10]}, lane {target.lane_id}{label}")
+    out(_index_handbook(config.root, paths))
+    out(f"next: dit-ar --config {config_path} baseline")
+    return 0

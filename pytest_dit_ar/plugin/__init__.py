@@ -1,0 +1,102 @@
+"""The pytest plugin: options, markers and hooks. Each hook is one call into `PluginSession`; the
+fixtures live in `fixtures.py`. With --dit-ar-experiment the run judges HEAD (see session.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .fixtures import (
+    dit_ar,
+    dit_ar_baseline,
+    dit_ar_config,
+    dit_ar_corpus,
+    dit_ar_device,
+    dit_ar_evidence,
+    dit_ar_pipeline,
+    dit_ar_quality,
+    dit_ar_session,
+    dit_ar_worker,
+    parametrize_cases,
+)
+from .session import OPTIONS, PluginSession
+
+__all__ = ["dit_ar", "dit_ar_baseline", "dit_ar_config", "dit_ar_session", "dit_ar_corpus", "dit_ar_device",
+           "dit_ar_evidence", "dit_ar_pipeline", "dit_ar_quality", "dit_ar_worker"]
+STATE = "dit-ar-state"
+
+
+def _state(config: pytest.Config) -> _Hooks:
+    return config.pluginmanager.get_plugin(STATE)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("dit-ar", "pytest-dit-ar research loop")
+    group.addoption("--dit-ar-experiment", action="store_true", default=None, help=OPTIONS["dit_ar_experiment"])
+    group.addoption("--dit-ar-classification", default=None, help=OPTIONS["dit_ar_classification"])
+    group.addoption("--dit-ar-description", default=None, help=OPTIONS["dit_ar_description"])
+    group.addoption("--dit-ar-config", default=None, help=OPTIONS["dit_ar_config"])
+    group.addoption("--dit-ar-lane", default=None, help=OPTIONS["dit_ar_lane"])
+    for dest, help_text in OPTIONS.items():
+        parser.addini(dest, help_text, type="bool" if dest == "dit_ar_experiment" else "string", default=None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "quality: quality gate of the model under test against the baseline")
+    config.addinivalue_line("markers", "perf: performance of the model under test (timed out of process)")
+    config.addinivalue_line("markers", "cuda: needs a CUDA GPU")
+    config.pluginmanager.register(_Hooks(PluginSession(config)), STATE)
+    from .benchmark import default_benchmark_timer
+
+    default_benchmark_timer(config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
+    """GPU name, driver, CUDA and torch versions and the lane in pytest-benchmark's machine info."""
+    from .benchmark import machine_info as dit_ar_machine_info
+
+    hooks = _state(config)
+    machine_info.update(dit_ar_machine_info(hooks.session.config_path, hooks.session.lane) if hooks else {})
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize `dit_ar_case` with the lane's corpus so each case has a readable test id."""
+    if "dit_ar_case" in metafunc.fixturenames:
+        parametrize_cases(metafunc, _state(metafunc.config).session)
+
+
+class _Hooks:
+    """The hooks that need the run's state, registered as a plugin object of their own."""
+
+    def __init__(self, session: PluginSession):
+        self.session = session
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_ignore_collect(self, collection_path: Path) -> bool | None:
+        return self.session.ignores(collection_path)
+
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        self.session.order(items)
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.session.deselected.extend(items)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.session.collected(session)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.session.reported(report)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        self.session.finish(session, exitstatus)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        self.session.summary(terminalreporter)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.session.unconfigure()

@@ -1,0 +1,199 @@
+"""The plugin's per-run state, with verbs named for pytest's phases (collect, report, finish, summary).
+
+Without --dit-ar-experiment (plain `pytest -m quality`, `-m perf`, an IDE click on one test) the suites
+run against the baseline and nothing touches git. With it, the whole required test set must be
+selected; the session guards, judges, records and keeps or resets the candidate commit.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dit_ar_contract.config import CLASSES, DEFAULT_CONFIG
+from dit_ar_contract.errors import EXIT_REFUSED, Refused
+
+SUITES = ("quality_suite", "perf_suite")
+MARKERS = ("quality", "perf")
+OPTIONS = {  # option dest -> help
+    "dit_ar_experiment": "judge HEAD as one candidate commit (keep or reset it)",
+    "dit_ar_classification": f"declared class of the change: {', '.join(CLASSES)}",
+    "dit_ar_description": "one line saying what the candidate changes",
+    "dit_ar_config": f"path of the session contract (default {DEFAULT_CONFIG})",
+    "dit_ar_lane": "lane to run (default: the session's lane or the config's default)",
+}
+
+
+def option(config: pytest.Config, dest: str) -> Any:
+    """Command-line value, else the ini value."""
+    value = config.getoption(dest)
+    if value is None:
+        value = config.getini(dest) or None
+    return value
+
+
+class PluginSession:
+    """What one pytest run of the plugin knows: its options, the experiment (if any) and the outcomes."""
+
+    def __init__(self, config: pytest.Config):
+        from ..loop.experiment import TestOutcomes
+
+        self.config = config
+        self.config_path = Path(option(config, "dit_ar_config") or DEFAULT_CONFIG)
+        if not self.config_path.is_absolute():
+            self.config_path = Path(config.rootpath) / self.config_path
+        self.lane = option(config, "dit_ar_lane")
+        self.classification = option(config, "dit_ar_classification")
+        self.description = option(config, "dit_ar_description")
+        self.experiment_mode = bool(option(config, "dit_ar_experiment")) and not config.option.collectonly \
+            and not hasattr(config, "workerinput")
+        self.experiment = None
+        self.deselected: list[pytest.Item] = []
+        self.outcomes = TestOutcomes()
+        self.refusal: str | None = None
+        self.last_line: str | None = None
+        self._plain = None
+
+    # -- collection -------------------------------------------------------------------------------
+    def ignores(self, collection_path: Path) -> bool | None:
+        """In experiment mode only the two suites are collected (the project's own tests are not)."""
+        if not self.experiment_mode:
+            return None
+        root = Path(self.config.rootpath)
+        try:
+            rel = collection_path.resolve().relative_to(root.resolve())
+        except ValueError:
+            return True
+        if not rel.parts:
+            return None
+        return None if rel.parts[0] in SUITES else True
+
+    @staticmethod
+    def order(items: list[pytest.Item]) -> None:
+        """Quality before performance (speed is only worth measuring for a candidate that passed);
+        pytest-benchmark tests last, after the A/B verdict test."""
+        items.sort(key=lambda it: 0 if it.get_closest_marker("quality") else
+                   2 if "benchmark" in getattr(it, "fixturenames", ()) else 1)
+
+    def collected(self, session: pytest.Session) -> None:
+        """Start the experiment once the selection is known (refuse, or discard on scope, before anything runs)."""
+        if not self.experiment_mode:
+            return
+        from ..loop.experiment import Experiment
+
+        try:
+            self._check_request(session)
+            self.experiment = Experiment(self.config_path, self.lane, self.classification, self.description)
+            verdict = self.experiment.begin()
+        except Refused as exc:
+            self.refusal = str(exc)
+            if self.experiment is not None:
+                self.experiment.release()
+            pytest.exit(f"dit-ar refused: {exc}", returncode=EXIT_REFUSED)
+        if verdict is not None:  # scope discard before anything ran
+            self.last_line = verdict.line
+            pytest.exit("dit-ar: " + "; ".join(verdict.reasons), returncode=verdict.exit_code)
+
+    def _check_request(self, session: pytest.Session) -> None:
+        """Refuse an experiment that is not exactly the whole required test set, or lacks its inputs."""
+        opt = self.config.option
+        if session.testsfailed:
+            raise Refused("collection failed (see the errors above); nothing was judged")
+        if self.classification not in CLASSES:
+            raise Refused(f"--dit-ar-classification (or the ini key dit_ar_classification) must be one of "
+                          f"{', '.join(CLASSES)}; got {self.classification!r}")
+        if not self.description or not self.description.strip():
+            raise Refused("--dit-ar-description is required: say in one line what the candidate changes")
+        partial = {"-k": opt.keyword, "-m": opt.markexpr, "--lf": getattr(opt, "lf", False),
+                   "--sw": getattr(opt, "stepwise", False), "-x/--maxfail": opt.maxfail,
+                   "-n (xdist)": getattr(opt, "numprocesses", None), "--deselect": self.deselected,
+                   "--benchmark-skip": getattr(opt, "benchmark_skip", False),
+                   "--benchmark-only": getattr(opt, "benchmark_only", False)}
+        used = [name for name, value in partial.items() if value]
+        if used:
+            raise Refused(f"an experiment runs the whole required test set; remove {', '.join(used)}")
+        for arg in self.config.args:
+            if "::" in arg or Path(arg).is_file():
+                raise Refused(f"an experiment runs the whole required test set; node id or file {arg!r} "
+                              "selects part of it")
+        root = Path(self.config.rootpath)
+        collected = {Path(str(item.path)).resolve() for item in session.items}
+        required = {p.resolve() for suite in SUITES for p in (root / suite).rglob("test_*.py")}
+        missing = sorted(str(p.relative_to(root.resolve())) for p in required - collected)
+        if missing:
+            raise Refused(f"an experiment runs the whole required test set; not selected: {missing}")
+
+    # -- running -----------------------------------------------------------------------------------
+    def reported(self, report: pytest.TestReport) -> None:
+        marker = next((m for m in MARKERS if m in report.keywords), None)
+        if marker is not None and (report.when == "call" or report.outcome != "passed"):
+            self.outcomes.record(marker, report.nodeid, report.outcome)
+
+    def evidence(self):
+        """The run's evidence: the experiment's, or in plain mode the working tree against the baseline."""
+        if self.experiment is not None and self.experiment.evidence is not None:
+            return self.experiment.evidence
+        if self._plain is None:
+            self._plain = self._plain_evidence()
+        return self._plain
+
+    def _plain_evidence(self):
+        from ..loop.evidence import Evidence
+        from ..state.paths import new_run_id
+        from ..state.session import open_session
+
+        session = open_session(self.config_path, self.lane)
+        best_root = session.paths.best_worktree if session.paths.best_worktree.is_dir() else None
+        run_dir = session.paths.run(new_run_id("plain"))
+        return Evidence(session, self.classification or "exact", run_dir, best_root)
+
+    # -- finishing ---------------------------------------------------------------------------------
+    def finish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Judge, record and keep or reset; set the exit status."""
+        exp = self.experiment
+        if exp is None or exp.evidence is None or exp.verdict is not None:
+            return
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            self.refusal = "interrupted: nothing was recorded and HEAD was left as it was"
+            session.exitstatus = EXIT_REFUSED
+            return
+        exp.evidence.close()
+        verdict = exp.conclude(exp.judge(self.outcomes))
+        self.last_line = verdict.line
+        session.exitstatus = verdict.exit_code
+
+    def summary(self, tr: Any) -> None:
+        exp = self.experiment
+        if exp is None or exp.verdict is None:
+            return
+        tr.section("dit-ar experiment")
+        tr.write_line(f"run {exp.run_id}  lane {exp.session.lane_id}  commit {exp.commit[:10]} "
+                      f"(parent {exp.parent[:10]})")
+        quality = exp.evidence.quality_result if exp.evidence else None
+        if quality is not None:
+            tr.write_line(f"class: declared {quality.declared_class}, effective {quality.effective_class}"
+                          + (f" ({'; '.join(quality.audit_reasons)})" if quality.audit_reasons else ""))
+            tr.write_line(f"quality: {quality.headline()}")
+        for reason in exp.verdict.reasons[:10]:
+            tr.write_line(f"- {reason}")
+        action = "kept as the new best" if exp.verdict.exit_code == 0 else f"reset to {exp.parent[:10]}"
+        tr.write_line(f"{action}; evidence in {exp.run_dir}")
+
+    def unconfigure(self) -> None:
+        if self._plain is not None:
+            self._plain.close()
+        if self.experiment is not None:
+            self.experiment.release()
+        if self.refusal:
+            _last_line(f"REFUSED: {self.refusal.splitlines()[0]}")
+        elif self.last_line:
+            _last_line(self.last_line)
+
+
+def _last_line(text: str) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    print(text, flush=True)

@@ -1,0 +1,39 @@
+"""Keep a copy of a state folder (the baseline) in git's object store under a ref, and restore it.
+
+The state dir is ignored by git, so `git reset` never touches it; this copy lets a damaged or deleted
+baseline be restored with `dit-ar recover`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import git
+
+
+def _git(repo: git.Repo, work_tree: Path, index: str) -> git.Git:
+    g = git.Git(repo.working_dir)
+    g.update_environment(GIT_INDEX_FILE=index, GIT_WORK_TREE=str(work_tree), GIT_DIR=repo.git_dir)
+    return g
+
+
+def save_folder(repo: git.Repo, folder: Path, ref: str, message: str) -> str:
+    """Commit the folder's files to a parentless commit under `ref` (not on any branch)."""
+    with tempfile.TemporaryDirectory(prefix="dit-ar-idx-") as tmp:
+        g = _git(repo, folder, os.path.join(tmp, "index"))
+        g.add("--all", "--force", ".")
+        tree = g.write_tree()
+        commit = g.commit_tree(tree, "-m", message)
+    repo.git.update_ref(ref, commit)
+    return commit
+
+
+def restore_folder(repo: git.Repo, folder: Path, ref: str) -> None:
+    """Write the files saved under `ref` back into the folder (existing files are overwritten)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="dit-ar-idx-") as tmp:
+        g = _git(repo, folder, os.path.join(tmp, "index"))
+        g.read_tree(ref)
+        g.checkout_index("--all", "--force")

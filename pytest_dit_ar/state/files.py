@@ -1,0 +1,61 @@
+"""Crash-safe JSON files: written through a temp file, fsynced, then renamed over the target."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON through a temp file in the same folder, fsync, then rename over the target."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, sort_keys=True, default=str)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Replace a file's bytes in one rename (used to put back a file a candidate changed)."""
+    tmp = path.with_name(path.name + ".restore")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def read_json(path: Path, default: Any = None) -> Any:
+    if not path.is_file():
+        return default
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A JSON object, or {} when the file is absent, unreadable or not an object (for read-only views)."""
+    try:
+        data = read_json(path, {})
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -1,0 +1,74 @@
+"""Every path under `.autoresearch/` (DESIGN §4) in one place, and run ids."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+STATE_DIR = ".autoresearch"
+
+
+@dataclass(frozen=True)
+class StatePaths:
+    root: Path
+
+    @property
+    def dir(self) -> Path:
+        return self.root / STATE_DIR
+
+    @property
+    def session(self) -> Path:
+        return self.dir / "session.json"
+
+    @property
+    def integrity(self) -> Path:
+        return self.dir / "integrity.json"
+
+    @property
+    def best(self) -> Path:
+        return self.dir / "best.json"
+
+    @property
+    def ledger(self) -> Path:
+        return self.dir / "results.tsv"
+
+    @property
+    def lock(self) -> Path:
+        return self.dir / "lock"
+
+    @property
+    def runs(self) -> Path:
+        return self.dir / "runs"
+
+    @property
+    def best_worktree(self) -> Path:
+        return self.dir / "worktrees" / "best"
+
+    @property
+    def handbook_index(self) -> Path:
+        return self.dir / "handbook_index.json"
+
+    @property
+    def report(self) -> Path:
+        return self.dir / "report"
+
+    @property
+    def archive(self) -> Path:
+        return self.dir / "archive"
+
+    def baseline(self, lane_id: str) -> Path:
+        return self.dir / "baseline" / lane_id
+
+    def run(self, run_id: str) -> Path:
+        return self.runs / run_id
+
+
+def new_run_id(label: str) -> str:
+    """A sortable, unique folder name: time, a label (a commit's first 8 hex digits) and a counter."""
+    return time.strftime("%Y%m%d-%H%M%S") + f"-{label[:8]}-{int(time.time_ns()) % 10000:04d}"
+
+
+def now() -> str:
+    """The one timestamp format of every state file and ledger row."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")

@@ -1,0 +1,79 @@
+"""Every write of a finished run, in one place: the run record, the ledger row and the best commit.
+
+Order matters for crash safety: the run folder first (nothing points at it yet), then the ledger row
+(append-only), then the best ref (recoverable), best.json and the best worktree.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import git
+
+from dit_ar_contract.digest import sha256_file
+from dit_ar_contract.status import Status
+
+from . import backup, gitops, integrity, ledger
+from .baseline import BaselineSummary
+from .best import BestRecord, Measurements, read_best
+from .files import read_json, write_json_atomic
+from .ledger import LedgerRow
+from .paths import now
+from .session import LaneBaseline, Session, SessionRecord
+
+EXPERIMENT_RECORD = "experiment.json"
+BASELINE_RECORD = "baseline.json"
+
+
+def record_experiment(session: Session, repo: git.Repo, row: LedgerRow, run_dir: Path, reasons: list[str],
+                      duration_s: float, measurements: Measurements | None = None,
+                      details: dict[str, Any] | None = None) -> None:
+    """The run record, the ledger row and, for a keep, the new best."""
+    record = {**row.as_dict(), "reasons": reasons, "duration_s": duration_s, **(details or {})}
+    write_json_atomic(run_dir / EXPERIMENT_RECORD, record)
+    ledger.append(session.paths.ledger, row)
+    if row.status is Status.KEEP:
+        set_best(session, repo, row.commit, row.run_id, measurements or Measurements(), row.effective_class)
+
+
+def set_best(session: Session, repo: git.Repo, commit: str, run_id: str, measurements: Measurements,
+             effective_class: str = "exact") -> BestRecord:
+    """Make `commit` the lane's best: ref first (recoverable), then best.json, then the worktree."""
+    tag = session.started.tag
+    ref = gitops.best_ref(tag, session.lane_id)
+    gitops.set_ref(repo, ref, commit)
+    records = read_best(session.paths)
+    previous = records.get(session.lane_id)
+    best = BestRecord(commit=commit, tag=tag, branch=gitops.branch_name(tag), run_id=run_id, updated=now(),
+                      ref=ref, measurements=measurements, effective_class=effective_class,
+                      history=(previous.history if previous else ()) + (commit,))
+    data = read_json(session.paths.best, {}) or {}
+    data[session.lane_id] = best.as_dict()
+    write_json_atomic(session.paths.best, data)
+    gitops.sync_worktree(repo, session.paths.best_worktree, commit)
+    return best
+
+
+def record_baseline(session: Session, repo: git.Repo, summary: BaselineSummary, row: LedgerRow,
+                    run_dir: Path) -> SessionRecord:
+    """baseline.json, its manifest and git copy, session.json's pointer to it, the best and the ledger row."""
+    folder = session.baseline_dir
+    write_json_atomic(folder / BASELINE_RECORD, summary.as_dict())
+    manifest = {"lane_id": session.lane_id, "commit": summary.commit, "files": integrity.manifest_of(folder)}
+    write_json_atomic(folder / integrity.MANIFEST, manifest)
+    backup.save_folder(repo, folder, gitops.baseline_ref(session.started.tag, session.lane_id),
+                       f"dit-ar baseline of {session.lane_id} at {summary.commit[:10]}")
+    pointer = LaneBaseline(sha256_file(folder / integrity.MANIFEST), summary.commit, summary.run_id)
+    record = session.started.with_baseline(session.lane_id, pointer)
+    write_session(session, record)
+    timing = summary.timing
+    set_best(session, repo, summary.commit, summary.run_id, Measurements(timing.median_ms, timing.p95_ms))
+    write_json_atomic(run_dir / BASELINE_RECORD, summary.as_dict())
+    ledger.append(session.paths.ledger, row)
+    return record
+
+
+def write_session(session: Session, record: SessionRecord) -> None:
+    write_json_atomic(session.paths.session, record.as_dict())
+    session.record = record

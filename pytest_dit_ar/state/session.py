@@ -1,0 +1,153 @@
+"""One research session: the config, the lane and its device, the state paths and session.json.
+
+`session.json` is written by `dit-ar init`; `open_session` reads it back with the config and pins the
+lane to a device. `LAYOUT` marks sessions made by this layout of the harness; an older session can still
+be read by `status` and `report`, while verbs that change state refuse it with the migration to take.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dit_ar_contract import device
+from dit_ar_contract.config import Config, Lane, load_config
+from dit_ar_contract.device import DeviceIdentity, LaneTarget
+from dit_ar_contract.errors import Refused
+
+from . import integrity
+from .baseline import BaselineSummary, verify_baseline
+from .best import BestRecord, read_best
+from .files import read_json
+from .paths import StatePaths
+
+LAYOUT = 2  # layered packages (dit_ar_contract, pytest_dit_ar.{state,worker,loop,...}); 1 = the flat package
+MIGRATION = ("this session was made by an earlier layout of pytest-dit-ar (its integrity snapshot names the "
+             "old flat modules); finish reading it with `dit-ar status` / `dit-ar report`, then start a new "
+             "session with `dit-ar init --tag NEW` (docs/design-notes.md, 'Sessions made before the layered "
+             "layout')")
+
+
+@dataclass(frozen=True)
+class LaneBaseline:
+    manifest_sha256: str
+    commit: str
+    run_id: str
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """The contents of session.json."""
+
+    tag: str
+    branch: str
+    lane: str
+    lane_id: str
+    device: DeviceIdentity
+    on_target: bool
+    baseline_commit: str
+    init_time: str
+    config: str
+    config_sha256: str
+    baselines: dict[str, LaneBaseline] = field(default_factory=dict)
+    layout: int = 1
+
+    def as_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["device"] = self.device.as_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SessionRecord:
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["device"] = DeviceIdentity.from_dict(data.get("device"))
+        values["baselines"] = {k: LaneBaseline(**v) for k, v in (data.get("baselines") or {}).items()}
+        return cls(**values)
+
+    def with_baseline(self, lane_id: str, baseline: LaneBaseline) -> SessionRecord:
+        return dataclasses.replace(self, baselines={**self.baselines, lane_id: baseline})
+
+
+def read_record(paths: StatePaths) -> SessionRecord | None:
+    data = read_json(paths.session, {}) or {}
+    return SessionRecord.from_dict(data) if data else None
+
+
+@dataclass
+class Session:
+    config: Config
+    lane: Lane
+    target: LaneTarget
+    paths: StatePaths
+    record: SessionRecord | None = None
+
+    @property
+    def root(self) -> Path:
+        return self.config.root
+
+    @property
+    def lane_id(self) -> str:
+        return self.target.lane_id
+
+    @property
+    def baseline_dir(self) -> Path:
+        return self.paths.baseline(self.lane_id)
+
+    @property
+    def started(self) -> SessionRecord:
+        """The session record; refuses when `dit-ar init` has not run."""
+        if self.record is None:
+            raise Refused(f"no session in {self.paths.dir}: run `dit-ar --config {self.config.path} init --tag T` "
+                          "first")
+        return self.record
+
+    def require_current_layout(self) -> SessionRecord:
+        record = self.started
+        if record.layout < LAYOUT:
+            raise Refused(MIGRATION)
+        return record
+
+    def best(self) -> BestRecord | None:
+        return read_best(self.paths).get(self.lane_id)
+
+    def verified_baseline(self) -> BaselineSummary:
+        """The lane's baseline, checked against its manifest and session.json's copy of the manifest hash."""
+        pointer = self.started.baselines.get(self.lane_id)
+        return verify_baseline(self.baseline_dir, self.lane_id, pointer.manifest_sha256 if pointer else None)
+
+
+def open_session(config_path: str | Path, lane: str | None = None, need_session: bool = True) -> Session:
+    """Load config and session; the lane is the session's unless given; refuse when it cannot run here."""
+    config = load_config(config_path)
+    paths = StatePaths(config.root)
+    record = read_record(paths)
+    if need_session and record is None:
+        raise Refused(f"no session in {paths.dir}: run `dit-ar --config {config_path} init --tag T` first")
+    if need_session and record and lane and lane != record.lane:
+        raise Refused(f"the session (tag {record.tag}) runs lane {record.lane!r}, not {lane!r}; "
+                      f"start a new session with `dit-ar init --tag T --lane {lane}`")
+    lane_obj = config.lane(lane, record.lane if record else None)
+    target = device.resolve_lane(config, lane_obj)
+    if not target.runnable:
+        raise Refused(f"lane {lane_obj.name!r} cannot run here: {target.problem}")
+    return Session(config, lane_obj, target, paths, record)
+
+
+def session_lane_name(config: Config, explicit: str | None = None) -> str:
+    """Which lane a command without a loaded session means (read-only; never refuses for the device)."""
+    record = read_record(StatePaths(config.root))
+    return config.lane_name(explicit, record.lane if record else None)
+
+
+def verify_integrity(session: Session) -> list[str]:
+    """Fixed files and the config against integrity.json; returns the differences (empty when intact)."""
+    recorded = read_json(session.paths.integrity)
+    if not recorded:
+        raise Refused(f"{session.paths.integrity} is missing: run `dit-ar init` again")
+    problems = integrity.diff(recorded["files"], integrity.snapshot(session.root, session.config.fixed_paths))
+    if recorded.get("config_sha256") != session.config.sha256:
+        problems.append(f"changed: {session.config.path.relative_to(session.root)} (config)")
+    return problems

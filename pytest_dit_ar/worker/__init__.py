@@ -1,0 +1,1 @@
+"""The process seam: the protocol, the server that runs candidate code, and the client that times it."""

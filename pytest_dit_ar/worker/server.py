@@ -1,0 +1,243 @@
+"""The worker server: loads one side's model_under_test through the seam and answers the harness.
+
+This is the only module of the harness that imports `model_under_test`. Run as
+`python -m pytest_dit_ar.worker.server --root R ...` (cwd R). The fixed prelude (threads, memory cap,
+device identity) runs before any mutable code is imported. Requests and responses are JSON lines on
+stdin and on a private copy of stdout; whatever the model prints goes to stderr (the worker log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import importlib
+import os
+import resource
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from . import protocol
+
+
+def _channel() -> Any:
+    """Keep the real stdout for the protocol and send fd 1 (model prints) to stderr."""
+    proto = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return proto
+
+
+def _device_identity(torch: Any, device: str) -> dict[str, Any]:
+    if device.startswith("cuda"):
+        idx = torch.device(device).index or 0
+        props = torch.cuda.get_device_properties(idx)
+        return {"kind": "cuda", "name": props.name, "uuid": str(getattr(props, "uuid", "")),
+                "compute_capability": f"{props.major}.{props.minor}",
+                "memory_gb": props.total_memory / 2**30, "torch": torch.__version__,
+                "cuda": torch.version.cuda}
+    from dit_ar_contract.device import cpu_name
+
+    return {"kind": "cpu", "name": cpu_name(), "threads": torch.get_num_threads(), "torch": torch.__version__}
+
+
+def import_model(root: Path) -> Any:
+    """Import model_under_test from root (the seam), refusing a copy found anywhere else."""
+    sys.path.insert(0, str(root))
+    module = importlib.import_module("model_under_test")
+    where = Path(module.__file__).resolve()
+    if root.resolve() not in where.parents:
+        raise ImportError(f"model_under_test was imported from {where}, not from {root}")
+    return module
+
+
+class Worker:
+    """State of one worker: the built pipeline and the hooks the harness installed on it."""
+
+    def __init__(self, root: Path, device: str, threads: int, cap_gb: float | None):
+        import torch
+
+        self.torch = torch
+        self.root, self.device = root, device
+        torch.set_num_threads(threads)
+        if device.startswith("cuda") and cap_gb:
+            total = torch.cuda.get_device_properties(torch.device(device).index or 0).total_memory
+            torch.cuda.set_per_process_memory_fraction(min(1.0, cap_gb * 2**30 / total), device)
+        self.identity = _device_identity(torch, device)
+        self.pipe: Any = None
+        self.rows = 0
+
+    # -- ops --------------------------------------------------------------------------------
+    def build(self, spec: dict[str, Any]) -> dict[str, Any]:
+        from quality_suite import audit
+
+        module = import_model(self.root)
+        start = time.perf_counter()
+        self.pipe = module.build_pipeline(spec)
+        build_s = time.perf_counter() - start
+        components = getattr(self.pipe, "components", None)
+        if not isinstance(components, dict) or "transformer" not in components:
+            raise TypeError("the pipeline must expose .components, a dict with a 'transformer' entry (DESIGN §2)")
+        components["transformer"].register_forward_pre_hook(self._count_rows, with_kwargs=True)
+        return {"build_s": build_s, "audit": audit.inspect_pipeline(self.pipe)}
+
+    def _count_rows(self, module: Any, args: tuple, kwargs: dict) -> None:
+        first = args[0] if args else next(iter(kwargs.values()), None)
+        if hasattr(first, "shape") and len(first.shape) > 0:
+            self.rows += int(first.shape[0])
+
+    def generate(self, requests: list[list[Any]], save: str | None = None,
+                 perturb: dict[str, Any] | None = None, audit_dtypes: bool = False) -> dict[str, Any]:
+        torch = self.torch
+        if self.pipe is None:
+            raise RuntimeError("build was not called")
+        reqs = [(str(p), int(s)) for p, s in requests]
+        self.rows = 0
+        dtypes: set[str] = set()
+        with self._perturbed(perturb or {}), self._dtype_probe(dtypes, audit_dtypes):
+            result = self.pipe.generate(reqs)
+            images = result.images.detach().to("cpu", torch.float32).contiguous()
+            latents = result.latents.detach().to("cpu", torch.float32).contiguous()
+        if images.ndim != 4 or images.shape[0] != len(reqs) or images.shape[1] != 3:
+            raise ValueError(f"result.images has shape {tuple(images.shape)}, expected [{len(reqs)}, 3, H, W]")
+        if latents.ndim != 4 or latents.shape[0] != len(reqs):
+            raise ValueError(f"result.latents has shape {tuple(latents.shape)}, expected [{len(reqs)}, C, h, w]")
+        finite = bool(torch.isfinite(images).all() and torch.isfinite(latents).all())
+        out: dict[str, Any] = {
+            "finite": finite,
+            "fingerprint": hashlib.sha256(images.numpy().tobytes()).hexdigest(),
+            "case_fingerprints": [hashlib.sha256(img.numpy().tobytes()).hexdigest() for img in images],
+            "sketch": torch.nn.functional.adaptive_avg_pool2d(images.nan_to_num(), 4).flatten(1).tolist(),
+            "denoiser_rows_per_image": self.rows / len(reqs),
+            "memory": self.memory(),
+        }
+        if audit_dtypes:
+            out["activation_dtypes"] = sorted(dtypes)
+        if save and finite:
+            from safetensors.torch import save_file
+
+            save_file({"images": images, "latents": latents}, save)
+        return out
+
+    def profile(self, requests: list[list[Any]], trace: str | None = None, repeats: int = 3) -> dict[str, Any]:
+        """Stage times, top ops, FLOPs and memory of one generate (perf_suite.profiling)."""
+        from perf_suite import profiling
+
+        return profiling.profile_generate(self, self._built_requests(requests), trace, repeats)
+
+    def flops(self, requests: list[list[Any]]) -> dict[str, Any]:
+        """FLOPs of one generate of `requests` (torch.utils.flop_counter)."""
+        from perf_suite import profiling
+
+        return profiling.count_flops(self, self._built_requests(requests))
+
+    def peak(self) -> dict[str, Any]:
+        """A measured arithmetic and copy peak of this worker's device (for devices not in the roofline table)."""
+        from perf_suite import profiling
+
+        return profiling.measure_peak(self)
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _built_requests(self, requests: list[list[Any]]) -> list[tuple[str, int]]:
+        if self.pipe is None:
+            raise RuntimeError("build was not called")
+        return [(str(p), int(s)) for p, s in requests]
+
+    @contextlib.contextmanager
+    def _perturbed(self, perturb: dict[str, Any]):
+        """Benign, mathematically-equivalent perturbations used to calibrate the exact envelope."""
+        torch = self.torch
+        threads = torch.get_num_threads()
+        with contextlib.ExitStack() as stack:
+            if "threads" in perturb:
+                torch.set_num_threads(int(perturb["threads"]))
+                stack.callback(torch.set_num_threads, threads)
+            if "sdpa" in perturb:
+                from torch.nn.attention import SDPBackend, sdpa_kernel
+
+                backend = {"math": SDPBackend.MATH, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                           "flash": SDPBackend.FLASH_ATTENTION}[perturb["sdpa"]]
+                stack.enter_context(sdpa_kernel([backend, SDPBackend.MATH]))
+            stack.enter_context(torch.inference_mode())
+            yield
+
+    @contextlib.contextmanager
+    def _dtype_probe(self, dtypes: set[str], active: bool):
+        """Record the dtypes of every module output during one generation (activation audit)."""
+        if not active:
+            yield
+            return
+        torch = self.torch
+
+        def hook(module: Any, args: Any, output: Any) -> None:
+            for t in output if isinstance(output, (tuple, list)) else [output]:
+                if isinstance(t, torch.Tensor):
+                    dtypes.add(str(t.dtype).replace("torch.", ""))
+
+        handle = torch.nn.modules.module.register_module_forward_hook(hook)
+        try:
+            yield
+        finally:
+            handle.remove()
+
+    def memory(self) -> dict[str, float]:
+        torch = self.torch
+        rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        mem = {"peak_rss_mb": rss_mb}
+        if self.device.startswith("cuda"):
+            mem["peak_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
+            mem["peak_reserved_mb"] = torch.cuda.max_memory_reserved() / 2**20
+        return mem
+
+
+def serve(worker: Worker, proto: Any, stdin: Any) -> None:
+    ops: dict[str, Callable[..., dict[str, Any]]] = {"build": worker.build, "generate": worker.generate,
+                                                     "profile": worker.profile, "flops": worker.flops,
+                                                     "peak": worker.peak}
+    for line in stdin:
+        if not line.strip():
+            continue
+        msg = protocol.decode(line)
+        op = msg.pop("op", None)
+        if op == "exit":
+            break
+        try:
+            if op not in ops:
+                raise ValueError(f"unknown op {op!r}")
+            reply = {"ok": True, **ops[op](**msg)}
+        except BaseException as exc:  # reported to the harness, which decides what it means
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            reply = {"ok": False, "kind": protocol.error_kind(exc), "error": f"{type(exc).__name__}: {exc}",
+                     "traceback": traceback.format_exc()[-6000:]}
+            traceback.print_exc(file=sys.stderr)
+        proto.write(protocol.encode(reply).decode())
+        proto.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=protocol.SERVER_MODULE)
+    parser.add_argument("--root", type=Path, required=True)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--cap-gb", type=float, default=None)
+    args = parser.parse_args(argv)
+    proto = _channel()
+    try:
+        worker = Worker(args.root, args.device, args.threads, args.cap_gb)
+    except BaseException as exc:
+        proto.write(protocol.encode({"ok": False, "kind": "exception", "error": f"{type(exc).__name__}: {exc}",
+                                     "traceback": traceback.format_exc()[-6000:]}).decode())
+        return 1
+    proto.write(protocol.encode({"ok": True, "protocol": protocol.VERSION, "pid": os.getpid(),
+                                 "identity": worker.identity}).decode())
+    proto.flush()
+    serve(worker, proto, sys.stdin)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

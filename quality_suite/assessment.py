@@ -1,0 +1,121 @@
+"""The quality assessment of one candidate against the original baseline (DESIGN §5), as a pure function.
+
+`assess` audits the declared class, measures per-case fidelity (and LPIPS where available), computes
+the task metrics and applies the gate of the effective class. It reads nothing from disk but the
+metric weights and writes nothing; the loop decides where its result goes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dit_ar_contract.config import QualityContract
+
+from . import audit, gates, perceptual, task_metrics
+from .artifacts import per_case_fidelity
+from .corpora import Case
+from .metrics import summarize
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """One side's images [3,H,W] and latents [C,h,w] per case id, with its audit evidence."""
+
+    images: dict[str, torch.Tensor]
+    latents: dict[str, torch.Tensor]
+    evidence: audit.AuditEvidence
+
+
+@dataclass(frozen=True)
+class BaselineReference:
+    """What the baseline recorded that a candidate is judged against."""
+
+    outputs: Outputs
+    envelope: dict[str, float]
+    task_metrics: dict[str, float]
+    task_case_pass: dict[str, bool]
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    fidelity: dict[str, float]
+    checks: tuple[gates.Check, ...]
+    task_pass: bool | None = None
+
+
+@dataclass(frozen=True)
+class QualityAssessment:
+    declared_class: str
+    effective_class: str
+    audit_reasons: tuple[str, ...]
+    per_case: dict[str, CaseResult]
+    aggregate: tuple[gates.Check, ...]
+    summary: dict[str, Any]
+    task_candidate: dict[str, float]
+    task_baseline: dict[str, float]
+    lpips: str = "not measured"
+    fidelity: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def case_checks(self, case_id: str) -> tuple[gates.Check, ...]:
+        return self.per_case[case_id].checks
+
+    def failures(self) -> list[gates.Check]:
+        failed = [c for case in self.per_case.values() for c in case.checks if not c.passed]
+        return failed + [c for c in self.aggregate if not c.passed]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures()
+
+    def headline(self) -> str:
+        """One line for the ledger: the class, the worst fidelity and the task scores."""
+        parts = [f"class={self.effective_class}"]
+        for key in ("psnr_db", "ssim", "latent_rel_l2"):
+            if key in self.summary:
+                worst = self.summary[key]["worst"]
+                parts.append(f"worst_{key}={'inf' if math.isinf(worst) else f'{worst:.4g}'}")
+        parts += [f"{k}={v:.4g}" for k, v in self.task_candidate.items()]
+        failed = self.failures()
+        if failed:
+            parts.append(f"FAILED {len(failed)} checks, first: {failed[0].describe()}")
+        return "; ".join(parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "declared_class": self.declared_class, "effective_class": self.effective_class,
+            "audit_reasons": list(self.audit_reasons), "summary": self.summary, "lpips": self.lpips,
+            "task_candidate": self.task_candidate, "task_baseline": self.task_baseline,
+            "aggregate": [c.as_dict() for c in self.aggregate],
+            "per_case": {cid: {"fidelity": v.fidelity, "task_pass": v.task_pass,
+                               "checks": [c.as_dict() for c in v.checks]} for cid, v in self.per_case.items()},
+            "failures": [c.describe() for c in self.failures()],
+        }
+
+
+def assess(declared: str, inherited: str, candidate: Outputs, baseline: BaselineReference, cases: list[Case],
+           quality: QualityContract, metric_names: tuple[str, ...], root: Path) -> QualityAssessment:
+    """Audit the class, measure fidelity and task quality, and apply the effective class's gate."""
+    effective, reasons = audit.effective_class(declared, candidate.evidence, baseline.outputs.evidence, inherited)
+    approx = audit.approximate_outputs(declared, candidate.evidence, baseline.outputs.evidence, inherited)
+    fid = per_case_fidelity(candidate.images, candidate.latents, baseline.outputs.images, baseline.outputs.latents)
+    lpips_values, lpips_status = perceptual.evaluate(candidate.images, baseline.outputs.images, quality)
+    for cid, value in (lpips_values or {}).items():
+        fid[cid]["lpips"] = value
+    scores = task_metrics.compute(metric_names, candidate.images, cases, root, quality)
+    cand_pass = task_metrics.case_passes(scores)
+    per_case = {}
+    for case in cases:
+        checks = gates.case_checks(effective, case.id, fid[case.id], quality, baseline.envelope,
+                                   baseline.task_case_pass.get(case.id), cand_pass.get(case.id), approx)
+        per_case[case.id] = CaseResult(fid[case.id], tuple(checks), cand_pass.get(case.id))
+    summary = summarize(fid)
+    task_cand = {k: v.value for k, v in scores.items()}
+    aggregate = gates.aggregate_checks(effective, summary, quality, task_cand, baseline.task_metrics,
+                                       task_metrics.lower_is_better(), approx)
+    return QualityAssessment(declared, effective, tuple(reasons), per_case, tuple(aggregate), summary, task_cand,
+                             dict(baseline.task_metrics), lpips_status, fid)

@@ -1,0 +1,175 @@
+"""The performance harness against candidates that try to fool it, in whole experiments on the embedded lane."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from loop_helpers import (
+    commit_change,
+    env_for,
+    experiment,
+    git,
+    last_line,
+    ledger_rows,
+    make_project_copy,
+    wrap_generate,
+)
+
+# build_extra: `known`, the frozen corpus seeds (the quality run uses only those; timing draws fresh ones)
+CORPUS_SEEDS = """\
+    import json as _json
+    import pathlib as _pl
+    corpus = _pl.Path(spec["root"]) / "quality_suite" / "corpus" / "embedded_digits.jsonl"
+    known = {_json.loads(line)["seed"] for line in corpus.read_text().splitlines() if line.strip()}
+"""
+
+
+def run_record(repo: Path) -> Path:
+    return repo / ledger_rows(repo)[-1][16]
+
+
+def perf_reasons(repo: Path) -> str:
+    return json.dumps(json.loads((run_record(repo) / "experiment.json").read_text())["reasons"])
+
+
+# -- candidates that try to fool the timing ----------------------------------------------------
+
+@pytest.mark.slow
+def test_patched_clocks_cannot_hide_a_slowdown(loop_repo: Path) -> None:
+    """Clocks and device syncs patched in the candidate's process do not touch the harness's clock."""
+    parent = git(loop_repo, "rev-parse", "HEAD")
+    commit_change(loop_repo, "model_under_test/__init__.py", wrap_generate("clock", """\
+        _sleep(0.3)
+        return _gen(requests)""", """\
+    import time as _t
+    import torch as _torch
+    _sleep = _t.sleep
+    _t.perf_counter = lambda _f=_t.perf_counter: _f() / 100  # time runs 100x slower in here
+    _t.monotonic = lambda _f=_t.monotonic: _f() / 100
+    _t.perf_counter_ns = lambda _f=_t.perf_counter_ns: _f() // 100
+    _torch.cuda.synchronize = lambda *a, **k: None
+"""), "patch the clocks (and add a delay)")
+    proc = experiment(loop_repo, "exact", "patched clocks")
+    assert last_line(proc) == "VERDICT: DISCARD-PERFORMANCE", proc.stdout + proc.stderr
+    assert git(loop_repo, "rev-parse", "HEAD") == parent
+    assert float(ledger_rows(loop_repo)[-1][11]) < 0  # measured slower, whatever the candidate's clocks say
+
+
+@pytest.mark.slow
+def test_memoising_outputs_gains_nothing(loop_repo: Path) -> None:
+    """A cache keyed by (prompt, seed) never hits: every timed round draws fresh seeds."""
+    commit_change(loop_repo, "model_under_test/__init__.py", wrap_generate("memo", """\
+        key = tuple((str(p), int(s)) for p, s in requests)
+        if key not in cache:
+            cache[key] = _gen(requests)
+        return cache[key]""", "    cache = {}\n"), "memoise outputs by request")
+    proc = experiment(loop_repo, "exact", "memoise outputs")
+    assert last_line(proc) == "VERDICT: DISCARD-PERFORMANCE", proc.stdout + proc.stderr
+    perf = json.loads((run_record(loop_repo) / "perf.json").read_text())
+    seeds = [s for block in perf["blocks"] for round_ in block["seeds"] for s in round_]
+    assert len(seeds) == len(set(seeds)) > 0
+
+
+@pytest.mark.slow
+def test_same_image_for_every_request_is_caught(loop_repo: Path) -> None:
+    """Real outputs for the frozen corpus, one constant image otherwise: a fingerprint collision."""
+    commit_change(loop_repo, "model_under_test/__init__.py", wrap_generate("const", """\
+        if all(int(s) in known for _, s in requests) or not last:
+            last["out"] = _gen(requests)
+            return last["out"]
+        out, n = last["out"], len(requests)
+        return type(out)(images=out.images[:1].expand(n, -1, -1, -1).clone(),
+                         latents=out.latents[:1].expand(n, -1, -1, -1).clone())""",
+                  CORPUS_SEEDS + "    last = {}\n"), "replay one image outside the corpus")
+    proc = experiment(loop_repo, "exact", "constant image")
+    assert last_line(proc) == "VERDICT: DISCARD-PERFORMANCE", proc.stdout + proc.stderr
+    assert "identical outputs for different requests" in perf_reasons(loop_repo)
+
+
+@pytest.mark.slow
+def test_worker_crash_mid_measurement_is_a_crash(loop_repo: Path) -> None:
+    """os._exit in the candidate's worker on its 5th generate with fresh (harness-drawn) seeds: timing."""
+    parent = git(loop_repo, "rev-parse", "HEAD")
+    commit_change(loop_repo, "model_under_test/__init__.py", wrap_generate("exit", """\
+        if not all(int(s) in known for _, s in requests):
+            calls[0] += 1
+            if calls[0] == 5:
+                _os._exit(3)
+        return _gen(requests)""", CORPUS_SEEDS + "    import os as _os\n    calls = [0]\n"), "exit mid-measurement")
+    start = time.monotonic()
+    proc = experiment(loop_repo, "exact", "exits mid-measurement")
+    assert last_line(proc) == "VERDICT: CRASH", proc.stdout + proc.stderr
+    assert time.monotonic() - start < 400, "the dead worker was waited for, not detected"
+    assert git(loop_repo, "rev-parse", "HEAD") == parent
+    crash = (run_record(loop_repo) / "crash.txt").read_text()
+    assert "exit code 3" in crash
+    # it died during timing: the quality run was complete, the timing never was
+    assert (run_record(loop_repo) / "quality.json").exists(), "it did not die during timing"
+    assert not (run_record(loop_repo) / "perf.json").exists()
+
+
+@pytest.mark.slow
+def test_memory_guardrail_breach_is_a_performance_discard(loop_repo: Path) -> None:
+    """Peak RSS (read by the harness from /proc) above the lane's peak_memory_mb guardrail."""
+    cfg = json.loads((loop_repo / "config" / "autoresearch.json").read_text())
+    budget = int(cfg["lanes"]["embedded-cpu"]["guardrails"]["peak_memory_mb"])
+    commit_change(loop_repo, "model_under_test/__init__.py", f'''
+
+_build_hog = build_pipeline
+
+
+def build_pipeline(spec):
+    import torch
+    hog = torch.ones(({budget} + 512) * 2**20 // 4)  # more than the budget, written so that it is resident
+    del hog
+    return _build_hog(spec)
+''', "allocate more than the memory budget")
+    proc = experiment(loop_repo, "exact", "allocate more than the memory budget")
+    assert last_line(proc) == "VERDICT: DISCARD-PERFORMANCE", proc.stdout + proc.stderr
+    assert f"exceeds the budget {budget} MB" in perf_reasons(loop_repo)
+
+
+@pytest.mark.slow
+def test_faster_than_the_roofline_is_flagged_and_not_kept(tmp_path: Path) -> None:
+    """timing.measure with a floor no real run can beat: the block is flagged, not kept."""
+    import dataclasses
+
+    from pytest_dit_ar.loop.evidence import launcher_for
+    from pytest_dit_ar.loop.measurement import MeasurementPlan, Side, measure
+    from pytest_dit_ar.state.session import open_session
+    from quality_suite.corpora import load_corpus
+
+    repo = make_project_copy(tmp_path / "repo", slow_s=0.0)
+    session = open_session(repo / "config" / "autoresearch.json", need_session=False)
+    lane = session.lane
+    protocol = dataclasses.replace(lane.performance, rounds=3, warmup_rounds=0)
+    side = Side("same", repo, lane.workload(repo))
+    plan = MeasurementPlan(cand=side, best=side, protocol=protocol, batch=2, metric="latency_ms",
+                           prompts=tuple(c.prompt for c in load_corpus(repo / lane.corpus)),
+                           log_dir=tmp_path / "logs", roofline_ms=1e9, max_blocks=1)
+    outcome = measure(plan, launcher_for(session))
+    assert not outcome.keep
+    assert any("below the roofline floor" in r for r in outcome.reasons), outcome.reasons
+
+
+@pytest.mark.slow
+def test_benchmark_publishes_round_trips_with_machine_info(loop_repo: Path) -> None:
+    """`pytest -m perf perf_suite/test_benchmark.py --benchmark-json` in a prepared project copy."""
+    out = loop_repo.parent / "bench.json"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "perf", "perf_suite/test_benchmark.py",
+                           f"--benchmark-json={out}", "-p", "no:cacheprovider"], cwd=loop_repo,
+                          env=env_for(loop_repo), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(out.read_text())
+    assert data["machine_info"]["dit_ar_lane"] == "embedded-cpu"
+    assert {"torch", "cuda", "gpus", "gpu_driver"} <= set(data["machine_info"])
+    bench = data["benchmarks"][0]
+    assert bench["options"]["timer"] == "synchronized_perf_counter"  # pytest-benchmark saves the bare name
+    assert bench["stats"]["rounds"] == 10 and bench["extra_info"]["lane"] == "embedded-cpu"
+    assert bench["stats"]["min"] > 0
+    assert git(loop_repo, "status", "--porcelain") == ""

@@ -1,0 +1,24 @@
+"""The unit tier: no worker, no CLI, no pytest-in-pytest. Only `git` itself may run as a subprocess
+(GitPython drives it for the git-guard tests); anything else started from here fails the test."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ALLOWED = {"git"}
+
+
+@pytest.fixture(autouse=True)
+def _no_subprocesses(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = subprocess.Popen.__init__
+
+    def guarded(self, args, *a, **kw):  # noqa: ANN001 - mirrors Popen's signature
+        program = Path(str(args[0] if isinstance(args, (list, tuple)) else str(args).split()[0])).name
+        if program not in ALLOWED:
+            raise AssertionError(f"the unit tier starts no subprocess ({program!r}); move this test to tests/e2e")
+        real(self, args, *a, **kw)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", guarded)

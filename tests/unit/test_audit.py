@@ -1,0 +1,58 @@
+"""The classification audit on a real (randomly initialised) embedded-lane transformer."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+from diffusers import DiTTransformer2DModel
+from loop_helpers import PROJECT
+
+from quality_suite import audit
+from quality_suite.audit import AuditEvidence, PipelineInspection
+
+
+class Pipe:
+    def __init__(self, transformer: torch.nn.Module):
+        self.components = {"transformer": transformer}
+
+
+@pytest.fixture(scope="module")
+def dit() -> torch.nn.Module:
+    config = json.loads((PROJECT / "assets" / "embedded-digits" / "transformer" / "config.json").read_text())
+    return DiTTransformer2DModel.from_config(config).eval()
+
+
+def side(module: torch.nn.Module, acts: tuple[str, ...] = ("float32",), rows: float = 40.0) -> AuditEvidence:
+    return AuditEvidence(PipelineInspection.from_dict(audit.inspect_pipeline(Pipe(module))), acts, rows)
+
+
+def test_audit_keeps_an_exact_reordering_exact(dit: torch.nn.Module) -> None:
+    # batching CFG into one forward keeps 2 rows per image and step: same evidence as the baseline
+    assert audit.effective_class("exact", side(copy.deepcopy(dit)), side(dit)) == ("exact", [])
+
+
+def test_audit_raises_a_bf16_cast_to_numerical(dit: torch.nn.Module) -> None:
+    cls, reasons = audit.effective_class("exact", side(copy.deepcopy(dit).to(torch.bfloat16), ("bfloat16",)), side(dit))
+    assert cls == "numerical" and "bfloat16" in reasons[0]  # half the bytes is not quantization
+    autocast = side(copy.deepcopy(dit), ("bfloat16", "float32"))  # weights fp32, activations bf16
+    assert audit.effective_class("exact", autocast, side(dit))[0] == "numerical"
+    bf = copy.deepcopy(dit).to(torch.bfloat16)
+    assert audit.effective_class("exact", side(bf, ("bfloat16",)), side(bf, ("bfloat16",)))[0] == "exact"
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")  # torch.ao is deprecated
+def test_audit_raises_dynamic_int8_to_quantization(dit: torch.nn.Module) -> None:
+    q = torch.ao.quantization.quantize_dynamic(copy.deepcopy(dit), {torch.nn.Linear}, dtype=torch.qint8)
+    cls, reasons = audit.effective_class("exact", side(q), side(dit))
+    assert cls == "quantization"
+    assert any("torch.ao.nn.quantized" in r for r in reasons) and any("packed" in r for r in reasons)
+    assert audit.effective_class("approximate", side(q), side(dit))[0] == "quantization"
+
+
+def test_audit_raises_fewer_denoiser_rows_to_approximate(dit: torch.nn.Module) -> None:
+    cls, reasons = audit.effective_class("numerical", side(dit, rows=20.0), side(dit, rows=40.0))
+    assert cls == "approximate" and "from 40 to 20" in reasons[0]
+    assert audit.effective_class("quantization", side(dit, rows=20.0), side(dit))[0] == "quantization"

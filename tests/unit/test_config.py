@@ -1,0 +1,131 @@
+"""The session contract: typed sections, strict keys, and errors that name file, key and expectation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from loop_helpers import PROJECT
+
+from dit_ar_contract.config import PerfProtocol, load_config
+from dit_ar_contract.errors import ConfigError, UnknownKeyError
+
+RAW = json.loads((PROJECT / "config" / "autoresearch.json").read_text())
+
+
+def write(tmp_path: Path, raw: dict) -> Path:
+    (tmp_path / "config").mkdir(exist_ok=True)
+    for lane in raw["lanes"].values():  # corpora must exist relative to the repo root
+        src, dest = PROJECT / lane["corpus"], tmp_path / lane["corpus"]
+        if src.is_file():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(src.read_bytes())
+    path = tmp_path / "config" / "autoresearch.json"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def edited(**changes) -> dict:
+    raw = json.loads(json.dumps(RAW))
+    for dotted, value in changes.items():
+        node, keys = raw, dotted.split("__")
+        for key in keys[:-1]:
+            node = node[key]
+        if value is KeyError:
+            del node[keys[-1]]
+        else:
+            node[keys[-1]] = value
+    return raw
+
+
+def test_the_shipped_config_loads_into_typed_sections() -> None:
+    config = load_config(PROJECT / "config" / "autoresearch.json")
+    lane = config.lanes["embedded-cpu"]
+    assert isinstance(lane.performance, PerfProtocol)
+    assert lane.performance.rounds == RAW["lanes"]["embedded-cpu"].get("performance", {}).get(
+        "rounds", RAW["performance"]["rounds"])
+    assert lane.guardrails.peak_memory_mb == 4096.0 and lane.guardrails.peak_vram_gb is None
+    assert lane.quality.numerical.min_psnr_db == RAW["quality"]["numerical"]["min_psnr_db"]
+    assert lane.quality.approximate.task_margin["judge_accuracy"] == 0.025
+    dit = config.lanes["dit-xl2-256"]
+    assert dit.performance.rounds == 16 and dit.performance.alpha == RAW["performance"]["alpha"]  # merged
+
+
+@pytest.mark.parametrize("where,key", [
+    ("guardrails", "lanes.embedded-cpu.guardrail"),
+    ("performance", "performance.round"),
+    ("quality", "quality.numerical.min_psnr"),
+    ("target", "target.vram"),
+    ("top", "lanes_"),
+    ("lane", "lanes.embedded-cpu.step"),
+])
+def test_an_unknown_key_anywhere_is_refused_with_the_known_keys(tmp_path: Path, where: str, key: str) -> None:
+    raw = json.loads(json.dumps(RAW))
+    node = raw
+    *parents, last = key.split(".")
+    for part in parents:
+        node = node[part]
+    node[last] = 1
+    with pytest.raises(UnknownKeyError) as err:
+        load_config(write(tmp_path, raw))
+    assert f"key '{key}'" in str(err.value) and "known keys" in str(err.value)
+    assert str(tmp_path) in str(err.value)
+
+
+def test_renaming_guardrails_no_longer_drops_them_silently(tmp_path: Path) -> None:
+    raw = json.loads(json.dumps(RAW))
+    raw["lanes"]["embedded-cpu"]["guardrail"] = raw["lanes"]["embedded-cpu"].pop("guardrails")
+    with pytest.raises(UnknownKeyError, match="lanes.embedded-cpu.guardrail"):
+        load_config(write(tmp_path, raw))
+
+
+@pytest.mark.parametrize("change,key,expected", [
+    ({"performance__rounds": 3}, "performance.rounds", "at least 6"),
+    ({"performance__alpha": 0.7}, "performance.alpha", "significance level"),
+    ({"performance__rounds": "12"}, "performance.rounds", "integer"),
+    ({"performance__confirm_with_fresh_workers": 1}, "confirm_with_fresh_workers", "boolean"),
+    ({"lanes__embedded-cpu__steps": 0}, "lanes.embedded-cpu.steps", "positive"),
+    ({"lanes__embedded-cpu__batch": True}, "lanes.embedded-cpu.batch", "integer"),
+    ({"lanes__embedded-cpu__device": "tpu"}, "lanes.embedded-cpu.device", "cuda"),
+    ({"lanes__embedded-cpu__primary_metric": "fps"}, "primary_metric", "latency_ms"),
+    ({"lanes__embedded-cpu__corpus": "nowhere.jsonl"}, "lanes.embedded-cpu.corpus", "existing corpus"),
+    ({"quality__numerical__min_mean_ssim": KeyError}, "quality.numerical.min_mean_ssim", "<missing>"),
+    ({"target__compute_capability": "86"}, "target.compute_capability", '"8.6"'),
+    ({"default_lane": "nope"}, "default_lane", "one of the lanes"),
+    ({"schema_version": 2}, "schema_version", "1"),
+    ({"mutable_paths": ["pytest_dit_ar/"]}, "mutable_paths", "no overlap"),
+    ({"fixed_paths": ["/etc"]}, "fixed_paths[0]", "relative path"),
+    ({"performance__cpu_affinity": []}, "performance.cpu_affinity", "non-empty"),
+])
+def test_bad_values_name_the_key_and_what_was_expected(tmp_path: Path, change: dict, key: str,
+                                                        expected: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, edited(**change)))
+    assert key in str(err.value) and expected in str(err.value), str(err.value)
+
+
+def test_malformed_json_and_missing_file(tmp_path: Path) -> None:
+    (tmp_path / "config").mkdir()
+    bad = tmp_path / "config" / "autoresearch.json"
+    bad.write_text("{ not json")
+    with pytest.raises(ConfigError, match="valid JSON"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="missing"):
+        load_config(tmp_path / "config" / "absent.json")
+
+
+def test_a_lane_overrides_performance_key_by_key(tmp_path: Path) -> None:
+    raw = edited(**{"lanes__embedded-cpu__performance": {"rounds": 30}})
+    lane = load_config(write(tmp_path, raw)).lanes["embedded-cpu"]
+    assert lane.performance.rounds == 30 and lane.performance.alpha == RAW["performance"]["alpha"]
+
+
+def test_workload_is_the_seam_spec_with_absolute_weights() -> None:
+    lane = load_config(PROJECT / "config" / "autoresearch.json").lanes["embedded-cpu"]
+    spec = lane.workload(PROJECT)
+    assert set(spec) == {"root", "lane", "preset", "weights", "device", "resolution", "steps", "guidance", "batch",
+                         "options"}
+    assert Path(spec["weights"]).is_absolute() and Path(spec["weights"]).is_dir()
+    spec["options"]["x"] = 1
+    assert "x" not in lane.options  # the spec is a copy: a candidate cannot change the contract through it

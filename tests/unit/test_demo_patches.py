@@ -1,0 +1,71 @@
+"""The demo's candidates are patch files that apply to the current model whatever the earlier verdicts were."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dit_ar_contract.config import CLASSES
+from dit_ar_contract.errors import Refused
+from pytest_dit_ar.cli.demo import apply, candidates
+
+PROJECT = Path(__file__).resolve().parents[2]
+CANDIDATES = candidates()
+
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    shutil.copytree(PROJECT / "model_under_test", tmp_path / "model_under_test",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")
+    return tmp_path
+
+
+def test_the_series_is_described() -> None:
+    assert [c.classification for c in CANDIDATES] == ["exact", "exact", "approximate", "quantization", "exact"]
+    assert all(c.classification in CLASSES and c.description and c.expect for c in CANDIDATES)
+    assert "KEEP" in CANDIDATES[0].expect and "DISCARD-PERFORMANCE" in CANDIDATES[-1].expect
+
+
+@pytest.mark.parametrize("kept", list(itertools.product([False, True], repeat=len(CANDIDATES) - 1)),
+                         ids=lambda k: "".join("K" if x else "D" for x in k))
+def test_every_candidate_applies_after_any_earlier_verdicts(repo: Path, kept: tuple[bool, ...]) -> None:
+    for cand, keep in zip(CANDIDATES, kept + (True,)):
+        apply(repo, cand)
+        git(repo, "commit", "-qam", cand.description)
+        if not keep:  # a discard: the harness resets the commit
+            git(repo, "reset", "-q", "--hard", "HEAD^")
+
+
+def test_a_candidate_that_no_longer_applies_is_refused(repo: Path) -> None:
+    (repo / "model_under_test" / "pipeline.py").write_text("# rewritten\n")
+    with pytest.raises(Refused, match="(?s)no longer applies.*make_demo_patches"):
+        apply(repo, CANDIDATES[0])
+
+
+def test_the_committed_patches_are_what_the_maker_writes(tmp_path: Path) -> None:
+    """tools/make_demo_patches.py regenerates exactly the committed files (nothing edited by hand)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("make_demo_patches", PROJECT / "tools" / "make_demo_patches.py")
+    maker = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = maker  # dataclasses look their module up there
+    spec.loader.exec_module(maker)
+    maker.OUT = tmp_path
+    maker.main()
+    made = {p.name: p.read_text() for p in tmp_path.glob("*.patch")}
+    committed = {c.patch.name: c.patch.read_text() for c in CANDIDATES}
+    assert made.keys() == committed.keys()
+    strip = lambda t: [ln for ln in t.splitlines() if not ln.startswith("index ")]  # noqa: E731 - blob ids vary
+    assert all(strip(made[k]) == strip(committed[k]) for k in made)

@@ -1,0 +1,120 @@
+"""Quality gates per class (pure functions of synthetic measurements) and class inheritance from the best."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from loop_helpers import PROJECT
+
+from dit_ar_contract.config import load_config
+from quality_suite import audit, gates
+from quality_suite.audit import AuditEvidence
+
+QUALITY = load_config(PROJECT / "config" / "autoresearch.json").lanes["embedded-cpu"].quality
+ENVELOPE = {"latent_rel_l2": 1e-6, "latent_max_abs": 1e-5, "psnr_db": 90.0, "ssim": 1.0}
+LOWER = {"frechet_distance"}
+SAME = AuditEvidence.from_dict({"audit": {"param_dtypes": {"float32": 10}, "weight_bytes": 40},
+                                "activation_dtypes": ["float32"], "denoiser_rows_per_image": 20.0})
+
+
+def fid(rel: float = 0.0, mx: float = 0.0, psnr: float = math.inf, ssim: float = 1.0, **extra: float) -> dict:
+    return {"latent_rel_l2": rel, "latent_max_abs": mx, "psnr_db": psnr, "ssim": ssim, **extra}
+
+
+def failed(checks: list[gates.Check]) -> list[str]:
+    return [c.name for c in checks if not c.passed]
+
+
+# -- gates: exact ------------------------------------------------------------------------------
+
+def test_exact_passes_inside_the_envelope_and_names_what_leaves_it() -> None:
+    inside = gates.case_checks("exact", "c1", fid(2e-6, 2e-5, 85.0, 0.99995), QUALITY, ENVELOPE)
+    assert failed(inside) == []
+    outside = gates.case_checks("exact", "c1", fid(1e-3, 2e-5, 85.0, 0.99995), QUALITY, ENVELOPE)
+    assert failed(outside) == ["latent_rel_l2"]
+    text = next(c for c in outside if not c.passed).describe()
+    assert text.startswith("latent_rel_l2 case c1: 0.001 (needs <= 1e-05)") and "envelope" in text
+
+
+def test_exact_limits_use_multiple_floors_and_never_exceed_the_numerical_gate() -> None:
+    lim = gates.exact_limits(ENVELOPE, QUALITY)
+    assert lim["latent_rel_l2"] == pytest.approx(1e-5)  # 4 x 1e-6 is below the floor
+    assert lim["psnr_db"] == pytest.approx(60.0)  # the floor, since 4 x the envelope's error is tighter
+    wide = gates.exact_limits({"latent_rel_l2": 0.5, "latent_max_abs": 1.0, "psnr_db": 10.0, "ssim": 0.5}, QUALITY)
+    num = QUALITY.numerical
+    assert wide["latent_rel_l2"] == num.max_latent_rel_l2 and wide["psnr_db"] == num.min_psnr_db
+    assert wide["ssim"] == num.min_ssim
+
+
+# -- gates: numerical / approximate / quantization --------------------------------------------
+
+def test_numerical_floors_worst_case_and_mean() -> None:
+    ok_case = gates.case_checks("numerical", "c1", fid(0.01, 0.1, 35.0, 0.995), QUALITY, ENVELOPE)
+    assert failed(ok_case) == []
+    bad_case = gates.case_checks("numerical", "c2", fid(0.01, 0.1, 25.0, 0.995), QUALITY, ENVELOPE)
+    assert failed(bad_case) == ["psnr_db"]
+    summary = {"psnr_db": {"mean": 35.0}, "ssim": {"mean": 0.995}}
+    agg = gates.aggregate_checks("numerical", summary, QUALITY, {}, {}, LOWER)
+    assert failed(agg) == ["mean_psnr_db"]  # every case >= 30 dB, but the mean needs 38 dB
+
+
+def test_lpips_is_gated_only_where_it_was_measured() -> None:
+    assert "lpips" not in [c.name for c in gates.case_checks("numerical", "c", fid(psnr=50), QUALITY, ENVELOPE)]
+    measured = gates.case_checks("numerical", "c", fid(psnr=50, lpips=0.2), QUALITY, ENVELOPE)
+    assert failed(measured) == ["lpips"]
+
+
+def test_approximate_is_non_inferiority_within_the_margin() -> None:
+    base = {"judge_accuracy": 0.95, "frechet_distance": 10.0}
+    close = {"judge_accuracy": 0.93, "frechet_distance": 11.4}  # margins 0.025 absolute, 15 % relative
+    assert failed(gates.aggregate_checks("approximate", {}, QUALITY, close, base, LOWER)) == []
+    worse = {"judge_accuracy": 0.90, "frechet_distance": 12.0}
+    agg = gates.aggregate_checks("approximate", {}, QUALITY, worse, base, LOWER)
+    assert failed(agg) == ["frechet_distance", "judge_accuracy"]
+    assert "judge_accuracy: 0.9 (needs >= 0.925)" in [c.describe() for c in agg][1]
+    assert failed(gates.case_checks("approximate", "c", fid(0.3, 1.0, 20.0, 0.8), QUALITY, ENVELOPE)) == []
+    none = gates.aggregate_checks("approximate", {}, QUALITY, {}, {}, LOWER)
+    assert failed(none) == ["task_metrics"]  # nothing to show non-inferiority with
+
+
+def test_quantization_is_zero_regression_plus_numerical_floors() -> None:
+    base = {"judge_accuracy": 0.95, "frechet_distance": 10.0}
+    summary = {"psnr_db": {"mean": 45.0}, "ssim": {"mean": 0.999}}
+    same = gates.aggregate_checks("quantization", summary, QUALITY, dict(base), base, LOWER)
+    assert failed(same) == [] and {"mean_psnr_db", "judge_accuracy", "frechet_distance"} <= {c.name for c in same}
+    tiny = {"judge_accuracy": 0.95, "frechet_distance": 10.001}
+    assert failed(gates.aggregate_checks("quantization", summary, QUALITY, tiny, base, LOWER)) == ["frechet_distance"]
+    lost = gates.case_checks("quantization", "c7", fid(0.01, 0.1, 40.0, 0.99), QUALITY, ENVELOPE,
+                             base_pass=True, cand_pass=False)
+    assert failed(lost) == ["task_case_pass"]
+    assert failed(gates.case_checks("quantization", "c8", fid(0.01, 0.1, 40.0, 0.99), QUALITY, ENVELOPE,
+                                    base_pass=False, cand_pass=False)) == []
+    assert failed(gates.case_checks("quantization", "c9", fid(0.2, 0.1, 40.0, 0.99), QUALITY, ENVELOPE)) == \
+        ["latent_rel_l2"]
+
+
+# -- a candidate inherits the class of the best --------------------------------------------------
+
+def test_a_candidate_inherits_the_class_of_the_best() -> None:
+    cls, reasons = audit.effective_class("exact", SAME, SAME, inherited="numerical")
+    assert cls == "numerical" and any("current best is already numerical" in r for r in reasons)
+    assert audit.effective_class("exact", SAME, SAME)[0] == "exact"
+    assert audit.effective_class("quantization", SAME, SAME, inherited="approximate")[0] == "quantization"
+
+
+def test_quantization_on_top_of_an_approximate_best_gets_approximate_fidelity_floors() -> None:
+    drifted = {"latent_rel_l2": 0.15, "latent_max_abs": 0.5, "psnr_db": 26.0, "ssim": 0.9}
+    strict = gates.case_checks("quantization", "c1", drifted, QUALITY, {}, True, True)
+    assert not all(c.passed for c in strict)  # the numerical floors reject a step cut's drift
+    approx = audit.approximate_outputs("quantization", SAME, SAME, inherited="approximate")
+    loose = gates.case_checks("quantization", "c1", drifted, QUALITY, {}, True, True, approx)
+    assert approx and all(c.passed for c in loose)
+    failing_case = gates.case_checks("quantization", "c1", drifted, QUALITY, {}, True, False, approx)
+    assert not all(c.passed for c in failing_case)  # the baseline passed the case: it must still pass
+
+
+def test_quantization_task_gate_stays_zero_regression_on_an_approximate_best() -> None:
+    checks = gates.aggregate_checks("quantization", {}, QUALITY, {"judge_accuracy": 0.975},
+                                    {"judge_accuracy": 1.0}, set(), approximate_outputs=True)
+    assert [c.name for c in checks if not c.passed] == ["judge_accuracy"]
