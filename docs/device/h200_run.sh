@@ -33,7 +33,7 @@ last_gpu=$(( $(nvidia-smi -L | wc -l) - 1 ))
 (
   export CUDA_VISIBLE_DEVICES=$last_gpu
   if has tests; then
-    timeout 200 python3 -m pytest tests/test_presets.py tests/test_gpu_determinism.py -m cuda -s -q -p no:cacheprovider \
+    timeout 200 python3 -m pytest tests/e2e/test_gpu_presets.py tests/e2e/test_gpu_determinism.py -m cuda -s -q -p no:cacheprovider \
       > "$OUT/gpu_tests.txt" 2>&1
   fi
   if has session; then
@@ -55,7 +55,7 @@ last_gpu=$(( $(nvidia-smi -L | wc -l) - 1 ))
 (
   export CUDA_VISIBLE_DEVICES=0
   if has study; then
-    timeout "${STUDY_S:-560}" python3 -m perf_suite.study --lane dit-xl2-256 --nulls "${NULLS:-20}" --speedups 10,5,2 \
+    timeout "${STUDY_S:-560}" python3 -m pytest_dit_ar.loop.study --lane dit-xl2-256 --nulls "${NULLS:-20}" --speedups 10,5,2 \
       --trials "${TRIALS:-4}" --steps 4 --rounds 10 --pool 6 --cpu-affinity 4,5 --out "$OUT/study.json" > "$OUT/study.txt" 2>&1
   fi
 ) &

@@ -250,3 +250,15 @@ def test_two_concurrent_experiments_serialize_or_refuse(loop_repo: Path) -> None
     assert "another experiment" in refused[0] + refused[1]
     assert len(ledger_rows(loop_repo)) == rows_before + 1
     assert ledger_rows(loop_repo)[-1][5] == "keep"
+
+
+def test_a_session_made_before_the_layered_layout_reads_and_names_the_migration(loop_repo: Path) -> None:
+    path = loop_repo / ".autoresearch" / "session.json"
+    data = json.loads(path.read_text())
+    del data["layout"]  # as `dit-ar init` wrote it before
+    path.write_text(json.dumps(data))
+    set_slow(loop_repo, 0.0, "faster")
+    before = state_snapshot(loop_repo)
+    info = json.loads(run(loop_repo, "status", "--json", check=True).stdout)
+    assert info["tag"] == "t1" and info["baseline"]["intact"]
+    assert_refused(experiment(loop_repo, "exact", "faster"), before, loop_repo, "earlier layout", "init --tag NEW")
