@@ -44,14 +44,22 @@ class Target:
 
 @dataclass(frozen=True)
 class PerfProtocol:
-    """How candidate and best are timed against each other (perf_suite, loop.measurement)."""
+    """How candidate and best are timed against each other (loop.measurement, perf_suite.sequential).
+
+    A segment is one fresh pair of workers timed for `rounds` paired rounds after `warmup_rounds`; the
+    sequential test looks after every segment, keeps from `min_segments` on and stops at `max_segments`.
+    """
 
     warmup_rounds: int = 2
-    rounds: int = 12
+    rounds: int = 8
+    min_segments: int = 2
+    max_segments: int = 6
     min_improvement_pct: float = 2.0
     alpha: float = 0.01
-    bootstrap_resamples: int = 2000
-    confirm_with_fresh_workers: bool = True
+    offset_floor_pct: float = 1.0
+    spending_gamma: float = 1.0
+    futility_z: float = 2.0
+    overlap_startup: bool = False  # start the next segment's workers (fixed prelude only) during a segment
     round_timeout_s: float = 600.0
     threads: int = 2
     cpu_affinity: tuple[int, ...] | None = None
@@ -295,10 +303,14 @@ def _check_target(r: _Reader, t: Target) -> None:
 
 
 def _check_perf(r: _Reader, p: PerfProtocol, where: str) -> None:
-    _positive(r, where, warmup_rounds=p.warmup_rounds, rounds=p.rounds, bootstrap_resamples=p.bootstrap_resamples,
-              threads=p.threads, round_timeout_s=p.round_timeout_s)
-    if p.rounds < 6:
-        raise r.fail(f"{where}.rounds", p.rounds, "at least 6 timed rounds")
+    _positive(r, where, rounds=p.rounds, min_segments=p.min_segments, threads=p.threads,
+              round_timeout_s=p.round_timeout_s, offset_floor_pct=p.offset_floor_pct, futility_z=p.futility_z)
+    if p.warmup_rounds < 0:
+        raise r.fail(f"{where}.warmup_rounds", p.warmup_rounds, "zero or more warm-up rounds")
+    if p.rounds < 4:
+        raise r.fail(f"{where}.rounds", p.rounds, "at least 4 timed rounds per segment")
+    if p.max_segments < p.min_segments:
+        raise r.fail(f"{where}.max_segments", p.max_segments, f"at least min_segments ({p.min_segments})")
     if not 0 < p.alpha < 0.5:
         raise r.fail(f"{where}.alpha", p.alpha, "a significance level in (0, 0.5)")
     if p.cpu_affinity is not None and (not p.cpu_affinity or min(p.cpu_affinity) < 0):

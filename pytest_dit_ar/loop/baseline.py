@@ -72,7 +72,7 @@ def _aa_timing(session: Session, run_dir: Path, prompts: tuple[str, ...]) -> Per
     lane = session.lane
     side = Side("baseline", session.root, lane.workload(session.root))
     plan = MeasurementPlan(cand=side, best=side, protocol=lane.performance, prompts=prompts, batch=lane.batch,
-                           metric=lane.primary_metric, is_cuda=lane.is_cuda, log_dir=run_dir, max_blocks=1)
+                           metric=lane.primary_metric, is_cuda=lane.is_cuda, log_dir=run_dir, max_segments=1)
     return measure(plan, launcher_for(session))
 
 
@@ -103,10 +103,12 @@ def run_baseline(config_path: Path, out: Callable[[str], None] = print, progress
         ", ".join(f"{k}={v:.3g}" for k, v in envelope.items()))
 
     perf = _aa_timing(session, run_dir, tuple(c.prompt for c in cases))
-    aa = perf.blocks[0].stats
+    aa = perf.look
     assert aa is not None
-    out(f"baseline latency {aa.best_median_ms:.1f} ms per batch of {lane.batch}; "
-        f"A/A noise: {aa.improvement_pct:+.2f}% (p={aa.p_value:.2g})")
+    median_ms, p95_ms = perf.median_ms("best"), perf.p95_ms("best")
+    scale_pct = 100 * perf.segments[0].look.standard_error if perf.segments[0].look else float("nan")
+    out(f"baseline latency {median_ms:.1f} ms per batch of {lane.batch}; A/A noise: {aa.estimate_pct:+.2f}% "
+        f"between two fresh processes of the same tree (standard error {scale_pct:.2f}%)")
 
     summary = BaselineSummary(
         lane=lane.name, lane_id=session.lane_id, commit=commit, run_id=run_dir.name, created=now(),
@@ -115,14 +117,13 @@ def run_baseline(config_path: Path, out: Callable[[str], None] = print, progress
         environment={**versions.collect(), "device": identity, "python": platform.python_version()},
         evidence=audit_evidence(build, default).as_dict(), envelope=envelope, envelope_runs=envelope_runs,
         task_metrics={k: v.value for k, v in scores.items()}, task_case_pass=task_metrics.case_passes(scores),
-        timing=BaselineTiming(median_ms=aa.best_median_ms, p95_ms=aa.best_p95_ms,
-                              noise_floor_pct=abs(aa.improvement_pct),
-                              noise_ci_ratio=(aa.ci_lower_ratio, aa.ci_upper_ratio), seconds=perf.seconds,
-                              aa_block=perf.blocks[0].as_dict()),
+        timing=BaselineTiming(median_ms=median_ms, p95_ms=p95_ms, noise_floor_pct=abs(aa.estimate_pct),
+                              noise_interval_pct=(aa.lower_pct, aa.upper_pct), seconds=perf.seconds,
+                              aa_segment=perf.segments[0].as_dict()),
         roofline=Roofline(**roof), generation_seconds=default.seconds)
     quality = "; ".join(f"{k}={v.value:.4g}" for k, v in scores.items()) or "fidelity reference"
     row = LedgerRow(timestamp=now(), run_id=run_dir.name, lane=session.lane_id, commit=commit, parent="",
-                    status=Status.BASELINE, metric=lane.primary_metric, candidate=lane.metric_value(aa.best_median_ms),
+                    status=Status.BASELINE, metric=lane.primary_metric, candidate=lane.metric_value(median_ms),
                     peak_vram_mb=perf.peak_memory_mb("best"), quality_summary=quality, description="baseline",
                     run_dir=str(run_dir.relative_to(session.root)))
     records.record_baseline(session, repo, summary, row, run_dir)

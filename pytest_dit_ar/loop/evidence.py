@@ -7,6 +7,7 @@ Used by the quality and perf tests both inside an experiment and in plain `pytes
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,17 @@ class Evidence:
         self._perf: PerfOutcome | None = None
         self._baseline: BaselineSummary | None = None
         self._first_pair: Pair | None = None
+        self._seconds: dict[str, float] = {}
+
+    @property
+    def seconds(self) -> dict[str, float]:
+        """Where the evidence's wall time went, by phase (worker start, corpus, metrics, timing parts)."""
+        return dict(self._seconds)
+
+    def _spent(self, phase: str, since: float) -> float:
+        now = time.perf_counter()
+        self._seconds[phase] = self._seconds.get(phase, 0.0) + now - since
+        return now
 
     # -- read-only results --------------------------------------------------------------------
     @property
@@ -120,11 +132,15 @@ class Evidence:
 
     def _quality_run(self, worker: WorkerProcess, best: WorkerProcess | None) -> CandidateRun:
         session = self.session
+        t = time.perf_counter()
         with ThreadPoolExecutor(1) as pool:
             best_boot = pool.submit(boot, best, session.lane.workload(self.best_root)) if best else None
             build = worker.handshake().request("build", spec=session.lane.workload(session.root))
+            t = self._spent("quality_worker_start", t)
             outputs = generate_corpus(worker, self.cases(), session.lane.batch, desc="candidate")
+            t = self._spent("quality_corpus", t)
             best_build = best_boot.result() if best_boot else None
+            self._spent("best_worker_start_not_overlapped", t)
         if best is not None and best_build is not None:
             self._first_pair = Pair(worker, best, {"cand": build["build_s"], "best": best_build})
         else:
@@ -159,12 +175,14 @@ class Evidence:
         cases = self.cases()
         reference = self._reference(cases)
         run = self.candidate()
+        t = time.perf_counter()
         best = self.session.best()
         lane = self.session.lane
         result = assess(self.declared_class, best.effective_class if best else "exact",
                         Outputs(run.outputs.images, run.outputs.latents, run.evidence), reference, cases,
                         lane.quality, lane.task_metrics, self.session.root)
         diff_images.write(self.run_dir, run.outputs.images, reference.outputs.images, result.fidelity)
+        self._spent("quality_metrics", t)
         return result
 
     def check_metrics_available(self) -> None:
@@ -184,6 +202,8 @@ class Evidence:
             except CandidateCrash as exc:
                 self.record_crash(exc)
                 raise
+            for phase, spent in self._perf.seconds.items():
+                self._seconds[f"timing_{phase}"] = spent
             write_json_atomic(self.run_dir / "perf.json", self._perf.as_dict())
         return self._perf
 

@@ -40,11 +40,13 @@ class TestOutcomes:
         if seen.get(nodeid) in (None, "passed"):
             seen[nodeid] = outcome
 
-    def not_passed(self, marker: str) -> list[str]:
-        return [n for n, outcome in getattr(self, marker).items() if outcome != "passed"]
+    def failed(self, marker: str) -> list[str]:
+        """Tests of the marker that failed (a skipped test decides nothing: the plugin skips the benchmark
+        tests inside an experiment, and the speed test after a quality failure)."""
+        return [n for n, outcome in getattr(self, marker).items() if outcome == "failed"]
 
     def quality_failed(self) -> bool:
-        return bool(self.not_passed("quality"))
+        return bool(self.failed("quality"))
 
 
 class Experiment:
@@ -153,7 +155,7 @@ class Experiment:
         assessment = self.evidence.quality_result if self.evidence else None
         if not outcomes.quality or assessment is None:
             return None
-        failed = outcomes.not_passed("quality")
+        failed = outcomes.failed("quality")
         reasons = tuple(c.describe() for c in assessment.failures()[:8])
         if failed and not reasons:
             reasons = (f"quality tests failed: {failed[:5]}",)
@@ -163,7 +165,7 @@ class Experiment:
         perf = self.evidence.performance_result if self.evidence else None
         if not outcomes.perf or perf is None:
             return None
-        failed = outcomes.not_passed("perf")
+        failed = outcomes.failed("perf")
         reasons = tuple(perf.reasons) or (f"performance tests did not pass: {failed[:5]}",)
         return Finding(not failed and perf.keep, reasons)
 
@@ -173,14 +175,19 @@ class Experiment:
         assert session is not None and repo is not None and self.run_dir is not None
         self.verdict = verdict
         perf = self.evidence.performance_result if self.evidence else None
-        stats = perf.final if perf else None
-        measurements = Measurements(stats.cand_median_ms, stats.cand_p95_ms) if stats else None
+        measurements = Measurements(perf.median_ms("cand"), perf.p95_ms("cand")) if perf else None
         records.record_experiment(session, repo, self._row(verdict), self.run_dir, list(verdict.reasons),
-                                  time.time() - self.started, measurements)
+                                  time.time() - self.started, measurements, {"seconds": self.seconds()})
         if verdict.status is not Status.KEEP:
             gitops.reset_to(repo, self.parent, session.config.mutable_paths)
             gitops.clean_untracked(repo, session.config.fixed_paths)
         return verdict
+
+    def seconds(self) -> dict[str, float]:
+        """Where the experiment's wall time went: the evidence's phases, the rest, and the total."""
+        phases = self.evidence.seconds if self.evidence else {}
+        total = time.time() - self.started
+        return {**phases, "harness_and_pytest": max(0.0, total - sum(phases.values())), "total": total}
 
     def _row(self, verdict: Verdict) -> LedgerRow:
         session = self.session
@@ -188,16 +195,16 @@ class Experiment:
         evidence = self.evidence
         quality = evidence.quality_result if evidence else None
         perf = evidence.performance_result if evidence else None
-        stats = perf.final if perf else None
-        best_ms = stats.best_median_ms if stats else (self._best.measurements.median_ms if self._best else None)
+        look = perf.look if perf else None
+        best_ms = perf.median_ms("best") if perf else (self._best.measurements.median_ms if self._best else None)
         lane = session.lane
         return LedgerRow(
             timestamp=now(), run_id=self.run_id, lane=session.lane_id, commit=self.commit, parent=self.parent,
             status=verdict.status, declared_class=self.classification,
             effective_class=quality.effective_class if quality else "", metric=lane.primary_metric,
             best_before=lane.metric_value(best_ms),
-            candidate=lane.metric_value(stats.cand_median_ms if stats else None),
-            improvement_pct=stats.improvement_pct if stats else None, p_value=stats.p_value if stats else None,
+            candidate=lane.metric_value(perf.median_ms("cand") if perf else None),
+            improvement_pct=look.estimate_pct if look else None, p_value=perf.nominal_p if perf else None,
             peak_vram_mb=perf.peak_memory_mb("cand") if perf else None,
             quality_summary=quality.headline() if quality else "; ".join(verdict.reasons)[:300],
             description=self.description, run_dir=str(self.run_dir.relative_to(session.root)), reason=verdict.reason)

@@ -1,27 +1,35 @@
-"""Interleaved A/B timing of candidate and best, each in its own worker process (DESIGN §6).
+"""Timing candidate against best, each side in its own worker process (DESIGN §6), segment by segment.
 
-The harness times every round trip with its own clock. Every round uses fresh seeds drawn here, the
-same for both sides; replies carry output fingerprints (computed on the host, which forces the device
-to finish) and a coarse sketch of the images so that cached or fake outputs are caught.
+A *segment* is one pair of fresh workers, warmed up, then timed for `rounds` paired rounds: both sides
+run the same fresh requests (drawn here), back to back in a random order, each round trip timed by the
+harness's own clock. After each segment the sequential test (perf_suite.sequential) looks at all
+segments so far and keeps, discards or asks for another segment in new processes. Replies carry output
+fingerprints (computed on the host, which forces the device to finish) and a coarse sketch of the images,
+so cached or fake outputs are caught.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dit_ar_contract.config import Guardrails, PerfProtocol
 from dit_ar_contract.errors import CandidateCrash
 from perf_suite import guardrails as guard
-from perf_suite.stats import BlockStats, decide_block
+from perf_suite.sequential import Design, Look, SequentialTest
 
 from ..worker.client import WorkerLauncher, WorkerProcess
 
 MAX_SKETCH_DIVERGENCE = 0.2  # mean |difference| of 4x4-pooled images in [0, 1] between the two sides
+SIDES = ("cand", "best")
 
 
 @dataclass(frozen=True)
@@ -47,11 +55,23 @@ class MeasurementPlan:
     is_cuda: bool = False
     log_dir: Path = Path(".")
     roofline_ms: float | None = None
-    max_blocks: int = 2
+    max_segments: int | None = None  # overrides the protocol's (the baseline's A/A run takes one)
+
+    def design(self) -> Design:
+        p = self.protocol
+        return Design(alpha=p.alpha, min_improvement_pct=p.min_improvement_pct,
+                      min_segments=min(p.min_segments, self.segments_allowed()),
+                      max_segments=self.segments_allowed(), offset_floor_pct=p.offset_floor_pct,
+                      spending_gamma=p.spending_gamma, futility_z=p.futility_z, metric=self.metric)
+
+    def segments_allowed(self) -> int:
+        return self.max_segments or self.protocol.max_segments
 
 
 @dataclass
-class Block:
+class SegmentRecord:
+    """What one segment measured (times in seconds, per round, per side)."""
+
     index: int
     cand_s: list[float]
     best_s: list[float]
@@ -62,12 +82,15 @@ class Block:
     memory: dict[str, dict[str, float | None]]
     divergence: float
     problems: list[str]
-    stats: BlockStats | None = None
+    look: Look | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in self.__dict__.items() if k != "stats"}
-        d["stats"] = self.stats.as_dict() if self.stats else None
+        d = {k: v for k, v in self.__dict__.items() if k != "look"}
+        d["look"] = self.look.as_dict() if self.look else None
         return d
+
+    def median_ms(self, side: str) -> float:
+        return float(np.median(self.cand_s if side == "cand" else self.best_s)) * 1e3
 
     def peak_memory_mb(self, side: str) -> float | None:
         """The side's peak memory as trusted by the harness: device memory on GPUs, resident set on CPUs."""
@@ -81,6 +104,9 @@ class Pair:
     cand: WorkerProcess
     best: WorkerProcess
     build_s: dict[str, float] = field(default_factory=dict)
+
+    def worker(self, side: str) -> WorkerProcess:
+        return self.cand if side == "cand" else self.best
 
     def pin(self, cores: tuple[int, ...] | None) -> None:
         self.cand.pin(cores)
@@ -100,11 +126,14 @@ def boot(worker: WorkerProcess, spec: dict[str, Any]) -> float:
     return worker.handshake().request("build", spec=spec)["build_s"]
 
 
-def start_pair(launcher: WorkerLauncher, cand: Side, best: Side, log_dir: Path, tag: str,
-               affinity: tuple[int, ...] | None = None) -> Pair:
-    """Start and build both workers in parallel; a failure on either side is a CandidateCrash."""
-    pair = Pair(launcher.worker("candidate", cand.root, log_dir / f"worker-candidate-{tag}.log").spawn(),
+def spawn_pair(launcher: WorkerLauncher, cand: Side, best: Side, log_dir: Path, tag: str) -> Pair:
+    """Start both workers; they run only the fixed prelude (imports, device) until they are built."""
+    return Pair(launcher.worker("candidate", cand.root, log_dir / f"worker-candidate-{tag}.log").spawn(),
                 launcher.worker("best", best.root, log_dir / f"worker-best-{tag}.log").spawn())
+
+
+def build_pair(pair: Pair, cand: Side, best: Side, affinity: tuple[int, ...] | None = None) -> Pair:
+    """Build both sides' pipelines in parallel; a failure on either side is a CandidateCrash."""
     with ThreadPoolExecutor(2) as pool:
         futures = {"cand": pool.submit(boot, pair.cand, cand.spec), "best": pool.submit(boot, pair.best, best.spec)}
         try:
@@ -114,6 +143,12 @@ def start_pair(launcher: WorkerLauncher, cand: Side, best: Side, log_dir: Path, 
             raise
     pair.pin(affinity)
     return pair
+
+
+def start_pair(launcher: WorkerLauncher, cand: Side, best: Side, log_dir: Path, tag: str,
+               affinity: tuple[int, ...] | None = None) -> Pair:
+    """Start and build a fresh pair."""
+    return build_pair(spawn_pair(launcher, cand, best, log_dir, tag), cand, best, affinity)
 
 
 def _sketch_divergence(a: list[list[float]], b: list[list[float]]) -> float:
@@ -128,137 +163,163 @@ def _memory(worker: WorkerProcess, reply: dict[str, Any]) -> dict[str, float | N
             "peak_reserved_mb": mem.get("peak_reserved_mb"), "peak_allocated_mb": mem.get("peak_allocated_mb")}
 
 
-def run_block(pair: Pair, index: int, prompts: tuple[str, ...], batch: int, rounds: int, warmup: int,
-              rng: random.Random) -> Block:
+RoundCallback = Callable[[int, int, int], None]  # (segment index, rounds done in it, rounds per segment)
+
+
+def run_segment(pair: Pair, index: int, prompts: tuple[str, ...], batch: int, rounds: int, warmup: int,
+                rng: random.Random, on_round: RoundCallback | None = None) -> SegmentRecord:
     """Warm up both sides, then time `rounds` paired rounds in random order with fresh seeds."""
-    def draw() -> list[tuple[str, int]]:
-        return [(rng.choice(prompts), rng.randrange(2**31)) for _ in range(batch)]
+    def draw() -> list[list[Any]]:
+        return [[rng.choice(prompts), rng.randrange(2**31)] for _ in range(batch)]
 
     warm: dict[str, list[float]] = {"cand": [], "best": []}
     for _ in range(warmup):
         reqs = draw()
-        for key, worker in (("cand", pair.cand), ("best", pair.best)):
-            warm[key].append(worker.timed_request("generate", requests=[list(r) for r in reqs])[1])
-
-    cand_s: list[float] = []
-    best_s: list[float] = []
-    seeds, orders, problems = [], [], []
+        for side in SIDES:
+            warm[side].append(pair.worker(side).timed_request("generate", requests=reqs)[1])
+    times: dict[str, list[float]] = {"cand": [], "best": []}
+    seeds, orders = [], []
     fingerprints: dict[str, dict[str, tuple]] = {"cand": {}, "best": {}}
     collisions: dict[str, list[tuple]] = {"cand": [], "best": []}
     divergences = []
     last: dict[str, dict] = {}
-    for _ in range(rounds):
+    for done in range(rounds):
         reqs = draw()
-        order = rng.choice(["cand", "best"])
-        sequence = [order, "best" if order == "cand" else "cand"]
+        first = rng.choice(SIDES)
         replies: dict[str, dict] = {}
-        for key in sequence:
-            worker = pair.cand if key == "cand" else pair.best
-            reply, seconds = worker.timed_request("generate", requests=[list(r) for r in reqs])
+        for side in (first, "best" if first == "cand" else "cand"):
+            worker = pair.worker(side)
+            reply, seconds = worker.timed_request("generate", requests=reqs)
             if not reply["finite"]:
                 raise CandidateCrash(f"{worker.side} produced NaN/Inf outputs during timing")
-            (cand_s if key == "cand" else best_s).append(seconds)
-            replies[key] = reply
-        for key in ("cand", "best"):
-            seen = fingerprints[key]
-            for req, fp in zip(reqs, replies[key]["case_fingerprints"]):
-                if fp in seen and seen[fp] != req:
-                    collisions[key].append((seen[fp], req))
-                seen[fp] = req
+            times[side].append(seconds)
+            replies[side] = reply
+        for side in SIDES:
+            seen = fingerprints[side]
+            for req, fp in zip(reqs, replies[side]["case_fingerprints"]):
+                if fp in seen and seen[fp] != tuple(req):
+                    collisions[side].append((seen[fp], tuple(req)))
+                seen[fp] = tuple(req)
         divergences.append(_sketch_divergence(replies["cand"]["sketch"], replies["best"]["sketch"]))
         seeds.append([s for _, s in reqs])
-        orders.append("".join(k[0].upper() for k in sequence))
+        orders.append("CB" if first == "cand" else "BC")
         last = replies
-    problems += [f"{key}: identical outputs for different requests in {len(pairs)} cases, e.g. {pairs[0][0]} and "
-                 f"{pairs[0][1]}" for key, pairs in collisions.items() if pairs]
+        if on_round:
+            on_round(index, done + 1, rounds)
+    problems = [f"{side}: identical outputs for different requests in {len(found)} cases, e.g. {found[0][0]} and "
+                f"{found[0][1]}" for side, found in collisions.items() if found]
     divergence = max(divergences) if divergences else 0.0
     if divergence > MAX_SKETCH_DIVERGENCE:
         problems.append(f"timed outputs of candidate and best diverge (sketch difference {divergence:.3f} > "
                         f"{MAX_SKETCH_DIVERGENCE}): the timed work is not the judged work")
-    memory = {"cand": _memory(pair.cand, last.get("cand", {})), "best": _memory(pair.best, last.get("best", {}))}
-    return Block(index, cand_s, best_s, seeds, orders, warm, dict(pair.build_s), memory, divergence, problems)
+    memory = {side: _memory(pair.worker(side), last.get(side, {})) for side in SIDES}
+    return SegmentRecord(index, times["cand"], times["best"], seeds, orders, warm, dict(pair.build_s), memory,
+                         divergence, problems)
 
 
 @dataclass
 class PerfOutcome:
     keep: bool
     reasons: list[str]
-    blocks: list[Block]
+    segments: list[SegmentRecord]
     seconds: dict[str, float]
     guardrails: dict[str, Any]
 
     @property
-    def final(self) -> BlockStats | None:
-        return self.blocks[-1].stats if self.blocks else None
+    def look(self) -> Look | None:
+        return self.segments[-1].look if self.segments else None
+
+    @property
+    def rounds(self) -> int:
+        return sum(len(s.cand_s) for s in self.segments)
+
+    def median_ms(self, side: str) -> float | None:
+        samples = [t for s in self.segments for t in (s.cand_s if side == "cand" else s.best_s)]
+        return float(np.median(samples)) * 1e3 if samples else None
+
+    def p95_ms(self, side: str) -> float | None:
+        samples = [t for s in self.segments for t in (s.cand_s if side == "cand" else s.best_s)]
+        return float(np.percentile(samples, 95)) * 1e3 if samples else None
+
+    @property
+    def nominal_p(self) -> float | None:
+        """The fixed-sample one-sided p-value of the last look's z (the boundary, not 0.01, decides)."""
+        from scipy.stats import norm
+
+        return float(norm.cdf(self.look.z)) if self.look and math.isfinite(self.look.z) else None
 
     def peak_memory_mb(self, side: str = "cand") -> float | None:
-        return self.blocks[-1].peak_memory_mb(side) if self.blocks else None
+        peaks = [m for m in (s.peak_memory_mb(side) for s in self.segments) if m is not None]
+        return max(peaks) if peaks else None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"keep": self.keep, "reasons": self.reasons, "seconds": self.seconds,
-                "guardrails": self.guardrails, "blocks": [b.as_dict() for b in self.blocks]}
+        return {"keep": self.keep, "reasons": self.reasons, "seconds": self.seconds, "rounds": self.rounds,
+                "guardrails": self.guardrails, "look": self.look.as_dict() if self.look else None,
+                "segments": [s.as_dict() for s in self.segments]}
 
 
-def _guardrails(plan: MeasurementPlan, blocks: list[Block], last: bool) -> tuple[list[str], dict[str, Any]]:
-    """Memory (every block) and tail latency (all blocks' samples, judged after the last block)."""
-    peaks = {side: max((m for m in (b.peak_memory_mb(side) for b in blocks) if m is not None), default=None)
-             for side in ("cand", "best")}
+def _guardrails(plan: MeasurementPlan, segments: list[SegmentRecord], final: bool) -> tuple[list[str], dict]:
+    """Memory (every segment) and tail latency (all segments' samples, judged at the end)."""
+    peaks = {side: max((m for m in (s.peak_memory_mb(side) for s in segments) if m is not None), default=None)
+             for side in SIDES}
     g = plan.guardrails
     if plan.is_cuda:
         budget = g.peak_vram_gb * 1024.0 if g.peak_vram_gb else None
     else:
         budget = g.peak_memory_mb
     mem = guard.memory(peaks["cand"], peaks["best"], budget)
-    tail = guard.tail_latency([s for b in blocks for s in b.cand_s], [s for b in blocks for s in b.best_s],
+    tail = guard.tail_latency([t for s in segments for t in s.cand_s], [t for s in segments for t in s.best_s],
                               g.p95_regression_pct)
     problems = [mem.problem] if mem.problem else []
-    if last and tail.problem:
+    if final and tail.problem:
         problems.append(tail.problem)
     return problems, {**mem.figures, **tail.figures}
 
 
-def measure(plan: MeasurementPlan, launcher: WorkerLauncher, first_pair: Pair | None = None) -> PerfOutcome:
-    """The whole performance verdict: block 1, then a confirming block (fresh workers) if block 1 wins."""
+def measure(plan: MeasurementPlan, launcher: WorkerLauncher, first_pair: Pair | None = None,
+            on_round: RoundCallback | None = None, on_look: Callable[[Look], None] | None = None) -> PerfOutcome:
+    """The whole performance verdict: segments in fresh worker pairs until the sequential test decides."""
     p = plan.protocol
     rng = random.SystemRandom()
-    blocks: list[Block] = []
-    reasons: list[str] = []
-    seconds = {"startup": 0.0, "warmup": 0.0, "samples": 0.0}
+    test = SequentialTest(plan.design())
+    segments: list[SegmentRecord] = []
+    seconds = {"startup": 0.0, "warmup": 0.0, "timed": 0.0}
     guard_info: dict[str, Any] = {}
     pair: Pair | None = first_pair  # workers already booted (the quality run's candidate and a best)
-    if pair is not None:
-        pair.pin(p.cpu_affinity)
+    ahead: Pair | None = None  # the next segment's workers, started during this one (overlap_startup)
     try:
-        for index in range(plan.max_blocks):
-            if pair is None or (index > 0 and p.confirm_with_fresh_workers):
-                if pair is not None:
-                    pair.close()
-                t0 = time.perf_counter()
-                pair = start_pair(launcher, plan.cand, plan.best, plan.log_dir, f"block{index}", p.cpu_affinity)
-                seconds["startup"] += time.perf_counter() - t0
-            block = run_block(pair, index, plan.prompts, plan.batch, p.rounds, p.warmup_rounds, rng)
-            seconds["warmup"] += sum(block.warmup_s["cand"]) + sum(block.warmup_s["best"])
-            seconds["samples"] += sum(block.cand_s) + sum(block.best_s)
-            block.stats = decide_block(block.cand_s, block.best_s, metric=plan.metric,
-                                       min_improvement_pct=p.min_improvement_pct, alpha=p.alpha,
-                                       resamples=p.bootstrap_resamples)
-            blocks.append(block)
-            guard_problems, guard_info = _guardrails(plan, blocks, last=index == plan.max_blocks - 1)
-            problems = block.problems + guard_problems
-            if plan.roofline_ms and block.stats.cand_median_ms < plan.roofline_ms:
-                problems.append(f"candidate median {block.stats.cand_median_ms:.2f} ms is below the roofline "
+        for index in range(plan.segments_allowed()):
+            t0 = time.perf_counter()
+            if pair is None:
+                spawned = ahead or spawn_pair(launcher, plan.cand, plan.best, plan.log_dir, f"segment{index}")
+                ahead = None
+                pair = build_pair(spawned, plan.cand, plan.best, p.cpu_affinity)
+            else:
+                pair.pin(p.cpu_affinity)
+            seconds["startup"] += time.perf_counter() - t0
+            if p.overlap_startup and index + 1 < plan.segments_allowed():
+                ahead = spawn_pair(launcher, plan.cand, plan.best, plan.log_dir, f"segment{index + 1}")
+            seg = run_segment(pair, index, plan.prompts, plan.batch, p.rounds, p.warmup_rounds, rng, on_round)
+            pair.close()
+            pair = None
+            seconds["warmup"] += sum(seg.warmup_s["cand"]) + sum(seg.warmup_s["best"])
+            seconds["timed"] += sum(seg.cand_s) + sum(seg.best_s)
+            seg.look = test.add(seg.cand_s, seg.best_s)
+            segments.append(seg)
+            if on_look:
+                on_look(seg.look)
+            problems, guard_info = _guardrails(plan, segments, final=seg.look.final)
+            problems = seg.problems + problems
+            if plan.roofline_ms and seg.median_ms("cand") < plan.roofline_ms:
+                problems.append(f"candidate median {seg.median_ms('cand'):.2f} ms is below the roofline "
                                 f"floor {plan.roofline_ms:.2f} ms: the measurement cannot be right")
             if problems:
-                reasons += [f"block {index + 1}: {msg}" for msg in problems]
-                return PerfOutcome(False, reasons, blocks, seconds, guard_info)
-            s = block.stats
-            reasons.append(f"block {index + 1}: candidate {s.cand_median_ms:.2f} ms vs best {s.best_median_ms:.2f} ms, "
-                           f"improvement {s.improvement_pct:+.2f}% (needs >= {p.min_improvement_pct}%), "
-                           f"p={s.p_value:.2g}, median ratio CI upper {s.ci_upper_ratio:.4f}")
-            if not s.passes:
-                return PerfOutcome(False, reasons, blocks, seconds, guard_info)
-        return PerfOutcome(True, reasons, blocks, seconds, guard_info)
+                return PerfOutcome(False, [f"segment {index + 1}: {msg}" for msg in problems], segments, seconds,
+                                   guard_info)
+            if seg.look.final:
+                return PerfOutcome(seg.look.decision == "keep", [seg.look.reason], segments, seconds, guard_info)
+        raise AssertionError("the sequential test always decides by its last segment")
     finally:
-        if pair is not None:
-            pair.close()
-
+        for left in (pair, ahead):
+            if left is not None:
+                left.kill()

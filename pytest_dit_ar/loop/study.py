@@ -1,14 +1,22 @@
-"""Measure the performance verdict itself: false keeps on no-op commits, detection of true speedups.
+"""Measure the performance verdict itself: false keeps on no-op commits and detection of true speedups,
+for the sequential protocol and the earlier two-block protocol, side by side on the same measurements.
 
-Each simulated experiment runs the harness's own protocol (perf_suite.timing: fresh worker processes,
-interleaved paired rounds, fresh seeds, the keep rule, a confirming block in new processes) on two
-copies of the working tree. A no-op experiment compares the tree with itself; a speedup experiment
-compares the tree with a copy whose generate() first sleeps for a set fraction of the measured
-latency, so the candidate is truly faster by that fraction. The same blocks are also judged by the
-naive protocol (one median of the candidate against a stored best median, keep if 0.5% faster).
+Collection. Segments are measured exactly as an experiment measures them (loop.measurement): a fresh
+pair of worker processes, warm-up rounds, then paired rounds with fresh seeds in random order. A no-op
+segment times the working tree against itself; a speedup segment times it against a copy whose
+`generate()` first sleeps a set fraction of the measured latency, so the tree is truly faster by that
+fraction. Arms are measured round-robin (a segment of each in turn), so a change in the machine's load
+reaches all of them. Pairs are started `--pool` at a time outside any timed round and every pair is
+closed after its segment, so memory stays bounded. `--load N` runs N busy processes beside the workers
+for the whole collection (a competing CPU load).
 
-    python -m pytest_dit_ar.loop.study --config config/autoresearch.json --lane dit-xl2-256 \
-        --nulls 20 --speedups 2,5,10 --trials 5 --out study.json
+Evaluation. Each arm's segments are consumed in order by repeated experiments: the sequential test
+(perf_suite.sequential) takes segments until it decides; the earlier protocol judges one segment as a
+block (paired Wilcoxon + bootstrap, perf_suite.stats) and, if it passes, the next segment as the
+confirming block. Experiments never share segments, so they are independent.
+
+    python -m pytest_dit_ar.loop.study --lane embedded-cpu --null-segments 40 --speedups 20 \\
+        --segments-per-speedup 40 --load 1 --out study.json --figure study.png
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import multiprocessing
 import random
 import shutil
 import tempfile
@@ -24,14 +33,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dit_ar_contract import device
 from dit_ar_contract.config import PerfProtocol, load_config
-from dit_ar_contract.errors import CandidateCrash
+from perf_suite.sequential import Design, SequentialTest
 from perf_suite.stats import decide_block
 from quality_suite.corpora import load_corpus
 
 from ..worker.client import WorkerLauncher
-from .measurement import Pair, Side, boot, run_block
+from .measurement import Pair, Side, boot, run_segment
 
 SLEEP_WRAPPER = '''
 
@@ -51,27 +62,104 @@ def build_pipeline(spec):
     pipe.generate = generate
     return pipe
 '''
-NAIVE_THRESHOLD = 0.005
+OLD_BLOCKS = 2  # the earlier protocol: a block, then a confirming block in fresh workers
 
 
 def slowed_copy(root: Path, dest: Path, delay_s: float) -> Path:
-    """A copy of model_under_test whose generate() first sleeps delay_s (the 'best' of a speedup trial)."""
-    shutil.copytree(root / "model_under_test", dest / "model_under_test",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    """A copy of model_under_test whose generate() first sleeps delay_s (the 'best' of a speedup arm)."""
+    shutil.copytree(root / "model_under_test", dest / "model_under_test", ignore=shutil.ignore_patterns("__pycache__"))
     init = dest / "model_under_test" / "__init__.py"
     init.write_text(init.read_text() + SLEEP_WRAPPER.format(delay=delay_s))
     return dest
 
 
+def _spin() -> None:  # pragma: no cover - runs in the load processes
+    while True:
+        pass
+
+
+# -- evaluation (pure) ---------------------------------------------------------------------------
+def new_protocol(segments: list[dict[str, Any]], design: Design) -> list[dict[str, Any]]:
+    """Consecutive experiments of the sequential protocol over one arm's segments."""
+    out, test = [], SequentialTest(design)
+    for seg in segments:
+        look = test.add(seg["cand_s"], seg["best_s"])
+        if look.final:
+            out.append({"keep": look.decision == "keep", "decision": look.decision, "segments": look.segments,
+                        "rounds": look.rounds, "estimate_pct": look.estimate_pct})
+            test = SequentialTest(design)
+    return out
+
+
+def old_protocol(segments: list[dict[str, Any]], protocol: PerfProtocol, metric: str) -> list[dict[str, Any]]:
+    """Consecutive experiments of the earlier protocol: a block, and a confirming block if it passes."""
+    out, passed = [], []
+    for seg in segments:
+        stats = decide_block(seg["cand_s"], seg["best_s"], metric=metric,
+                             min_improvement_pct=protocol.min_improvement_pct, alpha=protocol.alpha, resamples=2000)
+        passed.append(stats)
+        if not stats.passes or len(passed) == OLD_BLOCKS:
+            out.append({"keep": all(s.passes for s in passed), "segments": len(passed),
+                        "rounds": sum(s.rounds for s in passed), "estimate_pct": passed[0].improvement_pct})
+            passed = []
+    return out
+
+
+def summarize(arms: dict[str, list[dict[str, Any]]], protocol: PerfProtocol, metric: str) -> dict[str, Any]:
+    design = Design(alpha=protocol.alpha, min_improvement_pct=protocol.min_improvement_pct,
+                    min_segments=protocol.min_segments, max_segments=protocol.max_segments,
+                    offset_floor_pct=protocol.offset_floor_pct, spending_gamma=protocol.spending_gamma,
+                    futility_z=protocol.futility_z, metric=metric)
+    out = {}
+    for arm, segments in arms.items():
+        row = {"segments": len(segments)}
+        for name, runs in (("new", new_protocol(segments, design)), ("old", old_protocol(segments, protocol, metric))):
+            row[name] = {"experiments": len(runs), "keeps": sum(r["keep"] for r in runs),
+                         "keep_rate": sum(r["keep"] for r in runs) / len(runs) if runs else None,
+                         "mean_rounds": float(np.mean([r["rounds"] for r in runs])) if runs else None,
+                         "decisions": [r.get("decision", "keep" if r["keep"] else "discard") for r in runs]}
+        medians = [float(np.median(np.log(np.asarray(s["cand_s"]) / np.asarray(s["best_s"])))) for s in segments]
+        row["segment_median_log_ratio_sd"] = float(np.std(medians, ddof=1)) if len(medians) > 1 else None
+        out[arm] = row
+    return out
+
+
+def figure(summary: dict[str, Any], path: Path) -> Path:
+    """Detection rate and rounds used against the true speedup, both protocols."""
+    from matplotlib.figure import Figure
+
+    arms = sorted((float(a), v) for a, v in summary.items() if a != "null")
+    fig = Figure(figsize=(9, 3.6))
+    left, right = fig.subplots(1, 2)
+    for name, style in (("new", "o-"), ("old", "s--")):
+        xs = [x for x, v in arms if v[name]["experiments"]]
+        left.plot(xs, [100 * v[name]["keep_rate"] for x, v in arms if v[name]["experiments"]], style,
+                  label=f"{name} protocol")
+        right.plot(xs, [v[name]["mean_rounds"] for x, v in arms if v[name]["experiments"]], style,
+                   label=f"{name} protocol")
+    null = summary.get("null")
+    if null:
+        for name, colour in (("new", "C0"), ("old", "C1")):
+            if null[name]["experiments"]:
+                left.axhline(100 * null[name]["keep_rate"], color=colour, lw=0.8, ls=":",
+                             label=f"{name}: no-ops kept {null[name]['keeps']}/{null[name]['experiments']}")
+    left.set(xlabel="true speedup (%)", ylabel="kept (%)", title="detection", ylim=(-5, 105))
+    right.set(xlabel="true speedup (%)", ylabel="paired rounds per decision", title="cost")
+    left.legend(fontsize=7)
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return path
+
+
+# -- collection -----------------------------------------------------------------------------------
 class PairPool:
-    """Worker pairs started `size` at a time and used once each, so that every block runs in fresh
-    processes while process start-up (which loads the host) never overlaps a timed block."""
+    """Worker pairs started `size` at a time (outside timed rounds) and used for one segment each."""
 
     def __init__(self, cand: Side, best: Side, launcher: WorkerLauncher, log_dir: Path, size: int,
                  affinity: tuple[int, ...] | None = None):
         self.cand, self.best, self.launcher = cand, best, launcher
-        self.affinity = affinity
-        self.log_dir, self.size = log_dir, size
+        self.affinity, self.log_dir, self.size = affinity, log_dir, size
         self.ready: list[Pair] = []
         self.started = 0
 
@@ -81,24 +169,25 @@ class PairPool:
         return self.ready.pop()
 
     def _fill(self) -> None:
-        workers = []
+        pairs = []
         for _ in range(self.size):
-            n = self.started = self.started + 1
+            self.started += 1
+            n = self.started
             logs = (self.log_dir / f"cand-{self.cand.name}-{n}.log", self.log_dir / f"best-{self.best.name}-{n}.log")
-            workers.append((self.launcher.worker("candidate", self.cand.root, logs[0]).spawn(),
-                            self.launcher.worker("best", self.best.root, logs[1]).spawn()))
-
+            pairs.append(Pair(self.launcher.worker("candidate", self.cand.root, logs[0]).spawn(),
+                              self.launcher.worker("best", self.best.root, logs[1]).spawn()))
         with ThreadPoolExecutor(2 * self.size) as pool:
-            futures = [(pool.submit(boot, c, self.cand.spec), pool.submit(boot, b, self.best.spec)) for c, b in workers]
-            for (c, b), (fc, fb) in zip(workers, futures):
-                try:
-                    pair = Pair(c, b, {"cand": fc.result(), "best": fb.result()})
-                    pair.pin(self.affinity)
-                    self.ready.append(pair)
-                except CandidateCrash:
-                    c.kill()
-                    b.kill()
-                    raise
+            futures = [(pool.submit(boot, p.cand, self.cand.spec), pool.submit(boot, p.best, self.best.spec))
+                       for p in pairs]
+            try:
+                for p, (fc, fb) in zip(pairs, futures):
+                    p.build_s = {"cand": fc.result(), "best": fb.result()}
+                    p.pin(self.affinity)
+            except BaseException:
+                for p in pairs:
+                    p.kill()
+                raise
+        self.ready.extend(pairs)
 
     def close(self) -> None:
         for pair in self.ready:
@@ -106,136 +195,110 @@ class PairPool:
         self.ready = []
 
 
-def one_experiment(make_pair, perf: PerfProtocol, prompts: tuple[str, ...], batch: int, metric: str,
-                   rng: random.Random) -> dict[str, Any]:
-    """The keep rule of perf_suite.timing.measure: block 1, then a confirming block in fresh workers."""
-    blocks = []
-    for index in range(2):
-        pair: Pair = make_pair()
-        try:
-            block = run_block(pair, index, prompts, batch, perf.rounds, perf.warmup_rounds, rng)
-        finally:
-            pair.close()
-        block.stats = decide_block(block.cand_s, block.best_s, metric=metric,
-                                   min_improvement_pct=perf.min_improvement_pct, alpha=perf.alpha,
-                                   resamples=perf.bootstrap_resamples)
-        blocks.append(block)
-        if not block.stats.passes or block.problems:
-            break
-    keep = len(blocks) == 2 and all(b.stats.passes and not b.problems for b in blocks)
-    return {"keep": keep, "blocks": [b.stats.as_dict() for b in blocks],
-            "first_block_cand_median_ms": blocks[0].stats.cand_median_ms,
-            "first_block_best_median_ms": blocks[0].stats.best_median_ms,
-            "problems": [p for b in blocks for p in b.problems]}
-
-
-def run_study(config_path: Path, lane_name: str, nulls: int, speedups: list[float], trials: int,
-              steps: int | None, rounds: int | None, pool_size: int = 4, affinity: tuple[int, ...] | None = None,
-              out: Path | None = None) -> dict[str, Any]:
+def run_study(config_path: Path, lane_name: str, null_segments: int, speedups: list[float],
+              segments_per_speedup: int, steps: int | None, rounds: int | None, pool_size: int, load: int,
+              affinity: tuple[int, ...] | None, deadline_s: float | None, out: Path | None) -> dict[str, Any]:
     config = load_config(config_path)
     lane = config.lane(lane_name)
     target = device.resolve_lane(config, lane)
     if not target.runnable:
         raise SystemExit(f"lane {lane_name} cannot run here: {target.problem}")
-    perf = dataclasses.replace(lane.performance, rounds=rounds or lane.performance.rounds,
-                               cpu_affinity=affinity or lane.performance.cpu_affinity)
-    launcher = WorkerLauncher(target, perf.threads, perf.round_timeout_s)
+    protocol = dataclasses.replace(lane.performance, rounds=rounds or lane.performance.rounds,
+                                   cpu_affinity=affinity or lane.performance.cpu_affinity)
+    launcher = WorkerLauncher(target, protocol.threads, protocol.round_timeout_s)
     root = config.root
     prompts = tuple(c.prompt for c in load_corpus(root / lane.corpus))
-    metric = lane.primary_metric
-    rng = random.SystemRandom()
     tmp = Path(tempfile.mkdtemp(prefix="dit-ar-study-"))
-    logs = tmp / "logs"
+    started = time.perf_counter()
+    spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(load)]
+    for s in spinners:
+        s.start()
 
     def spec_for(side_root: Path) -> dict[str, Any]:
         spec = lane.workload(side_root)
-        if steps:
-            spec["steps"] = steps
-        return spec
+        return {**spec, "steps": steps} if steps else spec
 
-    pools: list[PairPool] = []
+    def pool(cand_root: Path, best_root: Path, tag: str) -> PairPool:
+        return PairPool(Side(tag, cand_root, spec_for(cand_root)), Side(tag, best_root, spec_for(best_root)),
+                        launcher, tmp / "logs", pool_size, protocol.cpu_affinity)
 
-    def pair_factory(cand_root: Path, best_root: Path, tag: str):
-        pool = PairPool(Side(tag, cand_root, spec_for(cand_root)), Side(tag, best_root, spec_for(best_root)),
-                        launcher, logs, pool_size, perf.cpu_affinity)
-        pools.append(pool)
-        return pool.take
-
-    started = time.perf_counter()
-    null_factory = pair_factory(root, root, "null")
-    # The stored best for the naive protocol: one measurement of the unchanged tree, taken once.
-    stored = one_experiment(null_factory, dataclasses.replace(perf, min_improvement_pct=1e9), prompts,
-                            lane.batch, metric, rng)
-    stored_best_ms = stored["first_block_best_median_ms"]
+    rng = random.SystemRandom()
     results: dict[str, Any] = {"lane": lane_name, "lane_id": target.lane_id, "device": target.identity.as_dict(),
-                               "steps": steps or lane.steps, "batch": lane.batch, "perf": dataclasses.asdict(perf),
-                               "stored_best_ms": stored_best_ms, "null": [], "speedup": {}}
-    for i in range(nulls):
-        r = one_experiment(null_factory, perf, prompts, lane.batch, metric, rng)
-        r["naive_keep"] = r["first_block_cand_median_ms"] < stored_best_ms * (1 - NAIVE_THRESHOLD)
-        results["null"].append(r)
-        _save(results, out, started)
-        print(f"null {i + 1}/{nulls}: keep={r['keep']} naive_keep={r['naive_keep']} "
-              f"ratio={r['blocks'][0]['median_ratio']:.4f} p={r['blocks'][0]['p_value']:.3g}", flush=True)
-    for pct in speedups:
-        delay_s = stored_best_ms / 1e3 * (pct / 100) / (1 - pct / 100)
-        slow_root = slowed_copy(root, tmp / f"slow{pct:g}", delay_s)
-        rows: list[dict[str, Any]] = []
-        results["speedup"][f"{pct:g}"] = {"delay_s": delay_s, "trials": rows}
-        factory = pair_factory(root, slow_root, f"s{pct:g}")
-        for t in range(trials):
-            r = one_experiment(factory, perf, prompts, lane.batch, metric, rng)
-            r["naive_keep"] = r["first_block_cand_median_ms"] < r["first_block_best_median_ms"] * (1 - NAIVE_THRESHOLD)
-            rows.append(r)
-            _save(results, out, started)
-            print(f"speedup {pct:g}% trial {t + 1}/{trials}: keep={r['keep']} "
-                  f"measured={r['blocks'][0]['improvement_pct']:+.2f}%", flush=True)
-    for pool in pools:
-        pool.close()
-    shutil.rmtree(tmp, ignore_errors=True)
-    _save(results, out, started)
+                               "steps": steps or lane.steps, "batch": lane.batch, "load": load,
+                               "protocol": dataclasses.asdict(protocol), "arms": {}, "delays_s": {}}
+    pools = {"null": pool(root, root, "null")}
+    try:
+        first = run_segment(pools["null"].take(), 0, prompts, lane.batch, protocol.rounds, protocol.warmup_rounds, rng)
+        latency_s = float(np.median(first.best_s))
+        results["arms"]["null"] = [_segment_data(first)]
+        for pct in speedups:
+            delay = latency_s * (pct / 100) / (1 - pct / 100)
+            results["delays_s"][f"{pct:g}"] = delay
+            pools[f"{pct:g}"] = pool(root, slowed_copy(root, tmp / f"slow{pct:g}", delay), f"s{pct:g}")
+            results["arms"][f"{pct:g}"] = []
+        wanted = {"null": null_segments, **{f"{p:g}": segments_per_speedup for p in speedups}}
+        while any(len(results["arms"][a]) < n for a, n in wanted.items()):
+            for arm, n in wanted.items():
+                if len(results["arms"][arm]) >= n:
+                    continue
+                if deadline_s and time.perf_counter() - started > deadline_s:
+                    raise TimeoutError
+                pair = pools[arm].take()
+                try:
+                    seg = run_segment(pair, len(results["arms"][arm]), prompts, lane.batch, protocol.rounds,
+                                      protocol.warmup_rounds, rng)
+                finally:
+                    pair.close()
+                results["arms"][arm].append(_segment_data(seg))
+                _save(results, protocol, lane.primary_metric, out, started)
+            print(" ".join(f"{a}:{len(s)}" for a, s in results["arms"].items()), flush=True)
+    except TimeoutError:
+        results["stopped"] = f"deadline of {deadline_s:.0f} s reached"
+    finally:
+        for p in pools.values():
+            p.close()
+        for s in spinners:
+            s.terminate()
+        shutil.rmtree(tmp, ignore_errors=True)
+    _save(results, protocol, lane.primary_metric, out, started)
     return results
 
 
-def _save(results: dict[str, Any], out: Path | None, started: float) -> None:
+def _segment_data(seg: Any) -> dict[str, Any]:
+    return {"cand_s": seg.cand_s, "best_s": seg.best_s, "warmup_s": seg.warmup_s, "build_s": seg.build_s,
+            "problems": seg.problems}
+
+
+def _save(results: dict[str, Any], protocol: PerfProtocol, metric: str, out: Path | None, started: float) -> None:
     """Update the summary and wall time; write what is known so far (a run cut short still leaves its data)."""
-    results["summary"] = summarize(results)
+    results["summary"] = summarize(results["arms"], protocol, metric)
     results["wall_s"] = time.perf_counter() - started
     if out is not None:
         out.write_text(json.dumps(results, indent=1, default=str))
-
-
-def summarize(results: dict[str, Any]) -> dict[str, Any]:
-    nulls = results["null"]
-    out: dict[str, Any] = {
-        "null_experiments": len(nulls),
-        "false_keeps": sum(r["keep"] for r in nulls),
-        "naive_false_keeps": sum(r["naive_keep"] for r in nulls),
-    }
-    for pct, block in results["speedup"].items():
-        trials = block["trials"]
-        out[f"detected_{pct}pct"] = f"{sum(r['keep'] for r in trials)}/{len(trials)}"
-        out[f"naive_detected_{pct}pct"] = f"{sum(r['naive_keep'] for r in trials)}/{len(trials)}"
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pytest_dit_ar.loop.study", description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=Path("config/autoresearch.json"))
     parser.add_argument("--lane", required=True)
-    parser.add_argument("--nulls", type=int, default=20)
-    parser.add_argument("--speedups", default="2,5,10", help="true speedups to inject, in percent")
-    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--null-segments", type=int, default=40)
+    parser.add_argument("--speedups", default="3,5,10", help="true speedups to inject, in percent")
+    parser.add_argument("--segments-per-speedup", type=int, default=20)
     parser.add_argument("--steps", type=int, default=None, help="override the lane's sampling steps")
-    parser.add_argument("--rounds", type=int, default=None, help="override the lane's timed rounds per block")
-    parser.add_argument("--pool", type=int, default=4, help="worker pairs started at once (outside timed blocks)")
+    parser.add_argument("--rounds", type=int, default=None, help="override the rounds per segment")
+    parser.add_argument("--pool", type=int, default=2, help="worker pairs started at once (outside timed rounds)")
+    parser.add_argument("--load", type=int, default=0, help="busy processes running beside the workers")
     parser.add_argument("--cpu-affinity", default=None, help="comma-separated cores for both sides' workers")
+    parser.add_argument("--deadline-s", type=float, default=None, help="stop collecting after this many seconds")
     parser.add_argument("--out", type=Path, default=Path("study.json"))
+    parser.add_argument("--figure", type=Path, default=None, help="write the detection/rounds figure here")
     args = parser.parse_args(argv)
     speedups = [float(s) for s in args.speedups.split(",") if s.strip()]
     cores = tuple(int(c) for c in args.cpu_affinity.split(",")) if args.cpu_affinity else None
-    results = run_study(args.config, args.lane, args.nulls, speedups, args.trials, args.steps, args.rounds,
-                        args.pool, cores, args.out)
+    results = run_study(args.config, args.lane, args.null_segments, speedups, args.segments_per_speedup, args.steps,
+                        args.rounds, args.pool, args.load, cores, args.deadline_s, args.out)
+    if args.figure:
+        figure(results["summary"], args.figure)
     print(json.dumps(results["summary"], indent=1))
     return 0
 

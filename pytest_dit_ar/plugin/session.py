@@ -71,12 +71,19 @@ class PluginSession:
             return None
         return None if rel.parts[0] in SUITES else True
 
-    @staticmethod
-    def order(items: list[pytest.Item]) -> None:
+    def order(self, items: list[pytest.Item]) -> None:
         """Quality before performance (speed is only worth measuring for a candidate that passed);
-        pytest-benchmark tests last, after the A/B verdict test."""
+        pytest-benchmark tests last, after the A/B verdict test. Inside an experiment the benchmark tests
+        are skipped before their workers start: they decide nothing, and the verdict's own timed rounds
+        are the experiment's measurement (perf.json)."""
         items.sort(key=lambda it: 0 if it.get_closest_marker("quality") else
                    2 if "benchmark" in getattr(it, "fixturenames", ()) else 1)
+        if self.experiment_mode:
+            skip = pytest.mark.skip(reason="inside an experiment the verdict's timed rounds are the measurement "
+                                           "(perf.json); publish with `pytest -m perf --benchmark-autosave`")
+            for item in items:
+                if "benchmark" in getattr(item, "fixturenames", ()):
+                    item.add_marker(skip)
 
     def collected(self, session: pytest.Session) -> None:
         """Start the experiment once the selection is known (refuse, or discard on scope, before anything runs)."""
@@ -179,6 +186,8 @@ class PluginSession:
             tr.write_line(f"quality: {quality.headline()}")
         for reason in exp.verdict.reasons[:10]:
             tr.write_line(f"- {reason}")
+        spent = exp.seconds()
+        tr.write_line("time: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in spent.items()))
         action = "kept as the new best" if exp.verdict.exit_code == 0 else f"reset to {exp.parent[:10]}"
         tr.write_line(f"{action}; evidence in {exp.run_dir}")
 

@@ -25,7 +25,8 @@ WORST_CASES = 4
 MAX_RUNS = 30  # runs shown in detail on the session page (newest first); `--run ID` shows any run
 FIDELITY_COLUMNS = ("psnr_db", "ssim", "latent_rel_l2", "latent_max_abs")
 BLOCK_COLUMNS = ("rounds", "best_median_ms", "cand_median_ms", "best_p95_ms", "cand_p95_ms", "median_ratio",
-                 "ci_upper_ratio", "improvement_pct", "p_value", "passes")
+                 "ci_upper_ratio", "improvement_pct", "p_value", "passes")  # runs made before the sequential test
+LOOK_COLUMNS = ("rounds", "estimate_pct", "lower_pct", "upper_pct", "z", "boundary", "decision")
 CSS = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}
 h1{margin-bottom:4px} h2{border-bottom:2px solid #ddd;padding-bottom:4px;margin-top:36px}
@@ -127,6 +128,7 @@ def _header(lane_id: str, rows: list[dict[str, str]], ctx: dict[str, Any]) -> st
     baseline = _read(paths.baseline(lane_id) / "baseline.json")
     best = ctx["best"].get(lane_id) or {}
     timing = baseline.get("timing") or {}
+    interval = timing.get("noise_interval_pct") or timing.get("noise_ci_ratio") or []  # the latter: older runs
     counts = ", ".join(f"{s.word}={n}" for s in Status if (n := sum(r["status"] == s.word for r in rows)))
     meta = [
         ("lane", lane_id),
@@ -138,8 +140,8 @@ def _header(lane_id: str, rows: list[dict[str, str]], ctx: dict[str, Any]) -> st
         ("baseline commit", str(baseline.get("commit", "no baseline yet"))[:12]),
         ("baseline latency", f"median {_or_na(timing.get('median_ms'))} ms, p95 {_or_na(timing.get('p95_ms'))} ms "
                              "per batch"),
-        ("noise floor (A/A)", f"{_or_na(timing.get('noise_floor_pct'))} %, median ratio CI "
-                              f"[{', '.join(fmt(x) for x in timing.get('noise_ci_ratio') or [])}]"),
+        ("noise floor (A/A)", f"{_or_na(timing.get('noise_floor_pct'))} % between two fresh processes of the "
+                              f"baseline, interval [{', '.join(fmt(x) for x in interval)}]"),
         ("baseline task metrics", ", ".join(f"{k}={fmt(v)}" for k, v in (baseline.get("task_metrics") or {}).items())
          or "none"),
         ("quality noise envelope", ", ".join(f"{k}={fmt(v)}" for k, v in (baseline.get("envelope") or {}).items())
@@ -265,20 +267,29 @@ def _case_images(run_dir: Path, case_ids: list[str], baseline_cases: Path, asset
 
 
 def _perf(run_dir: Path, assets: Path) -> str:
-    """Timing distribution plot and per-block statistics from perf.json."""
+    """Timing distribution plot and the sequential test's look after each segment (perf.json)."""
     perf = _read(run_dir / "perf.json")
-    aa_block = (_read(run_dir / "baseline.json").get("timing") or {}).get("aa_block")
-    if not perf.get("blocks") and isinstance(aa_block, dict):
-        perf = {"blocks": [aa_block], "reasons": ["baseline A/A block: both sides run the baseline (noise floor)"]}
-    if not isinstance(perf.get("blocks"), list) or not perf["blocks"]:
+    timing = _read(run_dir / "baseline.json").get("timing") or {}
+    aa = timing.get("aa_segment") or timing.get("aa_block")
+    if not perf and isinstance(aa, dict):
+        perf = {"segments": [aa], "reasons": ["baseline A/A: both sides run the baseline (noise floor)"]}
+    parts = [p for p in perf.get("segments") or perf.get("blocks") or [] if isinstance(p, dict)]
+    if not parts:
         return '<p class="note">no timing in this run (perf.json absent: the run stopped before timing).</p>'
-    blocks = [b for b in perf["blocks"] if isinstance(b, dict)]
-    png = _plots().timing(blocks, assets / f"{_slug(run_dir.name)}-timing.png")
-    stats = [[b.get("index", i) + 1] + [(b.get("stats") or {}).get(c) for c in BLOCK_COLUMNS]
-             + [b.get("divergence")] for i, b in enumerate(blocks)]
+    png = _plots().timing(parts, assets / f"{_slug(run_dir.name)}-timing.png")
+    if "segments" in perf:
+        table = _table(["segment"] + list(LOOK_COLUMNS) + ["divergence"],
+                       [[p.get("index", i) + 1] + [(p.get("look") or {}).get(c) for c in LOOK_COLUMNS]
+                        + [p.get("divergence")] for i, p in enumerate(parts)])
+    else:
+        table = _table(["block"] + list(BLOCK_COLUMNS) + ["divergence"],
+                       [[p.get("index", i) + 1] + [(p.get("stats") or {}).get(c) for c in BLOCK_COLUMNS]
+                        + [p.get("divergence")] for i, p in enumerate(parts)])
+    seconds = perf.get("seconds") or {}
+    spent = ", ".join(f"{k} {fmt(v)} s" for k, v in seconds.items())
+    where = f"<p>wall time: {esc(spent)}</p>" if spent else ""
     reasons = "".join(f"<li>{esc(r)}</li>" for r in perf.get("reasons") or [])
-    return (_img(png, "timing distribution") + _table(["block"] + list(BLOCK_COLUMNS) + ["divergence"], stats)
-            + (f"<ul>{reasons}</ul>" if reasons else ""))
+    return _img(png, "timing distribution") + table + where + (f"<ul>{reasons}</ul>" if reasons else "")
 
 
 def _run_line(row: dict[str, str]) -> str:

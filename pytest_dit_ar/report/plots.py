@@ -82,7 +82,8 @@ def progress(points: list[Point], metric: str, title: str, path: Path) -> Path:
 
 
 def timing(blocks: list[dict[str, Any]], path: Path) -> Path:
-    """Candidate vs best round-trip times per block: a box per side with the samples jittered on top."""
+    """Candidate vs best round-trip times per segment (or per block, in runs made before segments): a box
+    per side with the samples jittered on top."""
     fig = Figure(figsize=(2.2 + 2.4 * max(1, len(blocks)), 3.4))
     ax = fig.subplots()
     rng = np.random.default_rng(0)
@@ -94,7 +95,7 @@ def timing(blocks: list[dict[str, Any]], path: Path) -> Path:
             data.append(ms)
             positions.append(pos)
             colours.append(colour)
-            labels.append(f"{name}\nblock {block.get('index', i) + 1}")
+            labels.append(f"{name}\n{'segment' if 'look' in block else 'block'} {block.get('index', i) + 1}")
             if ms:
                 ax.scatter(pos + rng.uniform(-0.15, 0.15, len(ms)), ms, s=14, color=colour, alpha=0.7, zorder=3)
     if any(data):

@@ -19,12 +19,14 @@ from .files import read_json
 
 @dataclass(frozen=True)
 class BaselineTiming:
+    """The baseline's timing: its latency and one A/A segment (the tree against itself, two processes)."""
+
     median_ms: float | None = None
     p95_ms: float | None = None
     noise_floor_pct: float | None = None
-    noise_ci_ratio: tuple[float, ...] = ()
+    noise_interval_pct: tuple[float, ...] = ()
     seconds: dict[str, float] = field(default_factory=dict)
-    aa_block: dict[str, Any] = field(default_factory=dict)
+    aa_segment: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

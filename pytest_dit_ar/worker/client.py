@@ -48,6 +48,7 @@ class WorkerProcess:
         self.threads, self.log_path, self.timeout_s = threads, log_path, timeout_s
         self.proc: subprocess.Popen | None = None
         self.identity: dict[str, Any] = {}
+        self.prelude_s = 0.0  # the worker's own start: imports, CUDA context (from its hello)
         self._buf = b""
 
     def start(self) -> "WorkerProcess":
@@ -75,6 +76,7 @@ class WorkerProcess:
             raise CandidateCrash(f"{self.side} worker failed to start: {hello.get('error')}",
                                  hello.get("traceback", "") + log_tail(self.log_path))
         self.identity = hello["identity"]
+        self.prelude_s = float(hello.get("prelude_s", 0.0))
         return self
 
     @property

@@ -49,7 +49,8 @@ def test_the_shipped_config_loads_into_typed_sections() -> None:
     assert lane.quality.numerical.min_psnr_db == RAW["quality"]["numerical"]["min_psnr_db"]
     assert lane.quality.approximate.task_margin["judge_accuracy"] == 0.025
     dit = config.lanes["dit-xl2-256"]
-    assert dit.performance.rounds == 16 and dit.performance.alpha == RAW["performance"]["alpha"]  # merged
+    assert dit.performance.overlap_startup and not lane.performance.overlap_startup
+    assert dit.performance.alpha == RAW["performance"]["alpha"]  # merged from the top-level section
 
 
 @pytest.mark.parametrize("where,key", [
@@ -81,10 +82,11 @@ def test_renaming_guardrails_no_longer_drops_them_silently(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize("change,key,expected", [
-    ({"performance__rounds": 3}, "performance.rounds", "at least 6"),
+    ({"performance__rounds": 3}, "performance.rounds", "at least 4"),
+    ({"performance__max_segments": 1}, "performance.max_segments", "at least min_segments"),
     ({"performance__alpha": 0.7}, "performance.alpha", "significance level"),
     ({"performance__rounds": "12"}, "performance.rounds", "integer"),
-    ({"performance__confirm_with_fresh_workers": 1}, "confirm_with_fresh_workers", "boolean"),
+    ({"performance__overlap_startup": 1}, "performance.overlap_startup", "boolean"),
     ({"lanes__embedded-cpu__steps": 0}, "lanes.embedded-cpu.steps", "positive"),
     ({"lanes__embedded-cpu__batch": True}, "lanes.embedded-cpu.batch", "integer"),
     ({"lanes__embedded-cpu__device": "tpu"}, "lanes.embedded-cpu.device", "cuda"),

@@ -1,0 +1,206 @@
+"""The sequential performance decision: one estimate over segments of paired rounds, looked at after each
+segment, with the false-keep rate held at `alpha` over all looks (a group-sequential design).
+
+Data. A *segment* is one fresh pair of worker processes (candidate and best) timed for `rounds` paired
+rounds; each round gives one log ratio r = log(candidate time / best time). Within a segment the rounds
+share the two processes' offsets (a process can be a few per cent faster than its twin for its whole
+life), so the segments, not the rounds, are the independent units.
+
+Estimate. Per segment the median log ratio (robust to the bursts of a loaded machine) and a robust
+within-segment scale (1.4826 x MAD). Over segments the mean of the medians, with a standard error from
+two variance parts: the within-segment part (the median's sampling variance, pi/2 x scale^2 / rounds)
+and the between-process part, estimated from the spread of the segment medians but never below the
+configured floor `offset_floor_pct`: the standard deviation of the offset between the two fresh processes
+of a pair running identical code, measured on that kind of machine (docs/perf-harness.md). The floor is
+what makes a keep after two segments safe; set it from a no-op study, not from hope.
+
+Decision after segment k (k = min_segments .. max_segments):
+* KEEP when the z statistic crosses the group-sequential boundary for look k *and* the estimated
+  improvement reaches `min_improvement_pct`;
+* DISCARD early when even the optimistic bound (estimate + `futility_z` standard errors) is below
+  `min_improvement_pct` ("not faster by the minimum"); this futility stop is non-binding, so it can only
+  lower the false-keep rate;
+* after `max_segments` without either: DISCARD as inconclusive, with the estimate and its interval.
+
+Boundaries. Lan-DeMets alpha spending with the Hwang-Shih-DeCani family alpha(t) = alpha (1 - e^{-gamma t}) /
+(1 - e^{-gamma}) at information fractions t = k / max_segments, computed by numerical integration of the
+Brownian motion of the cumulative z statistic (Jennison & Turnbull, "Group Sequential Methods with
+Applications to Clinical Trials", 2000, ch. 7 and 19). gamma = 1 is close to Pocock's flat boundaries
+(early stops for large effects are cheap), gamma = -4 to O'Brien-Fleming's (early stops need huge effects).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+
+import numpy as np
+from scipy.stats import norm
+
+MAD_TO_SD = 1.4826  # 1 / Phi^-1(3/4): MAD of a normal sample -> its standard deviation
+MEDIAN_EFFICIENCY = math.pi / 2  # variance of a sample median / variance of the mean, normal data
+
+
+@dataclass(frozen=True)
+class Design:
+    """The sequential design (from the lane's performance protocol)."""
+
+    alpha: float = 0.01
+    min_improvement_pct: float = 2.0
+    min_segments: int = 2
+    max_segments: int = 6
+    offset_floor_pct: float = 1.0
+    spending_gamma: float = 1.0
+    futility_z: float = 2.0
+    metric: str = "latency_ms"
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One fresh worker pair's paired rounds, as log ratios, and their robust summary."""
+
+    log_ratios: tuple[float, ...]
+    median: float
+    scale: float
+
+    @classmethod
+    def of(cls, cand_s: list[float], best_s: list[float]) -> Segment:
+        if len(cand_s) != len(best_s) or len(cand_s) < 3:
+            raise ValueError("a segment needs at least 3 paired rounds of equal length")
+        r = np.log(np.asarray(cand_s, dtype=float) / np.asarray(best_s, dtype=float))
+        med = float(np.median(r))
+        return cls(tuple(float(x) for x in r), med, MAD_TO_SD * float(np.median(np.abs(r - med))))
+
+
+@dataclass(frozen=True)
+class Look:
+    """The state of the decision after one more segment."""
+
+    segments: int
+    rounds: int
+    decision: str  # "keep" | "not-faster" | "inconclusive" | "continue"
+    estimate_pct: float  # improvement of the primary metric (positive = candidate better)
+    lower_pct: float  # the interval at this look's boundary level
+    upper_pct: float
+    z: float
+    boundary: float | None  # None: no keep is possible at this look (fewer than min_segments)
+    standard_error: float  # of the mean log ratio
+    offset_sd: float  # the between-process standard deviation used (log scale)
+    reason: str = ""
+
+    @property
+    def final(self) -> bool:
+        return self.decision != "continue"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def improvement_pct(log_ratio: float, metric: str) -> float:
+    """Improvement of the primary metric implied by a mean log ratio of candidate/best latency."""
+    if metric == "images_per_s":
+        return (math.exp(-log_ratio) - 1.0) * 100.0
+    return (1.0 - math.exp(log_ratio)) * 100.0
+
+
+def spent(alpha: float, t: float, gamma: float) -> float:
+    """Hwang-Shih-DeCani alpha spending: the error allowed up to information fraction t."""
+    if abs(gamma) < 1e-9:
+        return alpha * t
+    return alpha * (1 - math.exp(-gamma * t)) / (1 - math.exp(-gamma))
+
+
+@lru_cache(maxsize=64)
+def boundaries(alpha: float, looks: tuple[float, ...], gamma: float, grid: float = 0.01) -> tuple[float, ...]:
+    """One-sided z boundaries c_k for looks at information fractions `looks` (increasing, last = 1).
+
+    Under the null the cumulative statistic S(t) = Z(t) sqrt(t) is a Brownian motion. At each look the
+    boundary is set so that the probability of crossing for the first time there equals the alpha spent
+    since the previous look; the density of S among the paths not yet stopped is carried on a grid.
+    """
+    out: list[float] = []
+    width = 10.0
+    s = np.arange(-width, width + grid, grid)
+    density: np.ndarray | None = None
+    prev_t, prev_spent = 0.0, 0.0
+    for t in looks:
+        dt = t - prev_t
+        if density is None:
+            new = norm.pdf(s, scale=math.sqrt(dt))
+        else:
+            kernel = norm.pdf(np.arange(-width, width + grid, grid), scale=math.sqrt(dt)) * grid
+            new = np.convolve(density, kernel, mode="same")
+        target = spent(alpha, t, gamma) - prev_spent
+        cum = np.cumsum(new) * grid  # P(S(t) <= s, not stopped before)
+        idx = int(np.searchsorted(cum, target))
+        c = -s[min(idx, len(s) - 1)] / math.sqrt(t)
+        out.append(float(c))
+        density = np.where(s > -c * math.sqrt(t), new, 0.0)
+        prev_t, prev_spent = t, spent(alpha, t, gamma)
+    return tuple(out)
+
+
+@dataclass
+class SequentialTest:
+    """Feed segments with `add`; each call returns the look after that segment."""
+
+    design: Design
+    segments: list[Segment] = field(default_factory=list)
+
+    def looks(self) -> tuple[float, ...]:
+        d = self.design
+        return tuple(k / d.max_segments for k in range(d.min_segments, d.max_segments + 1))
+
+    def boundary(self, k: int) -> float | None:
+        d = self.design
+        if k < d.min_segments:
+            return None
+        return boundaries(d.alpha, self.looks(), d.spending_gamma)[k - d.min_segments]
+
+    def add(self, cand_s: list[float], best_s: list[float]) -> Look:
+        self.segments.append(Segment.of(cand_s, best_s))
+        return self.current()
+
+    def _standard_error(self) -> tuple[float, float]:
+        """(standard error of the mean of segment medians, between-process sd used), log scale."""
+        segs = self.segments
+        k = len(segs)
+        rounds = sum(len(s.log_ratios) for s in segs) / k
+        within = MEDIAN_EFFICIENCY * float(np.mean([s.scale ** 2 for s in segs])) / rounds
+        floor = math.log1p(self.design.offset_floor_pct / 100.0)
+        between = floor ** 2
+        if k >= 2:
+            spread = float(np.var([s.median for s in segs], ddof=1))
+            between = max(between, spread - within)
+        return math.sqrt((between + within) / k), math.sqrt(between)
+
+    def current(self) -> Look:
+        d = self.design
+        k = len(self.segments)
+        rounds = sum(len(s.log_ratios) for s in self.segments)
+        estimate = float(np.mean([s.median for s in self.segments]))
+        se, offset_sd = self._standard_error()
+        z = estimate / max(se, 1e-12)
+        c = self.boundary(k)
+        level = c if c is not None else norm.ppf(1 - d.alpha)
+        gain = improvement_pct(estimate, d.metric)
+        lo, hi = sorted((improvement_pct(estimate + level * se, d.metric),
+                         improvement_pct(estimate - level * se, d.metric)))
+        optimistic = improvement_pct(estimate - d.futility_z * se, d.metric)
+        decision, reason = "continue", ""
+        if c is not None and z <= -c and gain >= d.min_improvement_pct:
+            decision = "keep"
+            reason = (f"faster: {gain:+.2f}% [{lo:+.2f}%, {hi:+.2f}%] after {k} segments ({rounds} rounds), "
+                      f"z={z:.2f} beyond the boundary -{c:.2f} (alpha {d.alpha:g} over all looks)")
+        elif optimistic < d.min_improvement_pct:
+            decision = "not-faster"
+            reason = (f"not faster by {d.min_improvement_pct:g}%: {gain:+.2f}% [{lo:+.2f}%, {hi:+.2f}%] after "
+                      f"{k} segments ({rounds} rounds); even {d.futility_z:g} standard errors of luck give "
+                      f"{optimistic:+.2f}%")
+        elif k >= d.max_segments:
+            decision = "inconclusive"
+            reason = (f"inconclusive after {rounds} rounds ({k} segments): {gain:+.2f}% [{lo:+.2f}%, {hi:+.2f}%]"
+                      + (f"; needs z <= -{c:.2f}, got {z:.2f}" if gain >= d.min_improvement_pct else
+                         f"; below the minimum {d.min_improvement_pct:g}%"))
+        return Look(k, rounds, decision, gain, lo, hi, float(z), c, se, offset_sd, reason)
