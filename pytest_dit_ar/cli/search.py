@@ -1,4 +1,8 @@
-"""`dit-ar search "QUERY"`: ranked handbook pages with the matching passages and line numbers."""
+"""`dit-ar search "QUERY"`: ranked handbook pages with the matching passages and line numbers.
+
+English, Chinese and misspelt queries are accepted (see search/engine.py). When the best page covers
+less than `WEAK_COVERAGE` of the query, the output says so first (text) and sets `"weak": true` (JSON).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from ..search.engine import FileHit, query_terms, search, snippet
+from ..search.engine import FileHit, SearchResult, query_terms, search_report, snippet
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -31,11 +35,16 @@ def _repo_root(args) -> Path:
     return Path.cwd()
 
 
-def format_hits(hits: list[FileHit], query: str) -> str:
+def format_hits(hits: list[FileHit], query: str, result: SearchResult | None = None) -> str:
     if not hits:
         return f"no handbook passage matches {query!r}"
     terms = set(query_terms(query))
     lines = []
+    if result is not None:
+        if result.interpreted:
+            lines.append("read as: " + "; ".join(result.interpreted))
+        if result.weak and result.note:
+            lines.append(f"note: {result.note}")
     for rank, hit in enumerate(hits, start=1):
         title = f" — {hit.title}" if hit.title else ""
         lines.append(f"{rank}. handbook/{hit.path}  (score {hit.score:.2f}){title}")
@@ -53,10 +62,14 @@ def run(args) -> int:
         print(f"dit-ar search: no handbook folder at {handbook}", file=sys.stderr)
         return 2
     cache = root / ".autoresearch" / "handbook_index.json"
-    hits = search(query, handbook, top=max(1, int(args.top)), cache_path=cache if cache.parent.is_dir() else None)
+    result = search_report(query, handbook, top=max(1, int(args.top)),
+                           cache_path=cache if cache.parent.is_dir() else None)
     if getattr(args, "json", False):
-        payload = {"query": query, "handbook": str(handbook), "hits": [asdict(h) for h in hits]}
-        print(json.dumps(payload, indent=2))
+        payload = {"query": query, "handbook": str(handbook), "weak": result.weak,
+                   "coverage": result.coverage, "missing": result.missing,
+                   "interpreted": result.interpreted, "note": result.note,
+                   "hits": [asdict(h) for h in result.hits]}
+        print(json.dumps(payload, indent=2, ensure_ascii=False))
     else:
-        print(format_hits(hits, query))
+        print(format_hits(result.hits, query, result))
     return 0

@@ -7,14 +7,26 @@ frequencies from the passage body, its heading (weighted more) and the file titl
 too, so "cuda graphs" prefers passages where those words stand together. A file's score is its best
 passage plus a smaller share of its next two, so one long file cannot win on volume alone.
 
+Queries are planned word by word (`query_plan`): an English word gives its normalised forms plus a few
+synonyms (`EXPANSIONS`); a word the handbook does not contain is corrected to the closest handbook word
+within one or two edits, or split into two handbook words ("grpahs" -> "graphs", "ridgepoint" ->
+"ridge point"); a run of Chinese characters is segmented and translated with the dictionary in
+`zh.py`, and what the dictionary does not know is matched as character bigrams. Every result says how
+much of the query the best page covers (`SearchResult.coverage`); below `WEAK_COVERAGE` the match is
+reported as weak.
+
 API:
-    search(query, handbook_dir, top=5) -> list[FileHit]
+    search(query, handbook_dir, top=5, cache_path=None) -> list[FileHit]
+    search_report(query, handbook_dir, top=5, cache_path=None) -> SearchResult   # hits + weak flag + notes
     build_index(handbook_dir, cache_path=None) -> Index      # cached by file hashes when cache_path given
+    search_index(index, query, top=5) -> list[FileHit];  report_index(index, query, top=5) -> SearchResult
+    query_terms(query) -> dict[str, float];  query_plan(query, index=None) -> list[QueryGroup]
     snippet(text, terms) -> str                              # a passage cut around its first matching word
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -25,7 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-INDEX_VERSION = 3
+from . import zh
+
+INDEX_VERSION = 4
 
 # BM25 parameters and field weights.
 K1 = 1.2
@@ -35,12 +49,18 @@ W_HEADING = 2.5
 W_TITLE = 1.5
 W_BIGRAM = 0.6
 W_EXPANSION = 0.45
+W_RELATED = 0.6       # words after "|" in a Chinese dictionary entry
+W_CORRECTED = 0.7     # a misspelt word replaced by the closest handbook word
+W_CJK_BIGRAM = 0.5    # Chinese characters the dictionary does not know, matched as bigrams
 SECOND_PASSAGE_SHARE = 0.25
-# Index pages list every topic; they should not outrank the page they point to.
-FILE_WEIGHTS = {"README.md": 0.5}
+# Index pages list every topic; they should not outrank the page they point to. The glossary repeats
+# every term (in English and Chinese) and counts less for the same reason.
+FILE_WEIGHTS = {"README.md": 0.5, "04_glossary.md": 0.6}
 # Reference lists (a page's "Sources" section) repeat keywords from everywhere; they count less.
 HEADING_WEIGHTS = {"sources": 0.6, "source": 0.6, "references": 0.6}
 MAX_PASSAGES_PER_FILE = 3
+# Below this share of the query's weight (idf) found in the best page, a match is reported as weak.
+WEAK_COVERAGE = 0.6
 
 STOPWORDS = frozenset(
     """a an and are as at be been but by can could do does did for from had has have how i if in into is it
@@ -73,6 +93,14 @@ CANONICAL = {
     "fa4": "flashattention4",
     "w8a8": "int8",
     "w8a16": "int8",
+    "8bit": "int8",
+    "4bit": "int4",
+    "uint8": "int8",
+    "microbenchmark": "microbenchmark",
+    "microbenchmarks": "microbenchmark",
+    "fastest": "faster",
+    "quickest": "faster",
+    "slowest": "slower",
 }
 
 # Query-side expansions: a query word also looks, at lower weight, for these stems.
@@ -92,7 +120,9 @@ EXPANSIONS = {
     "nsys": ["nsight"],
     "ncu": ["nsight"],
     "quant": ["quantiz"],
+    "quantize": ["quantiz"],
     "int8": ["quantiz"],
+    "int4": ["quantiz"],
     "fp8": ["quantiz"],
     "cfg": ["guidanc"],
     "cond": ["conditional"],
@@ -106,11 +136,30 @@ EXPANSIONS = {
     "keep": ["verdict"],
     "discard": ["verdict"],
     "crash": ["verdict"],
+    "flush": ["clear"],
+    "clear": ["flush"],
+    "warmup": ["cold"],
+    "cold": ["warmup"],
+    "dependency": ["installed", "import"],
+    "install": ["import"],
+    "library": ["installed"],
+    "merge": ["merging"],
+    "reuse": ["cache"],
+    "skip": ["cache"],
+    "glossary": ["term"],
+    "stop": ["budget"],
 }
 
 _WORD = re.compile(r"[A-Za-z0-9]+(?:[._\-/][A-Za-z0-9]+)*")
 _CAMEL = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 _NUM_UNIT = re.compile(r"^(\d+)([a-z]+)$")
+_ASCII_OR_CJK = re.compile(_WORD.pattern + "|" + zh.CJK.pattern)
+_FULLWIDTH = {c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)} | {0x3000: 0x20}
+
+
+def _halfwidth(text: str) -> str:
+    """Full-width ASCII (as typed with a Chinese input method) to ASCII; nothing else changes."""
+    return text.translate(_FULLWIDTH)
 
 
 def _stem(word: str) -> str:
@@ -137,43 +186,48 @@ def _stem(word: str) -> str:
     return w
 
 
+@functools.lru_cache(maxsize=65536)
 def _norm(token: str) -> str:
     token = CANONICAL.get(token, token)
     return CANONICAL.get(_stem(token), _stem(token))
 
 
+@functools.lru_cache(maxsize=65536)
+def _word_forms(raw: str) -> tuple[str, ...]:
+    """Lower-case surface forms of one word: joined form, compound parts, camel-case parts, number+unit."""
+    pieces = re.split(r"[._\-/]", raw)
+    joined = "".join(pieces).lower()
+    forms = [joined]
+    if len(pieces) > 1:
+        forms.extend(p.lower() for p in pieces if p)
+    for piece in pieces:
+        camel = _CAMEL.findall(piece)
+        alpha = [c for c in camel if not c.isdigit()]
+        if len(alpha) > 1 and all(len(c) >= 3 for c in alpha):
+            forms.extend(c.lower() for c in camel if not c.isdigit())
+    unit = _NUM_UNIT.match(joined)
+    if unit:
+        forms.extend(unit.groups())
+    return tuple(f for f in forms if f and f not in STOPWORDS and (len(f) > 1 or f.isdigit()))
+
+
 def tokens(text: str) -> list[str]:
-    """Words of `text`, normalised. Compound words also give their joined form and their parts."""
+    """Words of `text`, normalised. Compound words also give their joined form and their parts; runs of
+    Chinese characters give character bigrams."""
     out: list[str] = []
-    for match in _WORD.finditer(text):
+    for match in _ASCII_OR_CJK.finditer(_halfwidth(text)):
         raw = match.group(0)
-        pieces = re.split(r"[._\-/]", raw)
-        forms: list[str] = []
-        joined = "".join(pieces).lower()
-        forms.append(joined)
-        if len(pieces) > 1:
-            forms.extend(p.lower() for p in pieces if p)
-        for piece in pieces:
-            camel = _CAMEL.findall(piece)
-            alpha = [c for c in camel if not c.isdigit()]
-            if len(alpha) > 1 and all(len(c) >= 3 for c in alpha):
-                forms.extend(c.lower() for c in camel if not c.isdigit())
-        unit = _NUM_UNIT.match(joined)
-        if unit:
-            forms.extend(unit.groups())
-        for form in forms:
-            if not form or form in STOPWORDS:
-                continue
-            if len(form) == 1 and not form.isdigit():
-                continue
-            out.append(_norm(form))
+        if zh.CJK.fullmatch(raw):
+            out.extend(zh.bigrams(raw))
+            continue
+        out.extend(_norm(form) for form in _word_forms(raw))
     return out
 
 
 def _primary_tokens(text: str) -> list[str]:
     """One token per word (joined form only), for adjacent-pair indexing."""
     out = []
-    for match in _WORD.finditer(text):
+    for match in _WORD.finditer(_halfwidth(text)):
         word = re.sub(r"[._\-/]", "", match.group(0)).lower()
         if word and word not in STOPWORDS and (len(word) > 1 or word.isdigit()):
             out.append(_norm(word))
@@ -203,6 +257,8 @@ class FileHit:
     score: float
     title: str = ""
     passages: list[Passage] = field(default_factory=list)
+    coverage: float = 1.0                                  # share of the query's weight found in this file
+    missing: list[str] = field(default_factory=list)       # query words this file does not contain
 
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -271,32 +327,79 @@ class _Doc:
 
 
 class Index:
-    def __init__(self, docs: list[_Doc], files: dict[str, str]):
+    def __init__(self, docs: list[_Doc], files: dict[str, str], vocab: dict[str, int] | None = None):
         self.docs = docs
         self.files = files  # path -> sha256
+        self.vocab = vocab if vocab is not None else _surface_vocab(docs)  # surface word -> count
         self.n = len(docs)
         self.avg_len = (sum(d.length for d in docs) / self.n) if self.n else 1.0
         df: Counter[str] = Counter()
         for d in docs:
             df.update(d.tf.keys())
         self.idf = {t: math.log(1.0 + (self.n - c + 0.5) / (c + 0.5)) for t, c in df.items()}
+        self.max_idf = max(self.idf.values(), default=1.0)
         self.postings: dict[str, list[int]] = {}
         for i, d in enumerate(docs):
             for t in d.tf:
                 self.postings.setdefault(t, []).append(i)
+        self._deletes: dict[str, list[str]] | None = None
+        self._file_terms: dict[str, set[str]] = {}
 
     # ----- persistence
     def to_json(self) -> dict:
         return {
             "version": INDEX_VERSION,
             "files": self.files,
+            "vocab": self.vocab,
             "docs": [[d.path, d.title, d.line, d.heading, d.text, d.tf, d.length] for d in self.docs],
         }
 
     @classmethod
     def from_json(cls, data: dict) -> "Index":
         docs = [_Doc(p, t, ln, h, x, tf, length) for p, t, ln, h, x, tf, length in data["docs"]]
-        return cls(docs, dict(data["files"]))
+        return cls(docs, dict(data["files"]), dict(data["vocab"]))
+
+    # ----- helpers for query planning and reporting
+    def knows(self, token: str) -> bool:
+        return token in self.idf
+
+    def file_terms(self, path: str) -> set[str]:
+        """Every token indexed for one file (all its passages, title and file name included)."""
+        if path not in self._file_terms:
+            terms: set[str] = set()
+            for d in self.docs:
+                if d.path == path:
+                    terms.update(d.tf)
+            self._file_terms[path] = terms
+        return self._file_terms[path]
+
+    def deletes(self) -> dict[str, list[str]]:
+        """Surface words keyed by themselves and by every form with one letter deleted (built on first use)."""
+        if self._deletes is None:
+            table: dict[str, list[str]] = {}
+            for word in self.vocab:
+                table.setdefault(word, []).append(word)
+                for i in range(len(word)):
+                    table.setdefault(word[:i] + word[i + 1:], []).append(word)
+            self._deletes = table
+        return self._deletes
+
+
+def _surface_vocab(docs: list[_Doc]) -> dict[str, int]:
+    """Lower-case surface words of the handbook (letters only, at least 3 long), for typo correction."""
+    vocab: Counter[str] = Counter()
+    seen_titles: set[str] = set()
+    for d in docs:
+        texts = [d.text, d.heading]
+        if d.path not in seen_titles:
+            seen_titles.add(d.path)
+            texts += [d.title, Path(d.path).stem.replace("_", " ")]
+        for text in texts:
+            for match in _WORD.finditer(text):
+                for form in _word_forms(match.group(0)):
+                    if len(form) >= 3 and form.isalpha():
+                        vocab[form] += 1
+    return dict(vocab)
 
 
 def _file_title_tokens(rel: str, title: str) -> list[str]:
@@ -368,7 +471,17 @@ def build_index(handbook_dir: Path | str, cache_path: Path | str | None = None) 
 
 
 # --------------------------------------------------------------------------------------------------
-# Query
+# Query planning: synonyms, typo correction, Chinese
+
+
+@dataclass
+class QueryGroup:
+    """One word (or Chinese term) of the query and the weighted tokens that stand for it."""
+
+    source: str
+    terms: dict[str, float]
+    counted: bool = True          # counts when measuring how much of the query a page covers
+    interpreted: str = ""         # what the word was read as, when that differs from how it was typed
 
 
 _EXPANSIONS_NORM: dict[str, list[str]] = {}
@@ -381,16 +494,131 @@ def _expansions() -> dict[str, list[str]]:
     return _EXPANSIONS_NORM
 
 
-def query_terms(query: str) -> dict[str, float]:
+def _osa_distance(a: str, b: str, limit: int) -> int:
+    """Optimal-string-alignment edit distance (insert, delete, substitute, swap neighbours), capped at limit+1."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        cur = [i] + [0] * len(b)
+        best = cur[0]
+        for j in range(1, len(b) + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            v = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                v = min(v, prev2[j - 2] + 1)
+            cur[j] = v
+            best = min(best, v)
+        if best > limit:
+            return limit + 1
+        prev2, prev = prev, cur
+    return prev[len(b)]
+
+
+def _deletions(word: str, depth: int) -> set[str]:
+    out = {word}
+    frontier = {word}
+    for _ in range(depth):
+        frontier = {w[:i] + w[i + 1:] for w in frontier for i in range(len(w))}
+        out |= frontier
+    return out
+
+
+def correct(word: str, index: Index) -> str | None:
+    """The handbook word closest to an unknown `word` (1 edit up to 7 letters, 2 from 8), or a split into
+    two handbook words, or None. Ties go to the more frequent word."""
+    if len(word) < 4 or not word.isalpha():
+        return None
+    limit = 1 if len(word) < 8 else 2
+    table = index.deletes()
+    candidates: set[str] = set()
+    for variant in _deletions(word, limit):
+        candidates.update(table.get(variant, ()))
+    scored = []
+    for cand in candidates:
+        dist = _osa_distance(word, cand, limit)
+        if dist <= limit:
+            scored.append((dist, -index.vocab.get(cand, 0), cand))
+    if scored:
+        return min(scored)[2]
+    for cut in range(3, len(word) - 2):
+        left, right = word[:cut], word[cut:]
+        if left in index.vocab and right in index.vocab:
+            return f"{left} {right}"
+    return None
+
+
+def query_plan(query: str, index: Index | None = None) -> list[QueryGroup]:
+    """The query as groups of weighted tokens: one group per English word (with synonyms, and with a
+    correction when `index` is given and does not know the word), one per recognised Chinese term, one
+    per stretch of unknown Chinese characters (as bigrams, not counted for coverage), and a last group
+    with the adjacent-word pairs."""
+    groups: list[QueryGroup] = []
+    sequence: list[str | None] = []          # English words in query order; None breaks a phrase
+    for match in _ASCII_OR_CJK.finditer(_halfwidth(query or "")):
+        raw = match.group(0)
+        if zh.CJK.fullmatch(raw):
+            for word, english in zh.segment(raw):
+                if english is None:
+                    grams = zh.bigrams(word)
+                    groups.append(QueryGroup(word, {g: W_CJK_BIGRAM for g in grams}, counted=False))
+                    sequence.append(None)
+                    continue
+                primary, related = zh.split_translation(english)
+                terms = {t: 1.0 for t in tokens(primary)}
+                for t in tokens(related):
+                    terms.setdefault(t, W_RELATED)
+                groups.append(QueryGroup(word, terms, interpreted=primary))
+                sequence.extend(primary.split())
+            continue
+        forms = _word_forms(raw)
+        if not forms:
+            continue
+        terms = {_norm(f): 1.0 for f in forms}
+        interpreted = ""
+        words_for_pairs = [raw]
+        if index is not None and not any(index.knows(t) for t in terms):
+            fixes = [fix for fix in (correct(f, index) for f in forms) if fix]
+            if fixes:
+                terms = {}
+                for fix in fixes:
+                    for t in tokens(fix):
+                        terms.setdefault(t, W_CORRECTED)
+                interpreted = fixes[0]
+                words_for_pairs = fixes[0].split()
+        groups.append(QueryGroup(raw, terms, interpreted=interpreted))
+        sequence.extend(words_for_pairs)
+    for group in groups:
+        for t, w in list(group.terms.items()):
+            for extra in _expansions().get(t, []):
+                group.terms.setdefault(extra, W_EXPANSION * w)
+    pairs: dict[str, float] = {}
+    phrase: list[str] = []
+    for word in sequence + [None]:
+        if word is None:
+            for bg in _bigrams(" ".join(phrase)):
+                pairs.setdefault(bg, 1.0)
+            phrase = []
+        else:
+            phrase.append(word)
+    if pairs:
+        groups.append(QueryGroup("", pairs, counted=False))
+    return groups
+
+
+def _flatten(groups: list[QueryGroup]) -> dict[str, float]:
     terms: dict[str, float] = {}
-    for t in tokens(query):
-        terms[t] = 1.0
-    for t in list(terms):
-        for extra in _expansions().get(t, []):
-            terms.setdefault(extra, W_EXPANSION)
-    for bg in _bigrams(query):
-        terms.setdefault(bg, 1.0)
+    for group in groups:
+        for t, w in group.terms.items():
+            terms[t] = max(terms.get(t, 0.0), w)
     return terms
+
+
+def query_terms(query: str) -> dict[str, float]:
+    """Token -> weight for `query` (synonyms and Chinese translation included; no typo correction, which
+    needs an index)."""
+    return _flatten(query_plan(query))
 
 
 def _bm25(index: Index, terms: dict[str, float]) -> dict[int, float]:
@@ -407,13 +635,47 @@ def _bm25(index: Index, terms: dict[str, float]) -> dict[int, float]:
     return scores
 
 
-def search_index(index: Index, query: str, top: int = 5) -> list[FileHit]:
-    terms = query_terms(query)
-    if not terms or top <= 0:
-        return []
+# --------------------------------------------------------------------------------------------------
+# Search
+
+
+@dataclass
+class SearchResult:
+    """Ranked files plus what the reader should know about the match."""
+
+    query: str
+    hits: list[FileHit]
+    weak: bool = False
+    coverage: float = 0.0                 # share of the query's weight found in the best page
+    missing: list[str] = field(default_factory=list)       # query words the best page does not contain
+    interpreted: list[str] = field(default_factory=list)   # "grpahs -> graphs", "显存 -> memory vram"
+    note: str = ""
+
+
+def _group_weight(index: Index, group: QueryGroup) -> float:
+    known = [index.idf[t] for t in group.terms if "+" not in t and t in index.idf]
+    return max(known) if known else index.max_idf
+
+
+def _coverage(index: Index, groups: list[QueryGroup], path: str) -> tuple[float, list[str]]:
+    counted = [g for g in groups if g.counted and g.terms]
+    if not counted:
+        return 0.0, []
+    file_terms = index.file_terms(path)
+    total = matched = 0.0
+    missing = []
+    for group in counted:
+        weight = _group_weight(index, group)
+        total += weight
+        if any(t in file_terms for t in group.terms if "+" not in t):
+            matched += weight
+        else:
+            missing.append(group.source)
+    return (matched / total if total else 0.0), missing
+
+
+def _rank(index: Index, terms: dict[str, float], top: int) -> list[FileHit]:
     scores = _bm25(index, terms)
-    if not scores:
-        return []
     by_file: dict[str, list[tuple[float, int]]] = {}
     for i, s in scores.items():
         s *= HEADING_WEIGHTS.get(index.docs[i].heading.strip().lower(), 1.0)
@@ -433,20 +695,61 @@ def search_index(index: Index, query: str, top: int = 5) -> list[FileHit]:
     return hits[:top]
 
 
+def report_index(index: Index, query: str, top: int = 5) -> SearchResult:
+    """Search an index and say how good the best match is (coverage, missing words, interpretations)."""
+    groups = query_plan(query, index)
+    interpreted = [f"{g.source} -> {g.interpreted}" for g in groups if g.interpreted]
+    terms = _flatten(groups)
+    if not terms or top <= 0:
+        return SearchResult(query, [], weak=bool(terms), interpreted=interpreted)
+    hits = _rank(index, terms, top)
+    if not hits:
+        return SearchResult(query, [], weak=True, interpreted=interpreted,
+                            note="no handbook passage contains any word of the query")
+    for hit in hits:
+        hit.coverage, hit.missing = _coverage(index, groups, hit.path)
+        hit.coverage = round(hit.coverage, 3)
+    best = hits[0]
+    counted = [g for g in groups if g.counted and g.terms]
+    note = ""
+    if not counted:
+        weak = True
+        note = "weak match: no word of the query is a known term; only raw Chinese characters matched"
+    else:
+        weak = best.coverage < WEAK_COVERAGE
+        if weak:
+            found = len(counted) - len(best.missing)
+            note = (f"weak match: the best page contains {found} of {len(counted)} query words "
+                    f"(missing: {', '.join(best.missing)}); the handbook may not cover this — try other words")
+    return SearchResult(query, hits, weak=weak, coverage=best.coverage, missing=list(best.missing),
+                        interpreted=interpreted, note=note)
+
+
+def search_index(index: Index, query: str, top: int = 5) -> list[FileHit]:
+    return report_index(index, query, top).hits
+
+
+def search_report(query: str, handbook_dir: Path | str, top: int = 5,
+                  cache_path: Path | str | None = None) -> SearchResult:
+    """Like `search`, with the weak-match verdict and how the query was read."""
+    if not query or not query.strip():
+        return SearchResult(query or "", [])
+    index = build_index(handbook_dir, cache_path)
+    return report_index(index, query, top)
+
+
 def search(query: str, handbook_dir: Path | str, top: int = 5, cache_path: Path | str | None = None) -> list[FileHit]:
     """Ranked handbook files for `query`, each with its best matching passages (line numbers 1-based)."""
-    if not query or not query.strip():
-        return []
-    index = build_index(handbook_dir, cache_path)
-    return search_index(index, query, top)
+    return search_report(query, handbook_dir, top, cache_path).hits
 
 
 def snippet(text: str, query_terms: Iterable[str], width: int = 220) -> str:
     flat = " ".join(text.split())
     lowered = flat.lower()
+    wanted = set(query_terms)
     pos = -1
     for word in _WORD.finditer(lowered):
-        if _norm(re.sub(r"[._\-/]", "", word.group(0))) in query_terms:
+        if _norm(re.sub(r"[._\-/]", "", word.group(0))) in wanted:
             pos = word.start()
             break
     start = max(0, pos - width // 3) if pos >= 0 else 0

@@ -1,4 +1,6 @@
-"""Retrieval quality and behaviour of `dit-ar search` (pytest_dit_ar/search.py) over the real handbook."""
+"""Behaviour of `dit-ar search` (pytest_dit_ar/search/, cli/search.py): the handbook's shape, the engine on small
+synthetic handbooks, Chinese and misspelt queries, the weak-match report, and the CLI. Retrieval quality over the
+real handbook (English, Chinese and typo query sets) is measured in test_handbook_queries.py."""
 
 from __future__ import annotations
 
@@ -12,68 +14,11 @@ import pytest
 
 from pytest_dit_ar.cli import search as verb
 from pytest_dit_ar.search import engine as S
+from pytest_dit_ar.search import zh
 
 ROOT = Path(__file__).resolve().parents[2]
 
 HANDBOOK = ROOT / "handbook"
-
-# Queries an agent would plausibly type, each with the file(s) that should answer it.
-QUERIES: list[tuple[str, str | tuple[str, ...]]] = [
-    ("flash attention sm_86", "03_single_gpu/02_attention_backends_sdpa_flash2.md"),
-    ("out of memory at 1024 T5 offload", "04_memory/03_text_encoder_on_24gb.md"),
-    ("cuda graphs static shapes", "03_single_gpu/05_cuda_graphs_and_shape_buckets.md"),
-    ("is int8 weight-only exact", ("07_approximation_quantization/04_quantization_on_ampere.md",
-                                   "00_foundations/05_experiment_classes_and_audit.md")),
-    ("false keep noise between processes", "09_reference/02_false_keeps_and_pitfalls.md"),
-    ("which SDPA backend is fastest on Ampere", "03_single_gpu/02_attention_backends_sdpa_flash2.md"),
-    ("FlashAttention-3 on A5500", ("00_foundations/04_target_hardware_and_quality_contract.md",
-                                   "03_single_gpu/02_attention_backends_sdpa_flash2.md")),
-    ("fp8 tensor cores ampere", ("00_foundations/04_target_hardware_and_quality_contract.md",
-                                 "07_approximation_quantization/04_quantization_on_ampere.md")),
-    ("regional compilation repeated blocks compile time",
-     "03_single_gpu/03_torch_compile_regional_and_graph_breaks.md"),
-    ("graph breaks torch.compile recompiles", "03_single_gpu/03_torch_compile_regional_and_graph_breaks.md"),
-    ("fuse layernorm adaLN modulation shift scale", "03_single_gpu/04_norm_modulation_pointwise_fusion.md"),
-    ("precompute timestep embedding before loop", "03_single_gpu/04_norm_modulation_pointwise_fusion.md"),
-    ("gemm tile wave quantization 80 SMs", "03_single_gpu/06_gemm_algorithm_and_layout_tuning.md"),
-    ("batch cond and uncond into one forward", ("03_single_gpu/06_gemm_algorithm_and_layout_tuning.md",
-                                                "08_playbooks/01_dit_xl2_256.md")),
-    (".item() host sync in scheduler loop", "03_single_gpu/07_host_overhead_and_syncs.md"),
-    ("what to try first optimization order", "03_single_gpu/08_a5500_optimization_ladder.md"),
-    ("memcpy HtoD weights every step offload hooks", "04_memory/01_transfer_elimination_and_component_lifetime.md"),
-    ("VAE tiling decode peak memory", "04_memory/02_24gb_vram_engineering.md"),
-    ("NVLink bridge bandwidth two A5500", "05_multi_gpu/01_dual_a5500_topology_pcie_nvlink.md"),
-    ("CFG parallel two GPUs", "05_multi_gpu/02_cfg_parallel_and_sequence_parallel.md"),
-    ("ulysses sequence parallel all-to-all", "05_multi_gpu/02_cfg_parallel_and_sequence_parallel.md"),
-    ("write a triton kernel shared memory limit", "06_kernels/01_custom_triton_and_cuda_on_ampere.md"),
-    ("reduce number of sampling steps DPM-Solver", "07_approximation_quantization/01_step_reduction_and_solvers.md"),
-    ("TeaCache reuse features across steps", "07_approximation_quantization/02_caching_across_steps.md"),
-    ("skip guidance on last steps", "07_approximation_quantization/03_guidance_truncation_and_cfg.md"),
-    ("W8A8 int8 tensor cores speedup", "07_approximation_quantization/04_quantization_on_ampere.md"),
-    ("Flux 12B does not fit 24GB", "08_playbooks/04_flux_in_24gb.md"),
-    ("SD3 three text encoders memory", "08_playbooks/03_sd3_in_24gb.md"),
-    ("pixart sigma 1024 playbook", "08_playbooks/02_pixart_sigma_1024.md"),
-    ("DiT-XL/2 256 launch bound", "08_playbooks/01_dit_xl2_256.md"),
-    ("embedded cpu lane threads", "08_playbooks/05_embedded_cpu_lane.md"),
-    ("nsys timeline kernels gaps", "02_bottlenecks/05_nsight_a5500_profiling_workflow.md"),
-    ("ncu permission ERR_NVGPUCTRPERM", "02_bottlenecks/05_nsight_a5500_profiling_workflow.md"),
-    ("stage attribution text_encode denoise decode", "01_profiling/01_end_to_end_profiling_and_stage_attribution.md"),
-    ("roofline ridge point memory bound", "00_foundations/03_roofline_on_a5500.md"),
-    ("audit raises class undeclared bf16", "00_foundations/05_experiment_classes_and_audit.md"),
-    ("mann whitney bootstrap min improvement 2%", "00_foundations/02_benchmarking_and_quality_gates.md"),
-    ("bf16 vs fp32 error tf32", "03_single_gpu/01_precision_bf16_fp16_tf32.md"),
-    ("how to cite a measurement hypothesis", "09_reference/10_reproducibility_and_claims_standard.md"),
-    ("persistence mode clocks before baseline", "09_reference/09_a5500_benchmark_runbook.md"),
-    ("A5500 memory bandwidth tensor TFLOPS", ("09_reference/01_hardware_and_model_numbers.md",
-                                              "00_foundations/04_target_hardware_and_quality_contract.md",
-                                              "00_foundations/03_roofline_on_a5500.md")),
-    ("launch bound vs compute bound which limit", "02_bottlenecks/01_bottleneck_taxonomy.md"),
-    ("FLOPs per step tokens patch size", "00_foundations/01_dit_inference_anatomy.md"),
-    ("arxiv id of PipeFusion paper", ("09_reference/03_sources.md",
-                                      "05_multi_gpu/02_cfg_parallel_and_sequence_parallel.md")),
-    ("verdict crash what to do reset", ("09_reference/02_false_keeps_and_pitfalls.md",
-                                        "00_foundations/02_benchmarking_and_quality_gates.md")),
-]
 
 MANDATORY = [
     "00_foundations/02_benchmarking_and_quality_gates.md",
@@ -93,8 +38,9 @@ RUNG_SECTIONS = [
 ]
 
 
-def _expected(exp: str | tuple[str, ...]) -> tuple[str, ...]:
-    return exp if isinstance(exp, tuple) else (exp,)
+@pytest.fixture(scope="module")
+def index() -> S.Index:
+    return S.build_index(HANDBOOK)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -104,7 +50,7 @@ def _expected(exp: str | tuple[str, ...]) -> tuple[str, ...]:
 def test_handbook_structure():
     files = sorted(p.relative_to(HANDBOOK).as_posix() for p in HANDBOOK.rglob("*.md"))
     numbered = [f for f in files if re.match(r"^\d\d_[a-z0-9_]+/\d\d_[a-z0-9_]+\.md$", f)]
-    assert len(numbered) >= 25, f"only {len(numbered)} handbook files in numbered folders"
+    assert len(numbered) >= 55, f"only {len(numbered)} handbook pages in numbered folders"
     assert "README.md" in files
     for rel in MANDATORY:
         assert rel in files, f"mandatory handbook file missing: {rel}"
@@ -117,30 +63,15 @@ def test_handbook_structure():
                 assert f"\n{section}" in text, f"rung file {rel} lacks section {section!r}"
 
 
-def test_queries_point_at_existing_files():
-    for _, exp in QUERIES:
-        for rel in _expected(exp):
-            assert (HANDBOOK / rel).is_file(), rel
-    assert len(QUERIES) >= 30
+def test_uncached_search_is_fast():
+    start = time.perf_counter()
+    hits = S.search("cuda graphs static shapes", HANDBOOK, top=3)  # builds the index, as the CLI does without cache
+    assert time.perf_counter() - start < 2.0
+    assert hits[0].path == "03_single_gpu/05_cuda_graphs_and_shape_buckets.md"
 
 
-def test_top3_hit_rate_and_latency():
-    misses, slowest = [], 0.0
-    for query, exp in QUERIES:
-        start = time.perf_counter()
-        hits = S.search(query, HANDBOOK, top=3)  # builds the index on the fly, as the CLI does without cache
-        elapsed = time.perf_counter() - start
-        slowest = max(slowest, elapsed)
-        assert elapsed < 1.0, f"{query!r} took {elapsed:.2f}s"
-        got = [h.path for h in hits]
-        if not set(_expected(exp)) & set(got):
-            misses.append((query, got))
-    rate = 1 - len(misses) / len(QUERIES)
-    assert rate >= 0.9, f"top-3 hit rate {rate:.0%}; misses: {misses}"
-
-
-def test_results_carry_passages_with_correct_lines():
-    hits = S.search("cuda graphs static shapes", HANDBOOK, top=3)
+def test_results_carry_passages_with_correct_lines(index):
+    hits = S.search_index(index, "cuda graphs static shapes", top=3)
     assert hits and hits[0].passages
     for hit in hits:
         lines = (HANDBOOK / hit.path).read_text(encoding="utf-8").splitlines()
@@ -160,6 +91,36 @@ def test_cached_index_matches_and_is_fast(tmp_path):
     second = S.search("bf16 vs fp32 error tf32", HANDBOOK, top=3, cache_path=cache)
     assert time.perf_counter() - start < 1.0
     assert [h.path for h in first] == [h.path for h in second]
+    third = S.search("grpahs", HANDBOOK, top=3, cache_path=cache)  # typo correction works from a cached index
+    assert third
+
+
+def test_chinese_query_is_translated(index):
+    report = S.report_index(index, "显存不够 1024 分辨率 T5 卸载", top=3)
+    assert report.hits and not report.weak
+    assert any(i.startswith("卸载 -> offload") for i in report.interpreted)
+    assert "04_memory/03_text_encoder_on_24gb.md" in [h.path for h in report.hits]
+
+
+def test_misspelt_query_is_corrected(index):
+    report = S.report_index(index, "quantizaton", top=3)
+    assert "quantizaton -> quantization" in report.interpreted
+    assert report.hits[0].path == "07_approximation_quantization/04_quantization_on_ampere.md"
+
+
+def test_weak_match_is_reported(index):
+    strong = S.report_index(index, "cuda graphs static shapes", top=3)
+    assert not strong.weak and strong.coverage == 1.0 and not strong.note
+    weak = S.report_index(index, "tensor parallel kubernetes autoscaling", top=3)
+    assert weak.hits and weak.weak and weak.coverage < S.WEAK_COVERAGE
+    assert {"kubernetes", "autoscaling"} <= set(weak.missing) and "weak match" in weak.note
+    none = S.report_index(index, "zzqxjv wqpfk", top=3)
+    assert none.hits == []
+
+
+def test_synonyms_reach_the_quantization_page(index):
+    top = S.search_index(index, "8-bit weights", top=1)[0]
+    assert top.path == "07_approximation_quantization/04_quantization_on_ampere.md"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -213,14 +174,14 @@ def test_line_numbers_and_headings(tmp_path):
     assert "more zeta" in p.text, "a fenced code block must stay one passage"
 
 
-@pytest.mark.parametrize("query", ["", "   ", "!!! ??? ###", "zzqxjv wqpfk", "the of and a"])
-def test_empty_or_garbage_query_returns_empty(query):
-    assert S.search(query, HANDBOOK) == []
+@pytest.mark.parametrize("query", ["", "   ", "!!! ??? ###", "zzqxjv wqpfk", "the of and a", "的 了 吗"])
+def test_empty_or_garbage_query_returns_empty(index, query):
+    assert S.search_index(index, query) == []
 
 
-def test_top_limits_results():
-    assert len(S.search("memory", HANDBOOK, top=2)) <= 2
-    assert S.search("memory", HANDBOOK, top=0) == []
+def test_top_limits_results(index):
+    assert len(S.search_index(index, "memory", top=2)) <= 2
+    assert S.search_index(index, "memory", top=0) == []
 
 
 def test_stemming_and_synonyms_meet():
@@ -228,6 +189,32 @@ def test_stemming_and_synonyms_meet():
     assert S.tokens("bfloat16") == S.tokens("bf16")
     assert "sm86" in S.tokens("sm_86")
     assert "memory" in S.query_terms("vram")
+    assert S.tokens("8-bit") == S.tokens("int8")[:1] + S.tokens("8-bit")[1:]
+
+
+def test_chinese_tokens_and_segmentation():
+    assert S.tokens("显存峰值") == ["显存", "存峰", "峰值"]  # index side: character bigrams
+    assert S.tokens("ＣＵＤＡ graphs") == S.tokens("CUDA graphs")  # full-width input is folded
+    terms = S.query_terms("显存不够怎么办")
+    assert "memory" in terms and "怎么" not in "".join(terms)
+    assert zh.segment("图断裂和重新编译") == [("图断裂", "graph breaks"), ("重新编译", "recompiles")]
+    assert zh.segment("一下") == []  # a stopword is not read as the number one
+    unknown = S.query_plan("量子")
+    assert unknown and not unknown[0].counted and "量子" in unknown[0].terms
+
+
+def test_typo_correction_on_a_small_handbook(tmp_path):
+    _write(tmp_path, "01_a/01_graphs.md", "# CUDA graphs\n\nCapture the forward once and replay it.\n")
+    _write(tmp_path, "01_a/02_other.md", "# Memory\n\nThe allocator keeps blocks.\n")
+    index = S.build_index(tmp_path)
+    assert S.correct("grpahs", index) == "graphs"
+    assert S.correct("replya", index) == "replay"
+    assert S.correct("xyzzy", index) is None
+    assert S.correct("capturereplay", index) == "capture replay"
+    report = S.report_index(index, "grpahs", top=1)
+    assert report.hits[0].path == "01_a/01_graphs.md" and report.interpreted == ["grpahs -> graphs"]
+    # a word the handbook knows is never "corrected"
+    assert S.report_index(index, "memory", top=1).interpreted == []
 
 
 def test_cache_is_invalidated_when_a_file_changes(tmp_path):
@@ -282,3 +269,24 @@ def test_cli_no_match_is_not_an_error(capsys):
     args = _parser().parse_args(["--config", str(ROOT / "config" / "autoresearch.json"), "search", "zzqxjv"])
     assert verb.run(args) == 0
     assert "no handbook passage" in capsys.readouterr().out
+
+
+def test_cli_says_when_the_match_is_weak(capsys):
+    config = str(ROOT / "config" / "autoresearch.json")
+    assert verb.run(_parser().parse_args(["--config", config, "search", "tensor parallel kubernetes autoscaling"])) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("note: weak match") and "kubernetes" in out.splitlines()[0]
+    assert verb.run(_parser().parse_args(["--config", config, "search", "tensor parallel kubernetes autoscaling",
+                                          "--json"])) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["weak"] is True and payload["coverage"] < S.WEAK_COVERAGE and "kubernetes" in payload["missing"]
+
+
+def test_cli_shows_how_a_chinese_query_was_read(capsys):
+    config = str(ROOT / "config" / "autoresearch.json")
+    assert verb.run(_parser().parse_args(["--config", config, "search", "CUDA 图 静态形状", "--json"])) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["weak"] is False and "静态形状 -> static shapes" in payload["interpreted"]
+    assert payload["hits"][0]["path"] == "03_single_gpu/05_cuda_graphs_and_shape_buckets.md"
+    assert verb.run(_parser().parse_args(["--config", config, "search", "CUDA", "图", "静态形状"])) == 0
+    assert capsys.readouterr().out.startswith("read as: ")
