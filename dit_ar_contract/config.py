@@ -155,11 +155,13 @@ class Lane:
     def is_cuda(self) -> bool:
         return self.device.startswith("cuda")
 
-    def workload(self, root: Path) -> dict[str, Any]:
-        """The spec handed to model_under_test.build_pipeline (DESIGN §2): a plain dict, by design."""
+    def workload(self, root: Path, project: Path | None = None) -> dict[str, Any]:
+        """The spec handed to model_under_test.build_pipeline (DESIGN §2): a plain dict, by design. `root` is
+        the side's tree; relative weights resolve against `project` (the session's repository, default
+        `root`), so both sides of an A/B build from the same fixed files."""
         weights = self.weights
         if weights and not Path(weights).is_absolute():
-            weights = str((root / weights).resolve())
+            weights = str(((project or root) / weights).resolve())
         return {
             "root": str(root), "lane": self.name, "preset": self.preset, "weights": weights,
             "device": self.device, "resolution": self.resolution, "steps": self.steps,

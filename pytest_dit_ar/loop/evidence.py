@@ -134,7 +134,7 @@ class Evidence:
         session = self.session
         t = time.perf_counter()
         with ThreadPoolExecutor(1) as pool:
-            best_boot = pool.submit(boot, best, session.lane.workload(self.best_root)) if best else None
+            best_boot = pool.submit(boot, best, session.lane.workload(self.best_root, session.root)) if best else None
             build = worker.handshake().request("build", spec=session.lane.workload(session.root))
             t = self._spent("quality_worker_start", t)
             outputs = generate_corpus(worker, self.cases(), session.lane.batch, desc="candidate")
@@ -212,7 +212,7 @@ class Evidence:
         lane = self.session.lane
         return MeasurementPlan(
             cand=Side("candidate", self.session.root, lane.workload(self.session.root)),
-            best=Side("best", self.best_root, lane.workload(self.best_root)),
+            best=Side("best", self.best_root, lane.workload(self.best_root, self.session.root)),
             protocol=lane.performance, prompts=tuple(c.prompt for c in self.cases()), batch=lane.batch,
             metric=lane.primary_metric, guardrails=lane.guardrails, is_cuda=lane.is_cuda, log_dir=self.run_dir,
             roofline_ms=self.roofline_ms())

@@ -11,9 +11,11 @@ closed after its segment, so memory stays bounded. `--load N` runs N busy proces
 for the whole collection (a competing CPU load).
 
 Evaluation. Each arm's segments are consumed in order by repeated experiments: the sequential test
-(perf_suite.sequential) takes segments until it decides; the earlier protocol judges one segment as a
-block (paired Wilcoxon + bootstrap, perf_suite.stats) and, if it passes, the next segment as the
-confirming block. Experiments never share segments, so they are independent.
+(perf_suite.sequential) takes segments until it decides, using the first `rounds` rounds of each; the
+earlier protocol judges one segment as a block of its own shipped length (`--old-rounds`, paired Wilcoxon
++ bootstrap, perf_suite.stats) and, if it passes, the next segment as the confirming block. So both
+protocols are judged on the same processes in the same time window; segments are measured with the
+longer of the two lengths. Experiments never share segments, so they are independent.
 
     python -m pytest_dit_ar.loop.study --lane embedded-cpu --null-segments 40 --speedups 20 \\
         --segments-per-speedup 40 --load 1 --out study.json --figure study.png
@@ -79,11 +81,11 @@ def _spin() -> None:  # pragma: no cover - runs in the load processes
 
 
 # -- evaluation (pure) ---------------------------------------------------------------------------
-def new_protocol(segments: list[dict[str, Any]], design: Design) -> list[dict[str, Any]]:
-    """Consecutive experiments of the sequential protocol over one arm's segments."""
+def new_protocol(segments: list[dict[str, Any]], design: Design, rounds: int) -> list[dict[str, Any]]:
+    """Consecutive experiments of the sequential protocol over one arm's segments (first `rounds` of each)."""
     out, test = [], SequentialTest(design)
     for seg in segments:
-        look = test.add(seg["cand_s"], seg["best_s"])
+        look = test.add(seg["cand_s"][:rounds], seg["best_s"][:rounds])
         if look.final:
             out.append({"keep": look.decision == "keep", "decision": look.decision, "segments": look.segments,
                         "rounds": look.rounds, "estimate_pct": look.estimate_pct})
@@ -91,11 +93,12 @@ def new_protocol(segments: list[dict[str, Any]], design: Design) -> list[dict[st
     return out
 
 
-def old_protocol(segments: list[dict[str, Any]], protocol: PerfProtocol, metric: str) -> list[dict[str, Any]]:
+def old_protocol(segments: list[dict[str, Any]], protocol: PerfProtocol, metric: str,
+                 rounds: int) -> list[dict[str, Any]]:
     """Consecutive experiments of the earlier protocol: a block, and a confirming block if it passes."""
     out, passed = [], []
     for seg in segments:
-        stats = decide_block(seg["cand_s"], seg["best_s"], metric=metric,
+        stats = decide_block(seg["cand_s"][:rounds], seg["best_s"][:rounds], metric=metric,
                              min_improvement_pct=protocol.min_improvement_pct, alpha=protocol.alpha, resamples=2000)
         passed.append(stats)
         if not stats.passes or len(passed) == OLD_BLOCKS:
@@ -105,7 +108,8 @@ def old_protocol(segments: list[dict[str, Any]], protocol: PerfProtocol, metric:
     return out
 
 
-def summarize(arms: dict[str, list[dict[str, Any]]], protocol: PerfProtocol, metric: str) -> dict[str, Any]:
+def summarize(arms: dict[str, list[dict[str, Any]]], protocol: PerfProtocol, metric: str,
+              old_rounds: int) -> dict[str, Any]:
     design = Design(alpha=protocol.alpha, min_improvement_pct=protocol.min_improvement_pct,
                     min_segments=protocol.min_segments, max_segments=protocol.max_segments,
                     offset_floor_pct=protocol.offset_floor_pct, spending_gamma=protocol.spending_gamma,
@@ -113,7 +117,9 @@ def summarize(arms: dict[str, list[dict[str, Any]]], protocol: PerfProtocol, met
     out = {}
     for arm, segments in arms.items():
         row = {"segments": len(segments)}
-        for name, runs in (("new", new_protocol(segments, design)), ("old", old_protocol(segments, protocol, metric))):
+        runs_of = {"new": new_protocol(segments, design, protocol.rounds),
+                   "old": old_protocol(segments, protocol, metric, old_rounds)}
+        for name, runs in runs_of.items():
             row[name] = {"experiments": len(runs), "keeps": sum(r["keep"] for r in runs),
                          "keep_rate": sum(r["keep"] for r in runs) / len(runs) if runs else None,
                          "mean_rounds": float(np.mean([r["rounds"] for r in runs])) if runs else None,
@@ -196,8 +202,9 @@ class PairPool:
 
 
 def run_study(config_path: Path, lane_name: str, null_segments: int, speedups: list[float],
-              segments_per_speedup: int, steps: int | None, rounds: int | None, pool_size: int, load: int,
-              affinity: tuple[int, ...] | None, deadline_s: float | None, out: Path | None) -> dict[str, Any]:
+              segments_per_speedup: int, steps: int | None, rounds: int | None, old_rounds: int, pool_size: int,
+              load: int, affinity: tuple[int, ...] | None, deadline_s: float | None,
+              out: Path | None) -> dict[str, Any]:
     config = load_config(config_path)
     lane = config.lane(lane_name)
     target = device.resolve_lane(config, lane)
@@ -215,7 +222,7 @@ def run_study(config_path: Path, lane_name: str, null_segments: int, speedups: l
         s.start()
 
     def spec_for(side_root: Path) -> dict[str, Any]:
-        spec = lane.workload(side_root)
+        spec = lane.workload(side_root, root)
         return {**spec, "steps": steps} if steps else spec
 
     def pool(cand_root: Path, best_root: Path, tag: str) -> PairPool:
@@ -223,12 +230,14 @@ def run_study(config_path: Path, lane_name: str, null_segments: int, speedups: l
                         launcher, tmp / "logs", pool_size, protocol.cpu_affinity)
 
     rng = random.SystemRandom()
+    measured = max(protocol.rounds, old_rounds)
     results: dict[str, Any] = {"lane": lane_name, "lane_id": target.lane_id, "device": target.identity.as_dict(),
                                "steps": steps or lane.steps, "batch": lane.batch, "load": load,
-                               "protocol": dataclasses.asdict(protocol), "arms": {}, "delays_s": {}}
+                               "protocol": dataclasses.asdict(protocol), "old_rounds": old_rounds,
+                               "arms": {}, "delays_s": {}}
     pools = {"null": pool(root, root, "null")}
     try:
-        first = run_segment(pools["null"].take(), 0, prompts, lane.batch, protocol.rounds, protocol.warmup_rounds, rng)
+        first = run_segment(pools["null"].take(), 0, prompts, lane.batch, measured, protocol.warmup_rounds, rng)
         latency_s = float(np.median(first.best_s))
         results["arms"]["null"] = [_segment_data(first)]
         for pct in speedups:
@@ -245,12 +254,12 @@ def run_study(config_path: Path, lane_name: str, null_segments: int, speedups: l
                     raise TimeoutError
                 pair = pools[arm].take()
                 try:
-                    seg = run_segment(pair, len(results["arms"][arm]), prompts, lane.batch, protocol.rounds,
+                    seg = run_segment(pair, len(results["arms"][arm]), prompts, lane.batch, measured,
                                       protocol.warmup_rounds, rng)
                 finally:
                     pair.close()
                 results["arms"][arm].append(_segment_data(seg))
-                _save(results, protocol, lane.primary_metric, out, started)
+                _save(results, protocol, lane.primary_metric, old_rounds, out, started)
             print(" ".join(f"{a}:{len(s)}" for a, s in results["arms"].items()), flush=True)
     except TimeoutError:
         results["stopped"] = f"deadline of {deadline_s:.0f} s reached"
@@ -260,7 +269,7 @@ def run_study(config_path: Path, lane_name: str, null_segments: int, speedups: l
         for s in spinners:
             s.terminate()
         shutil.rmtree(tmp, ignore_errors=True)
-    _save(results, protocol, lane.primary_metric, out, started)
+    _save(results, protocol, lane.primary_metric, old_rounds, out, started)
     return results
 
 
@@ -269,9 +278,10 @@ def _segment_data(seg: Any) -> dict[str, Any]:
             "problems": seg.problems}
 
 
-def _save(results: dict[str, Any], protocol: PerfProtocol, metric: str, out: Path | None, started: float) -> None:
+def _save(results: dict[str, Any], protocol: PerfProtocol, metric: str, old_rounds: int, out: Path | None,
+          started: float) -> None:
     """Update the summary and wall time; write what is known so far (a run cut short still leaves its data)."""
-    results["summary"] = summarize(results["arms"], protocol, metric)
+    results["summary"] = summarize(results["arms"], protocol, metric, old_rounds)
     results["wall_s"] = time.perf_counter() - started
     if out is not None:
         out.write_text(json.dumps(results, indent=1, default=str))
@@ -286,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--segments-per-speedup", type=int, default=20)
     parser.add_argument("--steps", type=int, default=None, help="override the lane's sampling steps")
     parser.add_argument("--rounds", type=int, default=None, help="override the rounds per segment")
+    parser.add_argument("--old-rounds", type=int, default=12,
+                        help="rounds per block of the earlier protocol (it shipped 12 on CPU, 16 on the GPU lanes)")
     parser.add_argument("--pool", type=int, default=2, help="worker pairs started at once (outside timed rounds)")
     parser.add_argument("--load", type=int, default=0, help="busy processes running beside the workers")
     parser.add_argument("--cpu-affinity", default=None, help="comma-separated cores for both sides' workers")
@@ -296,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     speedups = [float(s) for s in args.speedups.split(",") if s.strip()]
     cores = tuple(int(c) for c in args.cpu_affinity.split(",")) if args.cpu_affinity else None
     results = run_study(args.config, args.lane, args.null_segments, speedups, args.segments_per_speedup, args.steps,
-                        args.rounds, args.pool, args.load, cores, args.deadline_s, args.out)
+                        args.rounds, args.old_rounds, args.pool, args.load, cores, args.deadline_s, args.out)
     if args.figure:
         figure(results["summary"], args.figure)
     print(json.dumps(results["summary"], indent=1))

@@ -22,7 +22,26 @@ from dit_ar_contract.errors import CandidateCrash
 from . import protocol
 
 HELLO_TIMEOUT_S = 300.0
-HARNESS_ROOT = Path(__file__).resolve().parents[1]  # where this harness's packages live
+HARNESS_ROOT = Path(__file__).resolve().parents[2]  # the folder holding dit_ar_contract/ and pytest_dit_ar/
+PATH_VARIABLE = "DIT_AR_WORKER_PATH"
+# The worker runs isolated (-I: no current folder, no PYTHONPATH, no user site on sys.path), so neither
+# side can import harness code from its own tree; this prelude puts exactly the harness's folders first.
+BOOTSTRAP = ("import os, sys; sys.path[:0] = os.environ.pop('" + PATH_VARIABLE + "').split(os.pathsep); "
+             "from " + protocol.SERVER_MODULE + " import main; sys.exit(main())")
+
+
+def worker_sys_path(root: Path) -> list[str]:
+    """The harness folder, then the folders this process imports its libraries from, minus anything inside
+    the side's tree (a best worktree holds an old copy of the harness) and the current folder."""
+    inside = root.resolve()
+    paths = [str(HARNESS_ROOT)]
+    for entry in sys.path:
+        if not entry or not Path(entry).is_dir():
+            continue
+        resolved = Path(entry).resolve()
+        if resolved == HARNESS_ROOT or (resolved != inside and inside not in resolved.parents):
+            paths.append(str(resolved))
+    return list(dict.fromkeys(paths))
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
@@ -59,12 +78,12 @@ class WorkerProcess:
         """Start the process. Call from the main thread: the child dies with the thread that spawned it."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
-        cmd = [sys.executable, "-m", protocol.SERVER_MODULE, "--root", str(self.root),
+        cmd = [sys.executable, "-I", "-c", BOOTSTRAP, "--root", str(self.root),
                "--device", self.target.device, "--threads", str(self.threads)]
         if self.target.memory_cap_gb:
             cmd += ["--cap-gb", str(self.target.memory_cap_gb)]
         env = {**os.environ, **self.target.env, "PYTHONUNBUFFERED": "1",
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(HARNESS_ROOT), os.environ.get("PYTHONPATH")]))}
+               PATH_VARIABLE: os.pathsep.join(worker_sys_path(self.root))}
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                      cwd=self.root, env=env, bufsize=0, preexec_fn=_die_with_parent)
         log.close()

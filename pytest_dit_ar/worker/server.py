@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import hashlib
 import importlib
+import importlib.util
 import os
 import resource
 import sys
@@ -45,12 +46,25 @@ def _device_identity(torch: Any, device: str) -> dict[str, Any]:
 
 
 def import_model(root: Path) -> Any:
-    """Import model_under_test from root (the seam), refusing a copy found anywhere else."""
-    sys.path.insert(0, str(root))
-    module = importlib.import_module("model_under_test")
-    where = Path(module.__file__).resolve()
-    if root.resolve() not in where.parents:
-        raise ImportError(f"model_under_test was imported from {where}, not from {root}")
+    """Import model_under_test from root (the seam) by its file location, without putting root on sys.path:
+    every other import keeps resolving to the harness's own folders, never to a copy inside root."""
+    package = Path(root).resolve() / "model_under_test"
+    loaded = sys.modules.get("model_under_test")
+    if loaded is not None:
+        if Path(loaded.__file__).resolve().parent != package:
+            raise ImportError(f"model_under_test is already imported from {loaded.__file__}, not from {package}")
+        return loaded
+    spec = importlib.util.spec_from_file_location("model_under_test", package / "__init__.py",
+                                                  submodule_search_locations=[str(package)])
+    if spec is None or spec.loader is None:
+        raise ImportError(f"no model_under_test package at {package}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["model_under_test"] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules["model_under_test"]
+        raise
     return module
 
 
