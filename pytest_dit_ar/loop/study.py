@@ -108,8 +108,27 @@ def old_protocol(segments: list[dict[str, Any]], protocol: PerfProtocol, metric:
     return out
 
 
+def resampled(segments: list[dict[str, Any]], design: Design, rounds: int, orders: int = 2000,
+              seed: int = 0) -> dict[str, Any] | None:
+    """One sequential experiment from the start of each of `orders` random orderings of the segments: a
+    resampling estimate of the keep rate (experiments share segments, so they are not independent)."""
+    if len(segments) < design.max_segments:
+        return None
+    rng = np.random.default_rng(seed)
+    kept, used = 0, []
+    for _ in range(orders):
+        test = SequentialTest(design)
+        for i in rng.permutation(len(segments)):
+            look = test.add(segments[i]["cand_s"][:rounds], segments[i]["best_s"][:rounds])
+            if look.final:
+                kept += look.decision == "keep"
+                used.append(look.segments)
+                break
+    return {"orders": orders, "keep_rate": kept / orders, "mean_segments": float(np.mean(used))}
+
+
 def summarize(arms: dict[str, list[dict[str, Any]]], protocol: PerfProtocol, metric: str,
-              old_rounds: int) -> dict[str, Any]:
+              old_rounds: int, orders: int = 2000) -> dict[str, Any]:
     design = Design(alpha=protocol.alpha, min_improvement_pct=protocol.min_improvement_pct,
                     min_segments=protocol.min_segments, max_segments=protocol.max_segments,
                     offset_floor_pct=protocol.offset_floor_pct, spending_gamma=protocol.spending_gamma,
@@ -126,6 +145,7 @@ def summarize(arms: dict[str, list[dict[str, Any]]], protocol: PerfProtocol, met
                          "decisions": [r.get("decision", "keep" if r["keep"] else "discard") for r in runs]}
         medians = [float(np.median(np.log(np.asarray(s["cand_s"]) / np.asarray(s["best_s"])))) for s in segments]
         row["segment_median_log_ratio_sd"] = float(np.std(medians, ddof=1)) if len(medians) > 1 else None
+        row["new"]["resampled"] = resampled(segments, design, protocol.rounds, orders)
         out[arm] = row
     return out
 
@@ -247,19 +267,19 @@ def run_study(config_path: Path, lane_name: str, null_segments: int, speedups: l
             results["arms"][f"{pct:g}"] = []
         wanted = {"null": null_segments, **{f"{p:g}": segments_per_speedup for p in speedups}}
         while any(len(results["arms"][a]) < n for a, n in wanted.items()):
-            for arm, n in wanted.items():
-                if len(results["arms"][arm]) >= n:
-                    continue
-                if deadline_s and time.perf_counter() - started > deadline_s:
-                    raise TimeoutError
-                pair = pools[arm].take()
-                try:
-                    seg = run_segment(pair, len(results["arms"][arm]), prompts, lane.batch, measured,
-                                      protocol.warmup_rounds, rng)
-                finally:
-                    pair.close()
-                results["arms"][arm].append(_segment_data(seg))
-                _save(results, protocol, lane.primary_metric, old_rounds, out, started)
+            # the arm furthest behind its quota next, so a deadline leaves the arms in proportion
+            arm = min((a for a, n in wanted.items() if len(results["arms"][a]) < n),
+                      key=lambda a: len(results["arms"][a]) / wanted[a])
+            if deadline_s and time.perf_counter() - started > deadline_s:
+                raise TimeoutError
+            pair = pools[arm].take()
+            try:
+                seg = run_segment(pair, len(results["arms"][arm]), prompts, lane.batch, measured,
+                                  protocol.warmup_rounds, rng)
+            finally:
+                pair.close()
+            results["arms"][arm].append(_segment_data(seg))
+            _save(results, protocol, lane.primary_metric, old_rounds, out, started)
             print(" ".join(f"{a}:{len(s)}" for a, s in results["arms"].items()), flush=True)
     except TimeoutError:
         results["stopped"] = f"deadline of {deadline_s:.0f} s reached"

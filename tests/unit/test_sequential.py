@@ -114,6 +114,7 @@ def test_the_study_judges_both_protocols_on_the_same_segments() -> None:
     assert new and all(r["keep"] and r["rounds"] == 8 * r["segments"] for r in new)  # only the first 8 rounds
     old = old_protocol(arms["10"], protocol, "latency_ms", rounds=16)
     assert old and all(r["segments"] in (1, 2) and r["rounds"] == 16 * r["segments"] for r in old)
-    summary = summarize(arms, protocol, "latency_ms", old_rounds=16)
+    summary = summarize(arms, protocol, "latency_ms", old_rounds=16, orders=50)
     assert summary["10"]["new"]["keep_rate"] == 1.0 and summary["null"]["new"]["keeps"] == 0
+    assert summary["10"]["new"]["resampled"]["keep_rate"] == 1.0 and summary["null"]["new"]["resampled"]["orders"] == 50
     assert sum(r["segments"] for r in new_protocol(arms["null"], DESIGN, 8)) <= len(arms["null"])
