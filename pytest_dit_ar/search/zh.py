@@ -65,6 +65,8 @@ TERMS: dict[str, str] = {
     "目标设备": "target device",
     "目标硬件": "target hardware",
     "硬件": "hardware",
+    "支持": "support supported",
+    "不支持": "not supported",
     "工作站": "workstation",
     "数据中心": "data centre",
     "架构": "architecture",

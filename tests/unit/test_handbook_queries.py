@@ -243,6 +243,19 @@ def test_hit_rates(index, name, top1_min, top3_min):
     assert result["top1"] / n >= top1_min, f"{name}: top-1 {result['top1']}/{n}"
 
 
+def test_typo_queries_really_are_misspelt(index):
+    """A typo query measures correction only if its misspelt words are absent from the handbook (a page that
+    quotes a misspelling as an example would make it a known word)."""
+    for query, _ in TYPOS:
+        assert S.report_index(index, query, top=1).interpreted, f"nothing in {query!r} needed correcting"
+
+
+def test_chinese_queries_are_translated(index):
+    for query, _ in CHINESE:
+        report = S.report_index(index, query, top=1)
+        assert report.interpreted or query.isascii(), f"no Chinese term of {query!r} was recognised"
+
+
 def test_chinese_does_as_well_as_english(index):
     result = figures(index)
     en, zh = result["English"], result["Chinese"]

@@ -5,7 +5,7 @@ Two kinds of reference are checked, outside fenced code blocks:
 * markdown links `[text](target)` whose target is not a URL: resolved against the linking file's folder;
 * repository paths written as code spans (`docs/probes/dit_probe.py`, `03_single_gpu/...md`): a span
   without spaces whose first segment is a top-level entry of the repository, a handbook section
-  (`00_foundations`, ...), or `knowledge`. It must exist relative to the repository root, to the file's
+  (`00_foundations`, ...), `knowledge`, or `probes` (the old, broken form of `docs/probes/`). It must exist relative to the repository root, to the file's
   folder, or (for handbook pages) to `handbook/`. Globs and `{a,b}` alternatives must match something.
 
 Paths of other projects are written with their repository name or as URLs, so they are not mistaken
@@ -43,7 +43,7 @@ _SUFFIX = re.compile(r"(::[\w.]+|:\d+(-\d+)?|#[\w-]+)$")
 
 
 def _top_level() -> set[str]:
-    return {p.name for p in ROOT.iterdir() if not p.name.startswith(".")} | {"knowledge"}
+    return {p.name for p in ROOT.iterdir() if not p.name.startswith(".")} | {"knowledge", "probes"}
 
 
 TOP = _top_level()
