@@ -5,8 +5,9 @@ Two kinds of reference are checked, outside fenced code blocks:
 * markdown links `[text](target)` whose target is not a URL: resolved against the linking file's folder;
 * repository paths written as code spans (`docs/probes/dit_probe.py`, `03_single_gpu/...md`): a span
   without spaces whose first segment is a top-level entry of the repository, a handbook section
-  (`00_foundations`, ...), `knowledge`, or `probes` (the old, broken form of `docs/probes/`). It must exist relative to the repository root, to the file's
-  folder, or (for handbook pages) to `handbook/`. Globs and `{a,b}` alternatives must match something.
+  (`00_foundations`, ...), `knowledge`, or `probes` (the old, broken form of `docs/probes/`). It must
+  exist relative to the repository root, to the file's folder, or (for handbook pages) to `handbook/`.
+  Globs and `{a,b}` alternatives must match something.
 
 Paths of other projects are written with their repository name or as URLs, so they are not mistaken
 for ours. A few spans in design notes name a path on purpose *because* it no longer exists (they record
