@@ -262,6 +262,21 @@ def test_chinese_does_as_well_as_english(index):
     assert zh["top3"] / zh["queries"] >= en["top3"] / en["queries"] - 0.05
 
 
+def test_readme_reports_current_figures(index):
+    """handbook/README.md reports the figures of these sets (within two hits, so that a page edit that moves
+    one query does not fail the suite; rerun the reproduce command and update the table when it drifts)."""
+    import re
+
+    text = (HANDBOOK / "README.md").read_text(encoding="utf-8")
+    result = figures(index)
+    for name, r in result.items():
+        row = re.search(rf"^\| {name} \| (\d+) \| (\d+)/\d+ \(\d+%\) \| (\d+)/\d+ \(\d+%\) \|$", text, re.M)
+        assert row, f"handbook/README.md has no figures row for {name}"
+        n, top1, top3 = (int(g) for g in row.groups())
+        assert n == r["queries"], f"{name}: README says {n} queries, the set has {r['queries']}"
+        assert abs(top1 - r["top1"]) <= 2 and abs(top3 - r["top3"]) <= 2, (name, row.group(0), r)
+
+
 def main() -> None:
     result = figures(S.build_index(HANDBOOK))
     print("| query set | queries | top-1 | top-3 |")
