@@ -82,7 +82,7 @@ class WorkerProcess:
                "--device", self.target.device, "--threads", str(self.threads)]
         if self.target.memory_cap_gb:
             cmd += ["--cap-gb", str(self.target.memory_cap_gb)]
-        env = {**os.environ, **self.target.env, "PYTHONUNBUFFERED": "1",
+        env = {**os.environ, **self.target.env, "PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": "PASSIVE",
                PATH_VARIABLE: os.pathsep.join(worker_sys_path(self.root))}
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                      cwd=self.root, env=env, bufsize=0, preexec_fn=_die_with_parent)
