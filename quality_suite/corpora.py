@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -24,6 +25,17 @@ class Case:
     @property
     def request(self) -> tuple[str, int]:
         return (self.prompt, self.seed)
+
+    def keyed_request(self, key: str) -> tuple[str, int]:
+        """The request with the seed keyed by a session secret (no key: the seed as written)."""
+        return (self.prompt, keyed_seed(self.seed, key))
+
+
+def keyed_seed(seed: int, key: str) -> int:
+    """A 31-bit seed derived from the corpus seed and a secret, indistinguishable from a fresh random seed."""
+    if not key:
+        return seed
+    return int.from_bytes(hashlib.sha256(f"{key}:{seed}".encode()).digest()[:4], "big") >> 1
 
 
 def verify_checksum(path: Path) -> str:

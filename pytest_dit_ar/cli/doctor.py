@@ -50,6 +50,11 @@ def doctor(config_path: Path, out=print) -> int:
         out(f"gpu {gpu.index}: {gpu.name} (sm_{gpu.compute_capability.replace('.', '')}, {gpu.memory_gb:.0f} GB, "
             f"driver {gpu.driver}) {verdict}")
     out(f"config {config.path}: valid")
+    from ..worker.sandbox import available as sandbox_problem
+
+    problem = sandbox_problem()
+    out("sandbox: bubblewrap works here (workers run isolated)" if problem is None else
+        f"sandbox: NOT available: {problem}; `experiment` and `baseline` refuse without it")
     runnable = []
     for lane in config.lanes.values():
         target = device.resolve_lane(config, lane, gpus)

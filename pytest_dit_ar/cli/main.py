@@ -11,6 +11,9 @@ from dit_ar_contract.errors import EXIT_REFUSED, Refused
 
 from . import demo, profile, report, search
 
+UNSANDBOXED = ("run the workers without the bubblewrap sandbox (a candidate can then reach the harness's files; "
+               "recorded in the ledger and the report)")
+
 
 def _config_arg(parser: argparse.ArgumentParser, top: bool) -> None:
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG if top else argparse.SUPPRESS,
@@ -34,10 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lane", help="lane to run (default: the config's default_lane)")
     p = verb("baseline", "run the unmodified pipeline: artifacts, noise envelope, timing", _baseline)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--unsandboxed", action="store_true", help=UNSANDBOXED)
     p = verb("experiment", "judge HEAD (one commit on the current best): keep it or reset it", _experiment)
     p.add_argument("--classification", required=True, choices=CLASSES, help="declared class of the change")
     p.add_argument("--description", required=True, help="one line saying what the commit changes")
     p.add_argument("--lane", help=argparse.SUPPRESS)
+    p.add_argument("--unsandboxed", action="store_true", help=UNSANDBOXED)
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     p = verb("status", "lane, best commit, recent ledger rows and failures", _status)
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -63,10 +68,11 @@ def _init(args: argparse.Namespace) -> int:
 def _baseline(args: argparse.Namespace) -> int:
     from ..loop.baseline import run_baseline
 
-    return run_baseline(args.config, progress=not args.quiet)
+    return run_baseline(args.config, progress=not args.quiet, sandboxed=not args.unsandboxed)
 
 
-def experiment_pytest_args(config: Path, classification: str, description: str, lane: str | None) -> list[str]:
+def experiment_pytest_args(config: Path, classification: str, description: str, lane: str | None,
+                           unsandboxed: bool = False) -> list[str]:
     """The pytest invocation that `dit-ar experiment` wraps (the two are the same thing)."""
     root = repo_root_for(config)
     args = ["--dit-ar-experiment", "--dit-ar-classification", classification, "--dit-ar-description", description,
@@ -74,6 +80,8 @@ def experiment_pytest_args(config: Path, classification: str, description: str, 
             "-W", "ignore::pytest.PytestAssertRewriteWarning", str(root)]
     if lane:
         args[:0] = ["--dit-ar-lane", lane]
+    if unsandboxed:
+        args[:0] = ["--dit-ar-unsandboxed"]
     return args
 
 
@@ -81,7 +89,8 @@ def _experiment(args: argparse.Namespace) -> int:
     import pytest
 
     extra = [a for a in args.pytest_args if a != "--"]
-    code = pytest.main(experiment_pytest_args(args.config, args.classification, args.description, args.lane) + extra)
+    code = pytest.main(experiment_pytest_args(args.config, args.classification, args.description, args.lane,
+                                              args.unsandboxed) + extra)
     return int(code)
 
 

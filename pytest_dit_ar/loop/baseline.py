@@ -23,7 +23,7 @@ from ..state.baseline import BaselineSummary, BaselineTiming, Roofline, cases_di
 from ..state.ledger import LedgerRow
 from ..state.paths import new_run_id, now
 from ..state.session import Session, open_session, verify_integrity
-from ..worker.client import WorkerProcess
+from ..worker.client import WorkerLauncher, WorkerProcess
 from .evidence import launcher_for
 from .generation import CorpusOutputs, audit_evidence, generate_corpus
 from .measurement import MeasurementPlan, PerfOutcome, Side, measure
@@ -59,24 +59,27 @@ def _check_preconditions(session: Session) -> git.Repo:
 def _envelope_runs(session: Session, worker: WorkerProcess, cases: list[Case], default: CorpusOutputs,
                    progress: bool) -> dict[str, Any]:
     runs = {}
+    key, lane = session.started.seed_key, session.lane
     for name, how in perturbations(session).items():
         order = list(reversed(cases)) if how.get("reverse") else cases
-        alt = generate_corpus(worker, order, how.get("batch", session.lane.batch), perturb=how.get("perturb"),
-                              progress=progress, desc=f"envelope {name}")
+        alt = generate_corpus(worker, order, how.get("batch", lane.batch), key, lane.resolution,
+                              perturb=how.get("perturb"), progress=progress, desc=f"envelope {name}")
         runs[name] = per_case_fidelity(alt.images, alt.latents, default.images, default.latents)
     return runs
 
 
-def _aa_timing(session: Session, run_dir: Path, prompts: tuple[str, ...]) -> PerfOutcome:
-    """One A/A block: the baseline against itself, in two fresh workers (the noise floor)."""
+def _aa_timing(session: Session, launcher: WorkerLauncher, run_dir: Path, prompts: tuple[str, ...]) -> PerfOutcome:
+    """One A/A segment: the baseline against itself, in two fresh workers (the noise floor)."""
     lane = session.lane
-    side = Side("baseline", session.root, lane.workload(session.root))
+    side = Side("baseline", session.root, lane.workload(launcher.model_root(session.root), session.root))
     plan = MeasurementPlan(cand=side, best=side, protocol=lane.performance, prompts=prompts, batch=lane.batch,
-                           metric=lane.primary_metric, is_cuda=lane.is_cuda, log_dir=run_dir, max_segments=1)
-    return measure(plan, launcher_for(session))
+                           metric=lane.primary_metric, is_cuda=lane.is_cuda, log_dir=run_dir, max_segments=1,
+                           resolution=lane.resolution)
+    return measure(plan, launcher)
 
 
-def run_baseline(config_path: Path, out: Callable[[str], None] = print, progress: bool = True) -> int:
+def run_baseline(config_path: Path, out: Callable[[str], None] = print, progress: bool = True,
+                 sandboxed: bool = True) -> int:
     session = open_session(config_path)
     repo = _check_preconditions(session)
     lane = session.lane
@@ -86,12 +89,16 @@ def run_baseline(config_path: Path, out: Callable[[str], None] = print, progress
     run_dir = session.paths.run(new_run_id(commit))
     started = time.perf_counter()
 
-    with launcher_for(session).worker("baseline", session.root, run_dir / "worker-baseline.log") as worker:
-        build = worker.request("build", spec=lane.workload(session.root))
+    launcher = launcher_for(session, sandboxed)
+    key = session.started.seed_key
+    with launcher.worker("baseline", session.root, run_dir / "worker-baseline.log") as worker:
+        build = worker.request("build", spec=lane.workload(launcher.model_root(session.root), session.root))
         out(f"built {lane.preset} on {worker.device_name} in {build['build_s']:.1f} s")
-        default = generate_corpus(worker, cases, lane.batch, progress=progress, desc="baseline corpus")
+        default = generate_corpus(worker, cases, lane.batch, key, lane.resolution, progress=progress,
+                                  desc="baseline corpus")
+        evidence = audit_evidence(worker, build, default, cases, lane.batch, key)
         envelope_runs = _envelope_runs(session, worker, cases, default, progress)
-        roof = profiling.roofline_evidence(worker, [list(c.request) for c in cases[:lane.batch]])
+        roof = profiling.roofline_evidence(worker, [list(c.keyed_request(key)) for c in cases[:lane.batch]])
         identity = dict(worker.identity)
     out(profiling.describe_roofline(roof))
 
@@ -102,7 +109,7 @@ def run_baseline(config_path: Path, out: Callable[[str], None] = print, progress
     out(f"noise envelope over {len(envelope_runs)} perturbations: " +
         ", ".join(f"{k}={v:.3g}" for k, v in envelope.items()))
 
-    perf = _aa_timing(session, run_dir, tuple(c.prompt for c in cases))
+    perf = _aa_timing(session, launcher, run_dir, tuple(c.prompt for c in cases))
     aa = perf.look
     assert aa is not None
     median_ms, p95_ms = perf.median_ms("best"), perf.p95_ms("best")
@@ -115,7 +122,7 @@ def run_baseline(config_path: Path, out: Callable[[str], None] = print, progress
         cases=tuple(c.id for c in cases), corpus_sha256=sha256_file(session.root / lane.corpus),
         workload=lane.workload(session.root),
         environment={**versions.collect(), "device": identity, "python": platform.python_version()},
-        evidence=audit_evidence(build, default).as_dict(), envelope=envelope, envelope_runs=envelope_runs,
+        evidence=evidence.as_dict(), envelope=envelope, envelope_runs=envelope_runs,
         task_metrics={k: v.value for k, v in scores.items()}, task_case_pass=task_metrics.case_passes(scores),
         timing=BaselineTiming(median_ms=median_ms, p95_ms=p95_ms, noise_floor_pct=abs(aa.estimate_pct),
                               noise_interval_pct=(aa.lower_pct, aa.upper_pct), seconds=perf.seconds,

@@ -10,28 +10,54 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
-from dit_ar_contract.errors import CandidateCrash
+import quality_suite
+from dit_ar_contract.errors import CandidateCrash, Refused
 from perf_suite.roofline import floor_ms
-from quality_suite import diff_images, task_metrics
+from quality_suite import diff_images, gates, task_metrics
 from quality_suite.artifacts import load_cases
 from quality_suite.assessment import BaselineReference, Outputs, QualityAssessment, assess
 from quality_suite.audit import AuditEvidence
 from quality_suite.corpora import Case, load_corpus
+from quality_suite.metrics import fidelity
 
 from ..state.baseline import BaselineSummary, cases_dir
 from ..state.files import write_json_atomic
+from ..state.paths import STATE_DIR
 from ..state.session import Session
-from ..worker.client import WorkerLauncher, WorkerProcess
+from ..worker import sandbox
+from ..worker.client import Generated, SandboxPolicy, WorkerLauncher, WorkerProcess
 from .generation import CorpusOutputs, audit_evidence, generate_corpus
-from .measurement import MeasurementPlan, Pair, PerfOutcome, Side, boot, measure
+from .measurement import MeasurementPlan, Pair, PerfOutcome, RoundCheck, Side, boot, measure
 
 
-def launcher_for(session: Session) -> WorkerLauncher:
-    """The workers of a session's lane: its device, threads and round timeout."""
+def sandbox_policy(session: Session) -> SandboxPolicy:
+    """What every sandbox of the session hides: git, the state, the project's own copy of the mutable paths
+    (a side sees only its own tree, at the same path as the other side) and the frozen corpora."""
+    root = session.root
+    hide = [root / ".git", root / STATE_DIR, *(root / m.rstrip("/") for m in session.config.mutable_paths)]
+    hide += [(root / lane.corpus).parent for lane in session.config.lanes.values()]
+    hide.append(Path(quality_suite.__file__).resolve().parent / "corpus")
+    return SandboxPolicy(tuple(dict.fromkeys(p.resolve() for p in hide)), session.lane.is_cuda, (root.resolve(),))
+
+
+def launcher_for(session: Session, sandboxed: bool = True) -> WorkerLauncher:
+    """The workers of a session's lane: its device, threads, round timeout and (unless opted out) sandbox."""
     p = session.lane.performance
-    return WorkerLauncher(session.target, p.threads, p.round_timeout_s)
+    policy = None
+    if sandboxed:
+        problem = sandbox_problem()
+        if problem:
+            raise Refused(f"the workers cannot be sandboxed here: {problem}")
+        policy = sandbox_policy(session)
+    return WorkerLauncher(session.target, p.threads, p.round_timeout_s, policy)
+
+
+@lru_cache(maxsize=1)
+def sandbox_problem() -> str | None:
+    return sandbox.available()
 
 
 @dataclass(frozen=True)
@@ -47,11 +73,14 @@ class Evidence:
     """Lazily computed, read-only evidence about the tree at `session.root` (the candidate)."""
 
     def __init__(self, session: Session, declared_class: str, run_dir: Path, best_root: Path | None = None,
-                 prefetch_best: bool = False):
+                 prefetch_best: bool = False, candidate_root: Path | None = None, sandboxed: bool = True):
         self.session, self.declared_class, self.run_dir = session, declared_class, run_dir
         self.best_root = best_root
+        self.candidate_root = candidate_root or session.root  # a clean checkout of HEAD in experiments
         self.prefetch_best = prefetch_best  # boot the best side during the quality run (experiments time it next)
-        self.launcher = launcher_for(session)
+        self.sandboxed = sandboxed
+        self.launcher = launcher_for(session, sandboxed)
+        self.key = session.record.seed_key if session.record else ""
         self._crash: CandidateCrash | None = None
         self._run: CandidateRun | None = None
         self._quality: QualityAssessment | None = None
@@ -116,8 +145,7 @@ class Evidence:
         first timing pair, so an experiment pays for process start-up once instead of twice."""
         self._raise_if_crashed()
         if self._run is None:
-            session = self.session
-            worker = self.launcher.worker("candidate", session.root,
+            worker = self.launcher.worker("candidate", self.candidate_root,
                                           self.run_dir / "worker-candidate-quality.log").spawn()
             best = self._spawn_best()
             try:
@@ -133,11 +161,13 @@ class Evidence:
     def _quality_run(self, worker: WorkerProcess, best: WorkerProcess | None) -> CandidateRun:
         session = self.session
         t = time.perf_counter()
+        lane, cases = session.lane, self.cases()
         with ThreadPoolExecutor(1) as pool:
-            best_boot = pool.submit(boot, best, session.lane.workload(self.best_root, session.root)) if best else None
-            build = worker.handshake().request("build", spec=session.lane.workload(session.root))
+            best_boot = pool.submit(boot, best, self.spec(self.best_root)) if best else None
+            build = worker.handshake().request("build", spec=self.spec(self.candidate_root))
             t = self._spent("quality_worker_start", t)
-            outputs = generate_corpus(worker, self.cases(), session.lane.batch, desc="candidate")
+            outputs = generate_corpus(worker, cases, lane.batch, self.key, lane.resolution, desc="candidate")
+            audit = audit_evidence(worker, build, outputs, cases, lane.batch, self.key)
             t = self._spent("quality_corpus", t)
             best_build = best_boot.result() if best_boot else None
             self._spent("best_worker_start_not_overlapped", t)
@@ -145,7 +175,11 @@ class Evidence:
             self._first_pair = Pair(worker, best, {"cand": build["build_s"], "best": best_build})
         else:
             worker.close()
-        return CandidateRun(build["build_s"], outputs, audit_evidence(build, outputs))
+        return CandidateRun(build["build_s"], outputs, audit)
+
+    def spec(self, side_root: Path) -> dict:
+        """The workload for a side's worker: the path the worker sees its tree at, weights from the project."""
+        return self.session.lane.workload(self.launcher.model_root(side_root), self.session.root)
 
     def _spawn_best(self) -> WorkerProcess | None:
         if self.best_root is None or not self.prefetch_best:
@@ -191,11 +225,13 @@ class Evidence:
 
     # -- performance ----------------------------------------------------------------------------
     def performance(self) -> PerfOutcome:
-        """Interleaved A/B timing of the candidate against the best worktree."""
+        """Interleaved A/B timing of the candidate against the best worktree (after the quality run: the
+        timed outputs are checked under the class the quality run found)."""
         self._raise_if_crashed()
         if self._perf is None:
             if self.best_root is None:
                 raise RuntimeError("no best worktree to compare with")
+            self.quality()
             try:
                 self._perf = measure(self._plan(), self.launcher, first_pair=self._first_pair)
                 self._first_pair = None  # measure() closed it
@@ -211,11 +247,29 @@ class Evidence:
         assert self.best_root is not None
         lane = self.session.lane
         return MeasurementPlan(
-            cand=Side("candidate", self.session.root, lane.workload(self.session.root)),
-            best=Side("best", self.best_root, lane.workload(self.best_root, self.session.root)),
+            cand=Side("candidate", self.candidate_root, self.spec(self.candidate_root)),
+            best=Side("best", self.best_root, self.spec(self.best_root)),
             protocol=lane.performance, prompts=tuple(c.prompt for c in self.cases()), batch=lane.batch,
             metric=lane.primary_metric, guardrails=lane.guardrails, is_cuda=lane.is_cuda, log_dir=self.run_dir,
-            roofline_ms=self.roofline_ms())
+            roofline_ms=self.roofline_ms(), resolution=lane.resolution, check=self._round_check())
+
+    def _round_check(self) -> RoundCheck:
+        """Candidate vs best outputs of the same timed requests under the effective class's per-case gate."""
+        quality = self.quality()
+        cls = quality.effective_class
+        envelope = self.baseline().envelope
+        approx = cls in ("approximate", "quantization")
+        contract = self.session.lane.quality
+
+        def check(cand: Generated, best: Generated) -> list[str]:
+            failures = []
+            for i in range(len(cand.images)):
+                fid = fidelity(cand.images[i], best.images[i], cand.latents[i], best.latents[i])
+                checks = gates.case_checks(cls, f"timed-{i}", fid, contract, envelope, approximate_outputs=approx)
+                failures += [c.describe() for c in checks if not c.passed]
+            return [f"timed outputs against the best's for the same request: {f}" for f in failures[:3]]
+
+        return check
 
     def roofline_ms(self) -> float | None:
         """The fastest a batch could possibly run on this device, from the baseline's FLOP count and peak

@@ -18,7 +18,7 @@ from dit_ar_contract.config import load_config
 from dit_ar_contract.errors import Refused
 from dit_ar_contract.status import Status
 
-from ..state import gitops, records
+from ..state import gitops, records, tamper
 from ..state.best import BestRecord, Measurements, require_best
 from ..state.files import write_bytes_atomic
 from ..state.ledger import LedgerRow
@@ -52,9 +52,13 @@ class TestOutcomes:
 class Experiment:
     """Guards and bookkeeping around one candidate commit."""
 
-    def __init__(self, config_path: Path, lane: str | None, classification: str, description: str):
+    def __init__(self, config_path: Path, lane: str | None, classification: str, description: str,
+                 sandboxed: bool = True):
         self.config_path, self.lane_name = config_path, lane
         self.classification, self.description = classification, description
+        self.sandboxed = sandboxed
+        self._fingerprint: dict[str, str] = {}
+        self._state_bytes: dict[Path, bytes] = {}
         self.session: Session | None = None
         self.repo: git.Repo | None = None
         self.lock: FileLock | None = None
@@ -90,6 +94,10 @@ class Experiment:
         self.acquire()
         session = self.session = open_session(self.config_path, self.lane_name)
         record = session.require_current_layout()
+        if session.paths.halt.exists():
+            raise Refused(f"an earlier run changed what the harness relies on ({session.paths.halt}: "
+                          f"{session.paths.halt.read_text().strip()[:300]}); inspect and repair that, then delete "
+                          f"{session.paths.halt} to go on")
         if not record.device.same_device(session.target.identity):
             raise Refused(f"the session's baseline device is {record.device.name!r}, this run would use "
                           f"{session.target.identity.name!r}; start a new session")
@@ -103,8 +111,10 @@ class Experiment:
         shape = gitops.candidate_commit(repo, best.commit)
         self.commit, self.parent = shape.sha, shape.parent
         run_dir = session.paths.run(new_run_id(self.commit))
-        evidence = Evidence(session, self.classification, run_dir, session.paths.best_worktree, prefetch_best=True)
-        evidence.baseline()
+        evidence = Evidence(session, self.classification, run_dir, session.paths.best_worktree, prefetch_best=True,
+                            candidate_root=session.paths.candidate_worktree if self.sandboxed else None,
+                            sandboxed=self.sandboxed)
+        evidence.baseline()  # read and verified once, before any candidate code runs
         evidence.check_metrics_available()
         self.run_id, self.run_dir = run_dir.name, run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -117,8 +127,23 @@ class Experiment:
         if problems:
             raise Refused("fixed files differ from integrity.json before the run: " + "; ".join(problems[:5]))
         gitops.sync_worktree(repo, session.paths.best_worktree, best.commit)
+        if self.sandboxed:
+            gitops.sync_worktree(repo, session.paths.candidate_worktree, self.commit)
+        paths = session.paths
+        self._state_bytes = {p: p.read_bytes() for p in (paths.session, paths.best, paths.integrity) if p.exists()}
+        self._fingerprint = tamper.fingerprint(repo, self._worktrees())
         self.evidence = evidence
         return None
+
+    def _worktrees(self) -> list[Path]:
+        assert self.session is not None
+        paths = self.session.paths
+        return [paths.best_worktree] + ([paths.candidate_worktree] if self.sandboxed else [])
+
+    def environment_changes(self) -> list[str]:
+        """What a run changed that the harness relies on and cannot make read-only for itself."""
+        assert self.repo is not None
+        return tamper.changes(self._fingerprint, tamper.fingerprint(self.repo, self._worktrees()))
 
     # -- after the run --------------------------------------------------------------------
     def post_run_problems(self) -> list[str]:
@@ -135,12 +160,21 @@ class Experiment:
         if current != self._ledger_bytes:
             problems.append("the ledger changed while the candidate ran (restored)")
             write_bytes_atomic(ledger, self._ledger_bytes)
+        for path, data in self._state_bytes.items():
+            if not path.exists() or path.read_bytes() != data:
+                problems.append(f"{path.name} changed while the candidate ran (restored)")
+                write_bytes_atomic(path, data)
         if gitops.head_sha(repo) != self.commit or \
                 gitops.current_branch(repo) != gitops.branch_name(session.started.tag):
             problems.append("HEAD or the branch moved while the candidate ran")
         dirty = gitops.dirty_entries(repo)
         if dirty:
             problems.append(f"the candidate left changes in the tree: {dirty[:5]}")
+        changed = self.environment_changes()
+        if changed:
+            session.paths.halt.write_text("\n".join(changed) + "\n")
+            problems.append(f"the run changed what the harness relies on: {changed[:5]}; experiments refuse until "
+                            f"{session.paths.halt} is deleted")
         return problems
 
     def judge(self, outcomes: TestOutcomes) -> Verdict:
@@ -159,7 +193,9 @@ class Experiment:
         reasons = tuple(c.describe() for c in assessment.failures()[:8])
         if failed and not reasons:
             reasons = (f"quality tests failed: {failed[:5]}",)
-        return Finding(not failed and assessment.passed, reasons)
+        perf = self.evidence.performance_result if self.evidence else None
+        unfaithful = tuple(perf.unfaithful[:5]) if perf else ()
+        return Finding(not failed and assessment.passed and not unfaithful, reasons + unfaithful)
 
     def _performance_finding(self, outcomes: TestOutcomes) -> Finding | None:
         perf = self.evidence.performance_result if self.evidence else None
@@ -207,4 +243,5 @@ class Experiment:
             improvement_pct=look.estimate_pct if look else None, p_value=perf.nominal_p if perf else None,
             peak_vram_mb=perf.peak_memory_mb("cand") if perf else None,
             quality_summary=quality.headline() if quality else "; ".join(verdict.reasons)[:300],
-            description=self.description, run_dir=str(self.run_dir.relative_to(session.root)), reason=verdict.reason)
+            description=self.description, run_dir=str(self.run_dir.relative_to(session.root)), reason=verdict.reason,
+            flags="" if self.sandboxed else "unsandboxed")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import time
 from pathlib import Path
@@ -73,7 +74,7 @@ def init(config_path: Path, tag: str | None, lane: str | None, out: Callable[[st
     record = SessionRecord(tag=tag, branch=branch, lane=lane_obj.name, lane_id=target.lane_id,
                            device=target.identity, on_target=target.on_target, baseline_commit=head,
                            init_time=now(), config=str(config.path.relative_to(config.root)),
-                           config_sha256=config.sha256, layout=LAYOUT)
+                           config_sha256=config.sha256, layout=LAYOUT, seed_key=secrets.token_hex(16))
     write_json_atomic(paths.session, record.as_dict())
     write_json_atomic(paths.integrity, {"config_sha256": config.sha256, "taken_at": head,
                                         "files": integrity.snapshot(config.root, config.fixed_paths)})

@@ -4,12 +4,14 @@ A *segment* is one pair of fresh workers, warmed up, then timed for `rounds` pai
 run the same fresh requests (drawn here), back to back in a random order, each round trip timed by the
 harness's own clock. After each segment the sequential test (perf_suite.sequential) looks at all
 segments so far and keeps, discards or asks for another segment in new processes. Replies carry output
-fingerprints (computed on the host, which forces the device to finish) and a coarse sketch of the images,
-so cached or fake outputs are caught.
+outputs in its scratch folder, which the harness reads, hashes and compares with the best's outputs for the
+same requests, so cached, fake or cheaper outputs are caught; and only one side runs at a time: the
+other side's whole sandbox is frozen while a side is timed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 import time
@@ -22,13 +24,11 @@ from typing import Any
 import numpy as np
 
 from dit_ar_contract.config import Guardrails, PerfProtocol
-from dit_ar_contract.errors import CandidateCrash
 from perf_suite import guardrails as guard
 from perf_suite.sequential import Design, Look, SequentialTest
 
-from ..worker.client import WorkerLauncher, WorkerProcess
+from ..worker.client import Generated, WorkerLauncher, WorkerProcess
 
-MAX_SKETCH_DIVERGENCE = 0.2  # mean |difference| of 4x4-pooled images in [0, 1] between the two sides
 SIDES = ("cand", "best")
 
 
@@ -56,6 +56,8 @@ class MeasurementPlan:
     log_dir: Path = Path(".")
     roofline_ms: float | None = None
     max_segments: int | None = None  # overrides the protocol's (the baseline's A/A run takes one)
+    resolution: int | None = None  # the lane's: outputs of another size break the seam
+    check: RoundCheck | None = None  # candidate vs best outputs of every timed round
 
     def design(self) -> Design:
         p = self.protocol
@@ -80,8 +82,7 @@ class SegmentRecord:
     warmup_s: dict[str, list[float]]
     build_s: dict[str, float]
     memory: dict[str, dict[str, float | None]]
-    divergence: float
-    problems: list[str]
+    unfaithful: list[str]  # the timed outputs are not the judged work (a quality failure)
     look: Look | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -151,70 +152,77 @@ def start_pair(launcher: WorkerLauncher, cand: Side, best: Side, log_dir: Path, 
     return build_pair(spawn_pair(launcher, cand, best, log_dir, tag), cand, best, affinity)
 
 
-def _sketch_divergence(a: list[list[float]], b: list[list[float]]) -> float:
-    flat_a = [x for row in a for x in row]
-    flat_b = [x for row in b for x in row]
-    return sum(abs(x - y) for x, y in zip(flat_a, flat_b)) / max(1, len(flat_a))
-
-
-def _memory(worker: WorkerProcess, reply: dict[str, Any]) -> dict[str, float | None]:
-    mem = reply.get("memory", {})
+def _memory(worker: WorkerProcess, reported: dict[str, Any]) -> dict[str, float | None]:
+    """Peak memory: RSS and device memory read by the harness; the worker's own figure kept for reference."""
     return {"peak_rss_mb": worker.peak_rss_mb(), "gpu_nvml_mb": worker.gpu_memory_mb(),
-            "peak_reserved_mb": mem.get("peak_reserved_mb"), "peak_allocated_mb": mem.get("peak_allocated_mb")}
+            "peak_reserved_mb": reported.get("peak_reserved_mb"),
+            "peak_allocated_mb": reported.get("peak_allocated_mb")}
 
 
 RoundCallback = Callable[[int, int, int], None]  # (segment index, rounds done in it, rounds per segment)
+RoundCheck = Callable[[Generated, Generated], list[str]]  # candidate vs best outputs of the same requests
+
+
+def timed(pair: Pair, side: str, requests: list[list[Any]], resolution: int | None) -> Generated:
+    """One timed generate of `side` while the other side's whole sandbox stays frozen."""
+    worker = pair.worker(side)
+    worker.thaw()
+    try:
+        return worker.generate(requests, resolution=resolution)
+    finally:
+        worker.freeze()
 
 
 def run_segment(pair: Pair, index: int, prompts: tuple[str, ...], batch: int, rounds: int, warmup: int,
-                rng: random.Random, on_round: RoundCallback | None = None) -> SegmentRecord:
-    """Warm up both sides, then time `rounds` paired rounds in random order with fresh seeds."""
+                rng: random.Random, on_round: RoundCallback | None = None, resolution: int | None = None,
+                check: RoundCheck | None = None) -> SegmentRecord:
+    """Warm up both sides, then time `rounds` paired rounds in random order with fresh seeds.
+
+    Only one side runs at a time (the other is frozen). Every round's outputs are read by the harness:
+    outputs that repeat for different requests, or candidate outputs that fail `check` against the best's
+    outputs for the same requests, are recorded as problems (the timed work is not the judged work)."""
     def draw() -> list[list[Any]]:
         return [[rng.choice(prompts), rng.randrange(2**31)] for _ in range(batch)]
 
+    pair.cand.freeze()
+    pair.best.freeze()
     warm: dict[str, list[float]] = {"cand": [], "best": []}
     for _ in range(warmup):
         reqs = draw()
         for side in SIDES:
-            warm[side].append(pair.worker(side).timed_request("generate", requests=reqs)[1])
+            warm[side].append(timed(pair, side, reqs, resolution).seconds)
     times: dict[str, list[float]] = {"cand": [], "best": []}
-    seeds, orders = [], []
-    fingerprints: dict[str, dict[str, tuple]] = {"cand": {}, "best": {}}
+    seeds, orders, problems = [], [], []
+    seen: dict[str, dict[str, tuple]] = {"cand": {}, "best": {}}
     collisions: dict[str, list[tuple]] = {"cand": [], "best": []}
-    divergences = []
-    last: dict[str, dict] = {}
+    memory: dict[str, dict[str, Any]] = {"cand": {}, "best": {}}
     for done in range(rounds):
         reqs = draw()
         first = rng.choice(SIDES)
-        replies: dict[str, dict] = {}
+        got: dict[str, Generated] = {}
         for side in (first, "best" if first == "cand" else "cand"):
-            worker = pair.worker(side)
-            reply, seconds = worker.timed_request("generate", requests=reqs)
-            if not reply["finite"]:
-                raise CandidateCrash(f"{worker.side} produced NaN/Inf outputs during timing")
-            times[side].append(seconds)
-            replies[side] = reply
+            got[side] = timed(pair, side, reqs, resolution)
+            times[side].append(got[side].seconds)
+            memory[side] = got[side].memory
         for side in SIDES:
-            seen = fingerprints[side]
-            for req, fp in zip(reqs, replies[side]["case_fingerprints"]):
-                if fp in seen and seen[fp] != tuple(req):
-                    collisions[side].append((seen[fp], tuple(req)))
-                seen[fp] = tuple(req)
-        divergences.append(_sketch_divergence(replies["cand"]["sketch"], replies["best"]["sketch"]))
+            for req, image in zip(reqs, got[side].images):
+                fp = hashlib.sha256(image.numpy().tobytes()).hexdigest()
+                if fp in seen[side] and seen[side][fp] != tuple(req):
+                    collisions[side].append((seen[side][fp], tuple(req)))
+                seen[side][fp] = tuple(req)
+        if check is not None:
+            problems += [f"round {done + 1}: {p}" for p in check(got["cand"], got["best"])]
         seeds.append([s for _, s in reqs])
         orders.append("CB" if first == "cand" else "BC")
-        last = replies
         if on_round:
             on_round(index, done + 1, rounds)
-    problems = [f"{side}: identical outputs for different requests in {len(found)} cases, e.g. {found[0][0]} and "
-                f"{found[0][1]}" for side, found in collisions.items() if found]
-    divergence = max(divergences) if divergences else 0.0
-    if divergence > MAX_SKETCH_DIVERGENCE:
-        problems.append(f"timed outputs of candidate and best diverge (sketch difference {divergence:.3f} > "
-                        f"{MAX_SKETCH_DIVERGENCE}): the timed work is not the judged work")
-    memory = {side: _memory(pair.worker(side), last.get(side, {})) for side in SIDES}
-    return SegmentRecord(index, times["cand"], times["best"], seeds, orders, warm, dict(pair.build_s), memory,
-                         divergence, problems)
+    pair.cand.thaw()
+    pair.best.thaw()
+    problems += [f"{side}: identical outputs for different requests in {len(found)} cases, e.g. {found[0][0]} and "
+                 f"{found[0][1]}" for side, found in collisions.items() if found]
+    mem = {side: _memory(pair.worker(side), memory[side]) for side in SIDES}
+    return SegmentRecord(index, times["cand"], times["best"], seeds, orders, warm, dict(pair.build_s), mem,
+                         problems[:20])
 
 
 @dataclass
@@ -224,6 +232,11 @@ class PerfOutcome:
     segments: list[SegmentRecord]
     seconds: dict[str, float]
     guardrails: dict[str, Any]
+
+    @property
+    def unfaithful(self) -> list[str]:
+        """What the harness found wrong with the timed outputs themselves (judged as quality, not speed)."""
+        return [p for s in self.segments for p in s.unfaithful]
 
     @property
     def look(self) -> Look | None:
@@ -299,7 +312,8 @@ def measure(plan: MeasurementPlan, launcher: WorkerLauncher, first_pair: Pair | 
             seconds["startup"] += time.perf_counter() - t0
             if p.overlap_startup and index + 1 < plan.segments_allowed():
                 ahead = spawn_pair(launcher, plan.cand, plan.best, plan.log_dir, f"segment{index + 1}")
-            seg = run_segment(pair, index, plan.prompts, plan.batch, p.rounds, p.warmup_rounds, rng, on_round)
+            seg = run_segment(pair, index, plan.prompts, plan.batch, p.rounds, p.warmup_rounds, rng, on_round,
+                              plan.resolution, plan.check)
             pair.close()
             pair = None
             seconds["warmup"] += sum(seg.warmup_s["cand"]) + sum(seg.warmup_s["best"])
@@ -308,8 +322,10 @@ def measure(plan: MeasurementPlan, launcher: WorkerLauncher, first_pair: Pair | 
             segments.append(seg)
             if on_look:
                 on_look(seg.look)
+            if seg.unfaithful:
+                return PerfOutcome(False, [f"segment {index + 1}: {msg}" for msg in seg.unfaithful[:5]], segments,
+                                   seconds, guard_info)
             problems, guard_info = _guardrails(plan, segments, final=seg.look.final)
-            problems = seg.problems + problems
             if plan.roofline_ms and seg.median_ms("cand") < plan.roofline_ms:
                 problems.append(f"candidate median {seg.median_ms('cand'):.2f} ms is below the roofline "
                                 f"floor {plan.roofline_ms:.2f} ms: the measurement cannot be right")

@@ -43,7 +43,7 @@ from perf_suite.sequential import Design, SequentialTest
 from perf_suite.stats import decide_block
 from quality_suite.corpora import load_corpus
 
-from ..worker.client import WorkerLauncher
+from ..worker.client import SandboxPolicy, WorkerLauncher
 from .measurement import Pair, Side, boot, run_segment
 
 SLEEP_WRAPPER = '''
@@ -224,7 +224,7 @@ class PairPool:
 def run_study(config_path: Path, lane_name: str, null_segments: int, speedups: list[float],
               segments_per_speedup: int, steps: int | None, rounds: int | None, old_rounds: int, pool_size: int,
               load: int, affinity: tuple[int, ...] | None, deadline_s: float | None,
-              out: Path | None) -> dict[str, Any]:
+              out: Path | None, sandboxed: bool = True) -> dict[str, Any]:
     config = load_config(config_path)
     lane = config.lane(lane_name)
     target = device.resolve_lane(config, lane)
@@ -232,7 +232,8 @@ def run_study(config_path: Path, lane_name: str, null_segments: int, speedups: l
         raise SystemExit(f"lane {lane_name} cannot run here: {target.problem}")
     protocol = dataclasses.replace(lane.performance, rounds=rounds or lane.performance.rounds,
                                    cpu_affinity=affinity or lane.performance.cpu_affinity)
-    launcher = WorkerLauncher(target, protocol.threads, protocol.round_timeout_s)
+    policy = SandboxPolicy((), lane.is_cuda) if sandboxed else None
+    launcher = WorkerLauncher(target, protocol.threads, protocol.round_timeout_s, policy)
     root = config.root
     prompts = tuple(c.prompt for c in load_corpus(root / lane.corpus))
     tmp = Path(tempfile.mkdtemp(prefix="dit-ar-study-"))
@@ -242,7 +243,7 @@ def run_study(config_path: Path, lane_name: str, null_segments: int, speedups: l
         s.start()
 
     def spec_for(side_root: Path) -> dict[str, Any]:
-        spec = lane.workload(side_root, root)
+        spec = lane.workload(launcher.model_root(side_root), root)
         return {**spec, "steps": steps} if steps else spec
 
     def pool(cand_root: Path, best_root: Path, tag: str) -> PairPool:
@@ -254,10 +255,12 @@ def run_study(config_path: Path, lane_name: str, null_segments: int, speedups: l
     results: dict[str, Any] = {"lane": lane_name, "lane_id": target.lane_id, "device": target.identity.as_dict(),
                                "steps": steps or lane.steps, "batch": lane.batch, "load": load,
                                "protocol": dataclasses.asdict(protocol), "old_rounds": old_rounds,
+                               "sandboxed": sandboxed,
                                "arms": {}, "delays_s": {}}
     pools = {"null": pool(root, root, "null")}
     try:
-        first = run_segment(pools["null"].take(), 0, prompts, lane.batch, measured, protocol.warmup_rounds, rng)
+        first = run_segment(pools["null"].take(), 0, prompts, lane.batch, measured, protocol.warmup_rounds, rng,
+                            resolution=lane.resolution)
         latency_s = float(np.median(first.best_s))
         results["arms"]["null"] = [_segment_data(first)]
         for pct in speedups:
@@ -275,7 +278,7 @@ def run_study(config_path: Path, lane_name: str, null_segments: int, speedups: l
             pair = pools[arm].take()
             try:
                 seg = run_segment(pair, len(results["arms"][arm]), prompts, lane.batch, measured,
-                                  protocol.warmup_rounds, rng)
+                                  protocol.warmup_rounds, rng, resolution=lane.resolution)
             finally:
                 pair.close()
             results["arms"][arm].append(_segment_data(seg))
@@ -295,7 +298,7 @@ def run_study(config_path: Path, lane_name: str, null_segments: int, speedups: l
 
 def _segment_data(seg: Any) -> dict[str, Any]:
     return {"cand_s": seg.cand_s, "best_s": seg.best_s, "warmup_s": seg.warmup_s, "build_s": seg.build_s,
-            "problems": seg.problems}
+            "problems": seg.unfaithful}
 
 
 def _save(results: dict[str, Any], protocol: PerfProtocol, metric: str, old_rounds: int, out: Path | None,
@@ -322,13 +325,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--load", type=int, default=0, help="busy processes running beside the workers")
     parser.add_argument("--cpu-affinity", default=None, help="comma-separated cores for both sides' workers")
     parser.add_argument("--deadline-s", type=float, default=None, help="stop collecting after this many seconds")
+    parser.add_argument("--unsandboxed", action="store_true", help="workers without the bubblewrap sandbox")
     parser.add_argument("--out", type=Path, default=Path("study.json"))
     parser.add_argument("--figure", type=Path, default=None, help="write the detection/rounds figure here")
     args = parser.parse_args(argv)
     speedups = [float(s) for s in args.speedups.split(",") if s.strip()]
     cores = tuple(int(c) for c in args.cpu_affinity.split(",")) if args.cpu_affinity else None
     results = run_study(args.config, args.lane, args.null_segments, speedups, args.segments_per_speedup, args.steps,
-                        args.rounds, args.old_rounds, args.pool, args.load, cores, args.deadline_s, args.out)
+                        args.rounds, args.old_rounds, args.pool, args.load, cores, args.deadline_s, args.out,
+                        sandboxed=not args.unsandboxed)
     if args.figure:
         figure(results["summary"], args.figure)
     print(json.dumps(results["summary"], indent=1))

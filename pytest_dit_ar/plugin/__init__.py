@@ -39,6 +39,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dit-ar-description", default=None, help=OPTIONS["dit_ar_description"])
     group.addoption("--dit-ar-config", default=None, help=OPTIONS["dit_ar_config"])
     group.addoption("--dit-ar-lane", default=None, help=OPTIONS["dit_ar_lane"])
+    group.addoption("--dit-ar-unsandboxed", action="store_true", default=False,
+                    help="run the workers without the bubblewrap sandbox (recorded in the ledger; command line only)")
     for dest, help_text in OPTIONS.items():
         parser.addini(dest, help_text, type="bool" if dest == "dit_ar_experiment" else "string", default=None)
 

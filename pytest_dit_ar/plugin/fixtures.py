@@ -88,11 +88,10 @@ def dit_ar_pipeline(dit_ar_session):
 @pytest.fixture
 def dit_ar_worker(dit_ar_evidence) -> Iterator[Any]:
     """A started worker with the working tree's pipeline built (for timing a generate round trip)."""
-    session = dit_ar_evidence.session
     log = dit_ar_evidence.run_dir / "worker-benchmark.log"
     try:
-        with dit_ar_evidence.launcher.worker("candidate", session.root, log) as worker:
-            worker.request("build", spec=session.lane.workload(session.root))
+        with dit_ar_evidence.launcher.worker("candidate", dit_ar_evidence.candidate_root, log) as worker:
+            worker.request("build", spec=dit_ar_evidence.spec(dit_ar_evidence.candidate_root))
             yield worker
     except CandidateCrash as exc:
         dit_ar_evidence.record_crash(exc)

@@ -50,6 +50,7 @@ class PluginSession:
         self.description = option(config, "dit_ar_description")
         self.experiment_mode = bool(option(config, "dit_ar_experiment")) and not config.option.collectonly \
             and not hasattr(config, "workerinput")
+        self.unsandboxed = bool(config.getoption("dit_ar_unsandboxed"))
         self.experiment = None
         self.deselected: list[pytest.Item] = []
         self.outcomes = TestOutcomes()
@@ -93,7 +94,8 @@ class PluginSession:
 
         try:
             self._check_request(session)
-            self.experiment = Experiment(self.config_path, self.lane, self.classification, self.description)
+            self.experiment = Experiment(self.config_path, self.lane, self.classification, self.description,
+                                         sandboxed=not self.unsandboxed)
             verdict = self.experiment.begin()
         except Refused as exc:
             self.refusal = str(exc)
@@ -148,14 +150,15 @@ class PluginSession:
         return self._plain
 
     def _plain_evidence(self):
-        from ..loop.evidence import Evidence
+        from ..loop.evidence import Evidence, sandbox_problem
         from ..state.paths import new_run_id
         from ..state.session import open_session
 
         session = open_session(self.config_path, self.lane)
         best_root = session.paths.best_worktree if session.paths.best_worktree.is_dir() else None
         run_dir = session.paths.run(new_run_id("plain"))
-        return Evidence(session, self.classification or "exact", run_dir, best_root)
+        sandboxed = not self.unsandboxed and sandbox_problem() is None  # a plain run decides nothing
+        return Evidence(session, self.classification or "exact", run_dir, best_root, sandboxed=sandboxed)
 
     # -- finishing ---------------------------------------------------------------------------------
     def finish(self, session: pytest.Session, exitstatus: int) -> None:

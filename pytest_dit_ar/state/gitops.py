@@ -16,9 +16,18 @@ from .paths import STATE_DIR
 BRANCH_PREFIX = "autoresearch/"
 
 
+NO_HOOKS = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.hooksPath", "GIT_CONFIG_VALUE_0": "/dev/null"}
+
+
+def _no_hooks(repo: git.Repo) -> git.Repo:
+    """Every git command the harness runs ignores hooks (a hook planted in .git/hooks never runs)."""
+    repo.git.update_environment(**NO_HOOKS)
+    return repo
+
+
 def open_repo(root: Path) -> git.Repo:
     try:
-        return git.Repo(root)
+        return _no_hooks(git.Repo(root))
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         raise Refused(f"{root} is not a git repository: run `git init` and commit the project first") from None
 
@@ -154,7 +163,7 @@ def sync_worktree(repo: git.Repo, path: Path, sha: str) -> None:
     listed = repo.git.worktree("list", "--porcelain")
     registered = any(line == f"worktree {path.resolve()}" for line in listed.splitlines())
     if registered and path.is_dir():
-        wt = git.Repo(path)
+        wt = _no_hooks(git.Repo(path))
         wt.git.checkout("--detach", "--force", sha)
         wt.git.clean("-fdx")
         return

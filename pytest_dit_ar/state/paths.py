@@ -46,12 +46,22 @@ class StatePaths:
         return self.dir / "worktrees" / "best"
 
     @property
+    def candidate_worktree(self) -> Path:
+        """A clean checkout of the candidate commit: what the candidate's sandbox sees (like the best's)."""
+        return self.dir / "worktrees" / "candidate"
+
+    @property
     def handbook_index(self) -> Path:
         return self.dir / "handbook_index.json"
 
     @property
     def report(self) -> Path:
         return self.dir / "report"
+
+    @property
+    def halt(self) -> Path:
+        """Written when a run changed the environment the harness relies on; experiments refuse while it exists."""
+        return self.dir / "HALT"
 
     @property
     def archive(self) -> Path:

@@ -53,6 +53,7 @@ class SessionRecord:
     config_sha256: str
     baselines: dict[str, LaneBaseline] = field(default_factory=dict)
     layout: int = 1
+    seed_key: str = ""  # keys the corpus seeds the workers see (loop.generation); never shown to a worker
 
     def as_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

@@ -13,13 +13,15 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dit_ar_contract.device import LaneTarget
-from dit_ar_contract.errors import CandidateCrash
+from dit_ar_contract.errors import CandidateCrash, Refused
 
 from . import protocol
+from . import sandbox as sandbox_mod
 
 HELLO_TIMEOUT_S = 300.0
 HARNESS_ROOT = Path(__file__).resolve().parents[2]  # the folder holding dit_ar_contract/ and pytest_dit_ar/
@@ -58,17 +60,49 @@ def log_tail(path: Path, lines: int = 30) -> str:
         return ""
 
 
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """How workers are sandboxed (worker/sandbox.py): the host paths every sandbox hides, and GPU access."""
+
+    hide: tuple[Path, ...] = ()
+    gpu: bool = False
+    expose: tuple[Path, ...] = ()  # the project's folder (its fixed weights), besides the harness's
+
+
+@dataclass
+class Generated:
+    """One generate round trip: its time by the harness's clock and the outputs the harness read itself."""
+
+    seconds: float
+    images: Any  # torch.Tensor [N, 3, H, W], float32, CPU
+    latents: Any  # torch.Tensor [N, C, h, w]
+    rows_per_image: float | None
+    memory: dict[str, float]
+
+
 class WorkerProcess:
     """One worker subprocess serving one side (candidate or best) of an experiment."""
 
     def __init__(self, side: str, root: Path, target: LaneTarget, threads: int, log_path: Path,
-                 timeout_s: float = 600.0):
+                 timeout_s: float = 600.0, sandbox: SandboxPolicy | None = None):
         self.side, self.root, self.target = side, root, target
         self.threads, self.log_path, self.timeout_s = threads, log_path, timeout_s
+        self.sandbox = sandbox
+        self.scratch = log_path.with_name(log_path.stem + "-scratch")  # outputs land here (host side)
         self.proc: subprocess.Popen | None = None
+        self.namespace: sandbox_mod.Namespace | None = None
         self.identity: dict[str, Any] = {}
         self.prelude_s = 0.0  # the worker's own start: imports, CUDA context (from its hello)
         self._buf = b""
+        self._outputs = 0
+
+    @property
+    def model_root(self) -> Path:
+        """Where the worker sees its side's tree (the same path for both sides when sandboxed)."""
+        return sandbox_mod.MOUNT if self.sandbox else self.root
+
+    def _inside(self, name: str) -> str:
+        return str((sandbox_mod.SCRATCH if self.sandbox else self.scratch) / name)
 
     def start(self) -> "WorkerProcess":
         """Spawn and wait for the worker's hello."""
@@ -77,16 +111,36 @@ class WorkerProcess:
     def spawn(self) -> "WorkerProcess":
         """Start the process. Call from the main thread: the child dies with the thread that spawned it."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")
-        cmd = [sys.executable, "-I", "-c", BOOTSTRAP, "--root", str(self.root),
-               "--device", self.target.device, "--threads", str(self.threads)]
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-I", "-c", BOOTSTRAP, "--root", str(self.model_root),
+                "--device", self.target.device, "--threads", str(self.threads)]
         if self.target.memory_cap_gb:
-            cmd += ["--cap-gb", str(self.target.memory_cap_gb)]
-        env = {**os.environ, **self.target.env, "PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": "PASSIVE",
+            argv += ["--cap-gb", str(self.target.memory_cap_gb)]
+        env = {**self.target.env, "PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": "PASSIVE",
                PATH_VARIABLE: os.pathsep.join(worker_sys_path(self.root))}
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                     cwd=self.root, env=env, bufsize=0, preexec_fn=_die_with_parent)
-        log.close()
+        with open(self.log_path, "ab") as log:
+            if self.sandbox is None:
+                self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                             cwd=self.root, env={**os.environ, **env}, bufsize=0,
+                                             preexec_fn=_die_with_parent)
+                return self
+            read_end, write_end = os.pipe()
+            expose = (*self.sandbox.expose, *(Path(p) for p in worker_sys_path(self.root)))
+            spec = sandbox_mod.SandboxSpec(self.root, self.scratch, self.sandbox.hide, self.sandbox.gpu, env, expose)
+            try:
+                self.proc = subprocess.Popen(sandbox_mod.command(spec, argv, write_end), stdin=subprocess.PIPE,
+                                             stdout=subprocess.PIPE, stderr=log, bufsize=0, pass_fds=(write_end,),
+                                             preexec_fn=_die_with_parent)
+            finally:
+                os.close(write_end)
+            try:
+                self.namespace = sandbox_mod.Namespace.read(read_end)
+            except RuntimeError as exc:
+                self.kill()
+                raise Refused(f"the {self.side} worker's sandbox did not start ({exc}); see {self.log_path}; "
+                              "`dit-ar doctor` checks the sandbox") from None
+            finally:
+                os.close(read_end)
         return self
 
     def handshake(self) -> "WorkerProcess":
@@ -107,10 +161,65 @@ class WorkerProcess:
     def pid(self) -> int:
         return self.proc.pid if self.proc else -1
 
+    def processes(self) -> list[int]:
+        """Host PIDs of everything the worker runs: its whole sandbox, or just its process."""
+        if self.namespace is not None:
+            return self.namespace.pids()
+        return [self.pid] if self.proc is not None and self.proc.poll() is None else []
+
+    def freeze(self) -> None:
+        """Stop every process of this side (while the other side is timed)."""
+        if self.namespace is not None:
+            self.namespace.freeze()
+        elif self.proc is not None and self.proc.poll() is None:
+            os.kill(self.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        if self.namespace is not None:
+            self.namespace.thaw()
+        elif self.proc is not None and self.proc.poll() is None:
+            os.kill(self.pid, signal.SIGCONT)
+
     def request(self, op: str, timeout_s: float | None = None, **fields: Any) -> dict[str, Any]:
         """Send one request and return the reply; a dead, hung or failing worker is a CandidateCrash."""
         reply, _ = self.timed_request(op, timeout_s, **fields)
         return reply
+
+    def generate(self, requests: list[list[Any]], perturb: dict[str, Any] | None = None,
+                 resolution: int | None = None) -> Generated:
+        """One timed generate. The worker writes its outputs to its scratch folder; the harness reads and
+        checks them itself (shape, resolution, finite values): nothing the worker reports about them counts."""
+        self._outputs += 1
+        name = f"out-{self._outputs}.safetensors"
+        fields: dict[str, Any] = {"requests": requests, "out": self._inside(name)}
+        if perturb:
+            fields["perturb"] = perturb
+        reply, seconds = self.timed_request("generate", **fields)
+        images, latents = self._load(self.scratch / name, len(requests), resolution)
+        return Generated(seconds, images, latents, reply.get("denoiser_rows_per_image"), reply.get("memory", {}))
+
+    def _load(self, path: Path, n: int, resolution: int | None) -> tuple[Any, Any]:
+        import torch
+        from safetensors.torch import load_file
+
+        try:
+            tensors = load_file(str(path))
+            images, latents = tensors["images"].float(), tensors["latents"].float()
+        except (OSError, KeyError, RuntimeError, ValueError) as exc:
+            raise CandidateCrash(f"{self.side} wrote no readable outputs ({type(exc).__name__}: {exc})") from None
+        finally:
+            path.unlink(missing_ok=True)
+        want = f"[{n}, 3, {resolution or 'H'}, {resolution or 'W'}]"
+        if images.ndim != 4 or images.shape[0] != n or images.shape[1] != 3 or \
+                (resolution and tuple(images.shape[-2:]) != (resolution, resolution)):
+            raise CandidateCrash(f"{self.side} returned images of shape {list(images.shape)}; the seam needs {want} "
+                                 "(the lane's resolution)")
+        if latents.ndim != 4 or latents.shape[0] != n:
+            raise CandidateCrash(f"{self.side} returned latents of shape {list(latents.shape)}; "
+                                 f"expected [{n}, C, h, w]")
+        if not (torch.isfinite(images).all() and torch.isfinite(latents).all()):
+            raise CandidateCrash(f"{self.side} produced NaN/Inf outputs")
+        return images, latents
 
     def timed_request(self, op: str, timeout_s: float | None = None, **fields: Any) -> tuple[dict, float]:
         """Like request, and also the round-trip time in seconds measured with the harness's clock."""
@@ -160,23 +269,31 @@ class WorkerProcess:
     def pin(self, cores: list[int] | None) -> None:
         """Pin every thread of the worker to `cores` (both sides of a pair share the same cores, so a
         per-core difference in speed cannot favour one side)."""
-        if not cores or self.proc is None:
+        if not cores:
             return
-        for tid in Path(f"/proc/{self.pid}/task").iterdir():
+        for pid in self.processes():
             try:
-                os.sched_setaffinity(int(tid.name), set(cores))
-            except (OSError, ValueError):
-                pass
+                tasks = list(Path(f"/proc/{pid}/task").iterdir())
+            except OSError:
+                continue
+            for tid in tasks:
+                try:
+                    os.sched_setaffinity(int(tid.name), set(cores))
+                except (OSError, ValueError):
+                    pass
 
     def peak_rss_mb(self) -> float | None:
-        """Peak resident memory of the worker read by the harness from /proc (not reported by the worker)."""
-        try:
-            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-        except OSError:
-            return None
-        return None
+        """Peak resident memory of the worker's processes, summed, read by the harness from /proc (a helper
+        process cannot hide memory; nothing here is reported by the worker)."""
+        total = 0.0
+        for pid in self.processes():
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        total += int(line.split()[1]) / 1024
+            except OSError:
+                continue
+        return total or None
 
     def gpu_memory_mb(self) -> float | None:
         """Device memory of the worker's process as the driver sees it (NVML), if pynvml is present."""
@@ -184,11 +301,12 @@ class WorkerProcess:
             import pynvml  # type: ignore
 
             pynvml.nvmlInit()
+            pids = set(self.processes())
             total = 0.0
             for i in range(pynvml.nvmlDeviceGetCount()):
                 handle = pynvml.nvmlDeviceGetHandleByIndex(i)
                 for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                    if p.pid == self.pid and p.usedGpuMemory:
+                    if p.pid in pids and p.usedGpuMemory:
                         total += p.usedGpuMemory / 2**20
             return total or None
         except Exception:  # NVML missing or unsupported here: fall back to the worker's own figure
@@ -197,6 +315,7 @@ class WorkerProcess:
     def close(self) -> None:
         if self.proc is None:
             return
+        self.thaw()  # a frozen worker cannot read its exit request
         if self.proc.poll() is None:
             try:
                 self.proc.stdin.write(b'{"op": "exit"}\n')
@@ -207,6 +326,8 @@ class WorkerProcess:
         self.proc = None
 
     def kill(self) -> None:
+        if self.namespace is not None:
+            self.namespace.kill()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=30)
@@ -219,11 +340,15 @@ class WorkerProcess:
 
 
 class WorkerLauncher:
-    """Makes the workers of one lane: same device, environment, threads, memory cap and timeout."""
+    """Makes the workers of one lane: same device, environment, threads, memory cap, timeout and sandbox."""
 
-    def __init__(self, target: LaneTarget, threads: int, timeout_s: float):
-        self.target, self.threads, self.timeout_s = target, threads, timeout_s
+    def __init__(self, target: LaneTarget, threads: int, timeout_s: float, sandbox: SandboxPolicy | None = None):
+        self.target, self.threads, self.timeout_s, self.sandbox = target, threads, timeout_s, sandbox
 
     def worker(self, side: str, root: Path, log_path: Path) -> WorkerProcess:
         """A worker for `side` running the model found under `root` (not started yet)."""
-        return WorkerProcess(side, root, self.target, self.threads, log_path, self.timeout_s)
+        return WorkerProcess(side, root, self.target, self.threads, log_path, self.timeout_s, self.sandbox)
+
+    def model_root(self, root: Path) -> Path:
+        """The path a worker of this launcher sees `root` at (what the workload's spec must name)."""
+        return sandbox_mod.MOUNT if self.sandbox else root

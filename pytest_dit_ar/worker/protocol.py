@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 VERSION = 1
-OPS = ("build", "generate", "profile", "flops", "peak", "exit")
+OPS = ("build", "generate", "activation_dtypes", "profile", "flops", "peak", "exit")
 SERVER_MODULE = "pytest_dit_ar.worker.server"
 
 
