@@ -99,6 +99,7 @@ class ApproximateGate:
     min_ssim: float
     max_lpips: float | None = None
     task_margin: Mapping[str, float] = field(default_factory=dict)
+    max_sharpness_change: float = 0.25  # mean |log Laplacian-energy ratio|; docs/quality.md calibrates it
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import torch
 
 from dit_ar_contract.config import QualityContract
 
-from . import audit, gates, perceptual, task_metrics
+from . import audit, gates, perceptual, sharpness, task_metrics
 from .artifacts import per_case_fidelity
 from .corpora import Case
 from .metrics import summarize
@@ -39,6 +39,7 @@ class BaselineReference:
     envelope: dict[str, float]
     task_metrics: dict[str, float]
     task_case_pass: dict[str, bool]
+    task_envelope: dict[str, float] = field(default_factory=dict)  # a score's benign variation at baseline
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,7 @@ def assess(declared: str, inherited: str, candidate: Outputs, baseline: Baseline
     summary = summarize(fid)
     task_cand = {k: v.value for k, v in scores.items()}
     aggregate = gates.aggregate_checks(effective, summary, quality, task_cand, baseline.task_metrics,
-                                       task_metrics.lower_is_better(), approx)
+                                       task_metrics.lower_is_better(), approx, baseline.task_envelope,
+                                       sharpness.mean_abs_log_change(candidate.images, baseline.outputs.images))
     return QualityAssessment(declared, effective, tuple(reasons), per_case, tuple(aggregate), summary, task_cand,
                              dict(baseline.task_metrics), lpips_status, fid)

@@ -99,20 +99,18 @@ def case_checks(cls: str, case: str, fid: dict[str, float], quality: QualityCont
 
     A quantization whose outputs are also an approximation's (a step cut in it or in the current best)
     gets the approximate fidelity floors instead of the numerical ones; its task gate stays strict."""
+    kept = [Check("task_case_pass", bool(cand_pass), float(bool(cand_pass)), 1.0, case,
+                  "the baseline passed this case, so the candidate must too")] if base_pass else []
     if cls == "exact":
         lim = exact_limits(envelope, quality)
         msg = "outside the baseline's noise envelope"
         return [_le("latent_rel_l2", fid["latent_rel_l2"], lim["latent_rel_l2"], case, msg),
                 _le("latent_max_abs", fid["latent_max_abs"], lim["latent_max_abs"], case, msg),
                 _ge("psnr_db", fid["psnr_db"], lim["psnr_db"], case, msg),
-                _ge("ssim", fid["ssim"], lim["ssim"], case, msg)]
+                _ge("ssim", fid["ssim"], lim["ssim"], case, msg)] + kept
     if cls in ("numerical", "quantization"):
         approx = cls == "quantization" and approximate_outputs
-        checks = _floors(quality.approximate if approx else quality.numerical, case, fid)
-        if cls == "quantization" and base_pass:
-            checks.append(Check("task_case_pass", bool(cand_pass), float(bool(cand_pass)), 1.0, case,
-                                "the baseline passed this case, so the candidate must too"))
-        return checks
+        return _floors(quality.approximate if approx else quality.numerical, case, fid) + kept
     if cls == "approximate":
         return _floors(quality.approximate, case, fid)
     raise ValueError(f"unknown class {cls!r}")
@@ -138,9 +136,25 @@ def _task_checks(task_cand: dict[str, float], task_base: dict[str, float], lower
 
 def aggregate_checks(cls: str, summary: dict[str, Any], quality: QualityContract,
                      task_cand: dict[str, float], task_base: dict[str, float],
-                     lower_is_better: set[str], approximate_outputs: bool = False) -> list[Check]:
-    """Checks over the whole corpus: mean fidelity floors and task-quality non-inferiority."""
+                     lower_is_better: set[str], approximate_outputs: bool = False,
+                     task_envelope: Mapping[str, float] | None = None,
+                     sharpness_change: float | None = None) -> list[Check]:
+    """Checks over the whole corpus: mean fidelity floors and task quality for every class.
+
+    Every task metric the lane declares is checked whatever the class: exact and numerical changes may
+    move a score by no more than the baseline's own benign variation (`task_envelope`, measured under the
+    envelope's perturbations, times the exact envelope multiple); approximate changes within their
+    margins; quantization not at all. Approximate outputs must also keep the images' fine detail: the mean
+    |log| change of per-case Laplacian energy is bounded (blur lowers it, leftover noise raises it), so a
+    blur that flatters a Fréchet distance cannot pass."""
     checks: list[Check] = []
+    if cls in ("exact", "numerical"):
+        slack = {name: quality.exact.envelope_multiple * value for name, value in (task_envelope or {}).items()}
+        checks += _task_checks(task_cand, task_base, lower_is_better, slack)
+    if sharpness_change is not None and (cls == "approximate" or approximate_outputs):
+        limit = quality.approximate.max_sharpness_change
+        checks.append(_le("sharpness_change", sharpness_change, limit, None,
+                          "mean |log| change of the images' Laplacian energy against the baseline's"))
     if (cls == "numerical" or (cls == "quantization" and not approximate_outputs)) and summary:
         t = quality.numerical
         checks += [_ge("mean_psnr_db", summary["psnr_db"]["mean"], t.min_mean_psnr_db, None),

@@ -57,15 +57,22 @@ def _check_preconditions(session: Session) -> git.Repo:
 
 
 def _envelope_runs(session: Session, worker: WorkerProcess, cases: list[Case], default: CorpusOutputs,
-                   progress: bool) -> dict[str, Any]:
-    runs = {}
+                   progress: bool) -> tuple[dict[str, Any], dict[str, float]]:
+    """Per-case fidelity of each benign rerun to the default run, and the largest change each task score
+    showed across the reruns (the task metrics' own noise, which exact and numerical changes may use)."""
+    runs, task_spread = {}, {}
+    names, quality = session.lane.task_metrics, session.lane.quality
+    reference = {k: v.value for k, v in task_metrics.compute(names, default.images, cases, session.root,
+                                                               quality).items()}
     key, lane = session.started.seed_key, session.lane
     for name, how in perturbations(session).items():
         order = list(reversed(cases)) if how.get("reverse") else cases
         alt = generate_corpus(worker, order, how.get("batch", lane.batch), key, lane.resolution,
                               perturb=how.get("perturb"), progress=progress, desc=f"envelope {name}")
         runs[name] = per_case_fidelity(alt.images, alt.latents, default.images, default.latents)
-    return runs
+        for metric, score in task_metrics.compute(names, alt.images, cases, session.root, quality).items():
+            task_spread[metric] = max(task_spread.get(metric, 0.0), abs(score.value - reference[metric]))
+    return runs, task_spread
 
 
 def _aa_timing(session: Session, launcher: WorkerLauncher, run_dir: Path, prompts: tuple[str, ...]) -> PerfOutcome:
@@ -97,7 +104,7 @@ def run_baseline(config_path: Path, out: Callable[[str], None] = print, progress
         default = generate_corpus(worker, cases, lane.batch, key, lane.resolution, progress=progress,
                                   desc="baseline corpus")
         evidence = audit_evidence(worker, build, default, cases, lane.batch, key)
-        envelope_runs = _envelope_runs(session, worker, cases, default, progress)
+        envelope_runs, task_envelope = _envelope_runs(session, worker, cases, default, progress)
         roof = profiling.roofline_evidence(worker, [list(c.keyed_request(key)) for c in cases[:lane.batch]])
         identity = dict(worker.identity)
     out(profiling.describe_roofline(roof))
@@ -124,6 +131,7 @@ def run_baseline(config_path: Path, out: Callable[[str], None] = print, progress
         environment={**versions.collect(), "device": identity, "python": platform.python_version()},
         evidence=evidence.as_dict(), envelope=envelope, envelope_runs=envelope_runs,
         task_metrics={k: v.value for k, v in scores.items()}, task_case_pass=task_metrics.case_passes(scores),
+        task_envelope=task_envelope,
         timing=BaselineTiming(median_ms=median_ms, p95_ms=p95_ms, noise_floor_pct=abs(aa.estimate_pct),
                               noise_interval_pct=(aa.lower_pct, aa.upper_pct), seconds=perf.seconds,
                               aa_segment=perf.segments[0].as_dict()),

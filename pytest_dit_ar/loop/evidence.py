@@ -203,7 +203,7 @@ class Evidence:
         base = self.baseline()
         images, latents = load_cases(cases_dir(self.session.baseline_dir), cases)
         return BaselineReference(Outputs(images, latents, AuditEvidence.from_dict(base.evidence)), base.envelope,
-                                 base.task_metrics, base.task_case_pass)
+                                 base.task_metrics, base.task_case_pass, base.task_envelope)
 
     def _assess(self) -> QualityAssessment:
         cases = self.cases()

@@ -64,6 +64,7 @@ class BaselineSummary:
     timing: BaselineTiming
     roofline: Roofline = field(default_factory=Roofline)
     generation_seconds: float = 0.0
+    task_envelope: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "roofline"}

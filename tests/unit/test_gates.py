@@ -118,3 +118,46 @@ def test_quantization_task_gate_stays_zero_regression_on_an_approximate_best() -
     checks = gates.aggregate_checks("quantization", {}, QUALITY, {"judge_accuracy": 0.975},
                                     {"judge_accuracy": 1.0}, set(), approximate_outputs=True)
     assert [c.name for c in checks if not c.passed] == ["judge_accuracy"]
+
+
+# -- every task metric for every class; the blur guard -----------------------------------------------
+
+def test_exact_and_numerical_check_task_scores_within_their_benign_variation() -> None:
+    base = {"judge_accuracy": 1.0, "frechet_distance": 15.0}
+    spread = {"judge_accuracy": 0.0, "frechet_distance": 0.1}  # what the baseline's own reruns moved
+    for cls in ("exact", "numerical"):
+        same = gates.aggregate_checks(cls, {"psnr_db": {"mean": 99.0}, "ssim": {"mean": 1.0}}, QUALITY,
+                                      {"judge_accuracy": 1.0, "frechet_distance": 15.3}, base, LOWER,
+                                      task_envelope=spread)
+        assert "judge_accuracy" not in failed(same) and "frechet_distance" not in failed(same)  # 0.3 <= 4 x 0.1
+        drop = gates.aggregate_checks(cls, {"psnr_db": {"mean": 99.0}, "ssim": {"mean": 1.0}}, QUALITY,
+                                      {"judge_accuracy": 0.975, "frechet_distance": 15.0}, base, LOWER,
+                                      task_envelope=spread)
+        assert "judge_accuracy" in failed(drop)  # the drop the exact gate used to print and ignore
+
+
+def test_a_case_the_baseline_passed_must_still_pass_in_exact_numerical_and_quantization() -> None:
+    for cls in ("exact", "numerical", "quantization"):
+        lost = gates.case_checks(cls, "c1", fid(psnr=99.0), QUALITY, ENVELOPE, base_pass=True, cand_pass=False)
+        assert failed(lost) == ["task_case_pass"], cls
+
+
+def test_the_approximate_gate_bounds_the_change_of_fine_detail() -> None:
+    base = {"judge_accuracy": 1.0}
+    ok = gates.aggregate_checks("approximate", {}, QUALITY, dict(base), base, LOWER, sharpness_change=0.08)
+    blurred = gates.aggregate_checks("approximate", {}, QUALITY, dict(base), base, LOWER, sharpness_change=0.45)
+    assert failed(ok) == [] and failed(blurred) == ["sharpness_change"]
+
+
+def test_laplacian_energy_sees_a_blur_and_noise() -> None:
+    import torch
+
+    from quality_suite import sharpness
+
+    torch.manual_seed(0)
+    digit = (torch.rand(1, 32, 32) > 0.7).float().repeat(3, 1, 1)
+    blur = torch.nn.functional.avg_pool2d(digit[None], 3, 1, 1)[0]
+    noisy = (digit + 0.2 * torch.randn_like(digit)).clamp(0, 1)
+    assert sharpness.mean_abs_log_change({"a": digit}, {"a": digit}) == 0.0
+    assert sharpness.mean_abs_log_change({"a": blur}, {"a": digit}) > 0.5
+    assert sharpness.mean_abs_log_change({"a": noisy}, {"a": blur}) > 0.5
