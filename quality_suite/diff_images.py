@@ -29,9 +29,10 @@ def _hwc(image: torch.Tensor) -> np.ndarray:
 
 
 def grid(cand: dict[str, torch.Tensor], base: dict[str, torch.Tensor],
-         fidelity: dict[str, dict[str, float]], path: Path) -> Path:
-    """Write the worst-cases grid: baseline | candidate | |candidate - baseline| heatmap (scaled per row)."""
-    rows = worst_cases(fidelity)
+         fidelity: dict[str, dict[str, float]], path: Path, rows: list[str] | None = None) -> Path:
+    """Write a grid, one row per case (default: the worst cases): baseline | candidate | |difference| heatmap
+    (scaled per row)."""
+    rows = worst_cases(fidelity) if rows is None else rows
     fig = Figure(figsize=(8.4, 2.5 * max(1, len(rows))))
     axes = fig.subplots(max(1, len(rows)), 3, squeeze=False)
     for r, cid in enumerate(rows):
@@ -73,3 +74,10 @@ def write(run_dir: Path, cand: dict[str, torch.Tensor], base: dict[str, torch.Te
     """Both kinds of evidence for one run."""
     grid(cand, base, fidelity, run_dir / "worst_cases.png")
     case_pngs(cand, fidelity, run_dir / "cases")
+
+
+def case_diffs(cand: dict[str, torch.Tensor], base: dict[str, torch.Tensor], fidelity: dict[str, dict[str, float]],
+               case_ids: list[str], folder: Path) -> list[Path]:
+    """`folder/<case>.png` for every listed case (the failing ones): baseline | candidate | difference."""
+    return [grid(cand, base, fidelity, folder / f"{cid}.png", rows=[cid]) for cid in case_ids
+            if cid in cand and cid in base]

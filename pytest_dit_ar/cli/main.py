@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from dit_ar_contract.config import CLASSES, DEFAULT_CONFIG, repo_root_for
 from dit_ar_contract.errors import EXIT_REFUSED, Refused
 
+from .. import __version__
 from . import demo, profile, report, search
 
 UNSANDBOXED = ("run the workers without the bubblewrap sandbox (a candidate can then reach the harness's files; "
@@ -21,7 +23,11 @@ def _config_arg(parser: argparse.ArgumentParser, top: bool) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import shtab
+
     parser = argparse.ArgumentParser(prog="dit-ar", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    shtab.add_argument_to(parser, ["--print-completion"], help="print a shell completion script (bash, zsh, tcsh)")
     _config_arg(parser, top=True)
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
 
@@ -107,13 +113,16 @@ def _recover(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
     try:
-        return args.func(args)
-    except Refused as exc:
-        print(f"dit-ar {args.verb}: refused: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
+        args = build_parser().parse_args(argv)  # --print-completion writes from inside the parser
+        try:
+            return args.func(args)
+        except Refused as exc:
+            print(f"dit-ar {args.verb}: refused: {exc}", file=sys.stderr)
+            return EXIT_REFUSED
+    except BrokenPipeError:  # `dit-ar status | head -1`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from ..worker import sandbox
 from ..worker.client import Generated, SandboxPolicy, WorkerLauncher, WorkerProcess
 from .generation import CorpusOutputs, audit_evidence, generate_corpus
 from .measurement import MeasurementPlan, Pair, PerfOutcome, RoundCheck, Side, boot, measure
+from .progress import TimingProgress
 
 
 def sandbox_policy(session: Session) -> SandboxPolicy:
@@ -40,7 +41,8 @@ def sandbox_policy(session: Session) -> SandboxPolicy:
     hide = [root / ".git", root / STATE_DIR, *(root / m.rstrip("/") for m in session.config.mutable_paths)]
     hide += [(root / lane.corpus).parent for lane in session.config.lanes.values()]
     hide.append(Path(quality_suite.__file__).resolve().parent / "corpus")
-    return SandboxPolicy(tuple(dict.fromkeys(p.resolve() for p in hide)), session.lane.is_cuda, (root.resolve(),))
+    return SandboxPolicy(tuple(dict.fromkeys(p.resolve() for p in hide)), session.lane.is_cuda, (root.resolve(),),
+                         session.config.mutable_paths)
 
 
 def launcher_for(session: Session, sandboxed: bool = True) -> WorkerLauncher:
@@ -73,7 +75,8 @@ class Evidence:
     """Lazily computed, read-only evidence about the tree at `session.root` (the candidate)."""
 
     def __init__(self, session: Session, declared_class: str, run_dir: Path, best_root: Path | None = None,
-                 prefetch_best: bool = False, candidate_root: Path | None = None, sandboxed: bool = True):
+                 prefetch_best: bool = False, candidate_root: Path | None = None, sandboxed: bool = True,
+                 case_ids: set[str] | None = None):
         self.session, self.declared_class, self.run_dir = session, declared_class, run_dir
         self.best_root = best_root
         self.candidate_root = candidate_root or session.root  # a clean checkout of HEAD in experiments
@@ -81,6 +84,8 @@ class Evidence:
         self.sandboxed = sandboxed
         self.launcher = launcher_for(session, sandboxed)
         self.key = session.record.seed_key if session.record else ""
+        self.case_ids = case_ids  # plain runs of a few cases generate only those
+        self.progress: TimingProgress | None = None  # set by the face that shows it
         self._crash: CandidateCrash | None = None
         self._run: CandidateRun | None = None
         self._quality: QualityAssessment | None = None
@@ -118,7 +123,13 @@ class Evidence:
 
     # -- inputs ---------------------------------------------------------------------------------
     def cases(self) -> list[Case]:
-        return load_corpus(self.session.root / self.session.lane.corpus)
+        cases = load_corpus(self.session.root / self.session.lane.corpus)
+        return [c for c in cases if self.case_ids is None or c.id in self.case_ids]
+
+    def baseline_cases(self, cases: list[Case]) -> tuple[dict, dict]:
+        """The verified baseline's images and latents of `cases`."""
+        self.baseline()
+        return load_cases(cases_dir(self.session.baseline_dir), cases)
 
     def baseline(self) -> BaselineSummary:
         if self._baseline is None:
@@ -216,6 +227,9 @@ class Evidence:
                         Outputs(run.outputs.images, run.outputs.latents, run.evidence), reference, cases,
                         lane.quality, lane.task_metrics, self.session.root)
         diff_images.write(self.run_dir, run.outputs.images, reference.outputs.images, result.fidelity)
+        failing = [cid for cid, case in result.per_case.items() if any(not c.passed for c in case.checks)]
+        diff_images.case_diffs(run.outputs.images, reference.outputs.images, result.fidelity, failing,
+                               self.run_dir / "diffs")
         self._spent("quality_metrics", t)
         return result
 
@@ -233,7 +247,10 @@ class Evidence:
                 raise RuntimeError("no best worktree to compare with")
             self.quality()
             try:
-                self._perf = measure(self._plan(), self.launcher, first_pair=self._first_pair)
+                on_round = self.progress.on_round if self.progress else None
+                on_look = self.progress.on_look if self.progress else None
+                self._perf = measure(self._plan(), self.launcher, first_pair=self._first_pair, on_round=on_round,
+                                     on_look=on_look)
                 self._first_pair = None  # measure() closed it
             except CandidateCrash as exc:
                 self.record_crash(exc)

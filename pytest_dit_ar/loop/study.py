@@ -127,6 +127,17 @@ def resampled(segments: list[dict[str, Any]], design: Design, rounds: int, order
     return {"orders": orders, "keep_rate": kept / orders, "mean_segments": float(np.mean(used))}
 
 
+def pooled(segments: list[dict[str, Any]], design: Design, rounds: int) -> dict[str, float] | None:
+    """All of an arm's segments as one estimate: improvement of the candidate side and its interval."""
+    if len(segments) < 2:
+        return None
+    test = SequentialTest(dataclasses.replace(design, min_segments=1, max_segments=len(segments)))
+    for seg in segments:
+        look = test.add(seg["cand_s"][:rounds], seg["best_s"][:rounds])
+    return {"estimate_pct": look.estimate_pct, "lower_pct": look.lower_pct, "upper_pct": look.upper_pct,
+            "segments": look.segments}
+
+
 def summarize(arms: dict[str, list[dict[str, Any]]], protocol: PerfProtocol, metric: str,
               old_rounds: int, orders: int = 2000) -> dict[str, Any]:
     design = Design(alpha=protocol.alpha, min_improvement_pct=protocol.min_improvement_pct,
@@ -146,6 +157,7 @@ def summarize(arms: dict[str, list[dict[str, Any]]], protocol: PerfProtocol, met
         medians = [float(np.median(np.log(np.asarray(s["cand_s"]) / np.asarray(s["best_s"])))) for s in segments]
         row["segment_median_log_ratio_sd"] = float(np.std(medians, ddof=1)) if len(medians) > 1 else None
         row["new"]["resampled"] = resampled(segments, design, protocol.rounds, orders)
+        row["pooled"] = pooled(segments, design, protocol.rounds)
         out[arm] = row
     return out
 
@@ -154,7 +166,7 @@ def figure(summary: dict[str, Any], path: Path) -> Path:
     """Detection rate and rounds used against the true speedup, both protocols."""
     from matplotlib.figure import Figure
 
-    arms = sorted((float(a), v) for a, v in summary.items() if a != "null")
+    arms = sorted((float(a), v) for a, v in summary.items() if a.replace(".", "", 1).isdigit())
     fig = Figure(figsize=(9, 3.6))
     left, right = fig.subplots(1, 2)
     for name, style in (("new", "o-"), ("old", "s--")):
@@ -183,8 +195,9 @@ class PairPool:
     """Worker pairs started `size` at a time (outside timed rounds) and used for one segment each."""
 
     def __init__(self, cand: Side, best: Side, launcher: WorkerLauncher, log_dir: Path, size: int,
-                 affinity: tuple[int, ...] | None = None):
+                 affinity: tuple[int, ...] | None = None, best_launcher: WorkerLauncher | None = None):
         self.cand, self.best, self.launcher = cand, best, launcher
+        self.best_launcher = best_launcher or launcher  # another kind of worker for the best side (overhead arm)
         self.affinity, self.log_dir, self.size = affinity, log_dir, size
         self.ready: list[Pair] = []
         self.started = 0
@@ -201,7 +214,7 @@ class PairPool:
             n = self.started
             logs = (self.log_dir / f"cand-{self.cand.name}-{n}.log", self.log_dir / f"best-{self.best.name}-{n}.log")
             pairs.append(Pair(self.launcher.worker("candidate", self.cand.root, logs[0]).spawn(),
-                              self.launcher.worker("best", self.best.root, logs[1]).spawn()))
+                              self.best_launcher.worker("best", self.best.root, logs[1]).spawn()))
         with ThreadPoolExecutor(2 * self.size) as pool:
             futures = [(pool.submit(boot, p.cand, self.cand.spec), pool.submit(boot, p.best, self.best.spec))
                        for p in pairs]
@@ -224,7 +237,7 @@ class PairPool:
 def run_study(config_path: Path, lane_name: str, null_segments: int, speedups: list[float],
               segments_per_speedup: int, steps: int | None, rounds: int | None, old_rounds: int, pool_size: int,
               load: int, affinity: tuple[int, ...] | None, deadline_s: float | None,
-              out: Path | None, sandboxed: bool = True) -> dict[str, Any]:
+              out: Path | None, sandboxed: bool = True, overhead_segments: int = 0) -> dict[str, Any]:
     config = load_config(config_path)
     lane = config.lane(lane_name)
     target = device.resolve_lane(config, lane)
@@ -246,9 +259,11 @@ def run_study(config_path: Path, lane_name: str, null_segments: int, speedups: l
         spec = lane.workload(launcher.model_root(side_root), root)
         return {**spec, "steps": steps} if steps else spec
 
-    def pool(cand_root: Path, best_root: Path, tag: str) -> PairPool:
-        return PairPool(Side(tag, cand_root, spec_for(cand_root)), Side(tag, best_root, spec_for(best_root)),
-                        launcher, tmp / "logs", pool_size, protocol.cpu_affinity)
+    def pool(cand_root: Path, best_root: Path, tag: str, best_launcher: WorkerLauncher | None = None) -> PairPool:
+        best_spec = lane.workload((best_launcher or launcher).model_root(best_root), root)
+        best_spec = {**best_spec, "steps": steps} if steps else best_spec
+        return PairPool(Side(tag, cand_root, spec_for(cand_root)), Side(tag, best_root, best_spec),
+                        launcher, tmp / "logs", pool_size, protocol.cpu_affinity, best_launcher)
 
     rng = random.SystemRandom()
     measured = max(protocol.rounds, old_rounds)
@@ -269,6 +284,11 @@ def run_study(config_path: Path, lane_name: str, null_segments: int, speedups: l
             pools[f"{pct:g}"] = pool(root, slowed_copy(root, tmp / f"slow{pct:g}", delay), f"s{pct:g}")
             results["arms"][f"{pct:g}"] = []
         wanted = {"null": null_segments, **{f"{p:g}": segments_per_speedup for p in speedups}}
+        if overhead_segments and policy is not None:  # the sandboxed tree against the same tree unsandboxed
+            plain = WorkerLauncher(target, protocol.threads, protocol.round_timeout_s)
+            pools["sandbox-overhead"] = pool(root, root, "overhead", plain)
+            results["arms"]["sandbox-overhead"] = []
+            wanted["sandbox-overhead"] = overhead_segments
         while any(len(results["arms"][a]) < n for a, n in wanted.items()):
             # the arm furthest behind its quota next, so a deadline leaves the arms in proportion
             arm = min((a for a, n in wanted.items() if len(results["arms"][a]) < n),
@@ -326,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu-affinity", default=None, help="comma-separated cores for both sides' workers")
     parser.add_argument("--deadline-s", type=float, default=None, help="stop collecting after this many seconds")
     parser.add_argument("--unsandboxed", action="store_true", help="workers without the bubblewrap sandbox")
+    parser.add_argument("--overhead-segments", type=int, default=0,
+                        help="segments of the sandboxed tree against itself unsandboxed (the sandbox's overhead)")
     parser.add_argument("--out", type=Path, default=Path("study.json"))
     parser.add_argument("--figure", type=Path, default=None, help="write the detection/rounds figure here")
     args = parser.parse_args(argv)
@@ -333,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     cores = tuple(int(c) for c in args.cpu_affinity.split(",")) if args.cpu_affinity else None
     results = run_study(args.config, args.lane, args.null_segments, speedups, args.segments_per_speedup, args.steps,
                         args.rounds, args.old_rounds, args.pool, args.load, cores, args.deadline_s, args.out,
-                        sandboxed=not args.unsandboxed)
+                        sandboxed=not args.unsandboxed, overhead_segments=args.overhead_segments)
     if args.figure:
         figure(results["summary"], args.figure)
     print(json.dumps(results["summary"], indent=1))

@@ -23,13 +23,19 @@ from .fixtures import (
 )
 from .session import OPTIONS, PluginSession
 
-__all__ = ["dit_ar", "dit_ar_baseline", "dit_ar_config", "dit_ar_session", "dit_ar_corpus", "dit_ar_device",
-           "dit_ar_evidence", "dit_ar_pipeline", "dit_ar_quality", "dit_ar_worker"]
+__all__ = ["dit_ar", "dit_ar_baseline", "dit_ar_baseline_case", "dit_ar_case", "dit_ar_config", "dit_ar_corpus",
+           "dit_ar_device", "dit_ar_evidence", "dit_ar_pipeline", "dit_ar_quality", "dit_ar_session", "dit_ar_worker"]
+ALIASES = ("dit-ar", "dit_ar")  # the distribution's name (pytest's header) and the entry point's: -p no:<either>
 STATE = "dit-ar-state"
 
 
-def _state(config: pytest.Config) -> _Hooks:
+def _state(config: pytest.Config) -> _Hooks | None:
     return config.pluginmanager.get_plugin(STATE)
+
+
+def _disabled(config: pytest.Config) -> bool:
+    """`-p no:dit-ar` disables the plugin like `-p no:dit_ar` (pytest itself knows only the second)."""
+    return any(config.pluginmanager.is_blocked(name) for name in ALIASES)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -46,6 +52,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if _disabled(config):
+        return
+    if config.getini("dit_ar_experiment"):
+        raise pytest.UsageError("dit_ar_experiment is set in the ini file; an experiment can reset HEAD, so it is "
+                                "asked for on the command line only (--dit-ar-experiment): remove the ini key")
     config.addinivalue_line("markers", "quality: quality gate of the model under test against the baseline")
     config.addinivalue_line("markers", "perf: performance of the model under test (timed out of process)")
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU")
@@ -61,13 +72,15 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
     from .benchmark import machine_info as dit_ar_machine_info
 
     hooks = _state(config)
-    machine_info.update(dit_ar_machine_info(hooks.session.config_path, hooks.session.lane) if hooks else {})
+    if hooks is not None:
+        machine_info.update(dit_ar_machine_info(hooks.session.config_path, hooks.session.lane))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrize `dit_ar_case` with the lane's corpus so each case has a readable test id."""
-    if "dit_ar_case" in metafunc.fixturenames:
-        parametrize_cases(metafunc, _state(metafunc.config).session)
+    hooks = _state(metafunc.config)
+    if "dit_ar_case" in metafunc.fixturenames and hooks is not None:
+        parametrize_cases(metafunc, hooks.session)
 
 
 class _Hooks:
@@ -83,11 +96,11 @@ class _Hooks:
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         self.session.order(items)
 
-    def pytest_deselected(self, items: list[pytest.Item]) -> None:
-        self.session.deselected.extend(items)
-
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.session.collected(session)
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.session.deselected.extend(items)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.session.reported(report)

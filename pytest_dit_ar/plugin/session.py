@@ -55,7 +55,9 @@ class PluginSession:
         self.deselected: list[pytest.Item] = []
         self.outcomes = TestOutcomes()
         self.refusal: str | None = None
+        self.harness_error: str | None = None  # an exception in the harness's own code (not the candidate's)
         self.last_line: str | None = None
+        self.selected_cases: set[str] | None = None  # plain runs generate only the cases their tests need
         self._plain = None
 
     # -- collection -------------------------------------------------------------------------------
@@ -87,8 +89,14 @@ class PluginSession:
                     item.add_marker(skip)
 
     def collected(self, session: pytest.Session) -> None:
-        """Start the experiment once the selection is known (refuse, or discard on scope, before anything runs)."""
+        """Start the experiment once the selection is known (refuse, or discard on scope, before anything runs).
+        In a plain run, note which corpus cases the selected tests need, so only those are generated."""
         if not self.experiment_mode:
+            cased = [item for item in session.items if "dit_ar_case" in getattr(item, "fixturenames", ())]
+            whole = [item for item in session.items if {"dit_ar_quality", "dit_ar_corpus"} &
+                     set(getattr(item, "fixturenames", ())) and "dit_ar_case" not in item.fixturenames]
+            if cased and not whole:
+                self.selected_cases = {item.callspec.params["dit_ar_case"].id for item in cased}
             return
         from ..loop.experiment import Experiment
 
@@ -105,6 +113,15 @@ class PluginSession:
         if verdict is not None:  # scope discard before anything ran
             self.last_line = verdict.line
             pytest.exit("dit-ar: " + "; ".join(verdict.reasons), returncode=verdict.exit_code)
+        self.experiment.evidence.progress = self._progress(self.experiment.session.lane.performance)
+
+    def _progress(self, protocol: Any) -> Any:
+        from ..loop.progress import TimingProgress
+
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        stream = _ReporterStream(reporter) if reporter is not None else None
+        return TimingProgress(stream, bool(reporter is not None and reporter.isatty), protocol.rounds,
+                              protocol.max_segments)
 
     def _check_request(self, session: pytest.Session) -> None:
         """Refuse an experiment that is not exactly the whole required test set, or lacks its inputs."""
@@ -158,7 +175,8 @@ class PluginSession:
         best_root = session.paths.best_worktree if session.paths.best_worktree.is_dir() else None
         run_dir = session.paths.run(new_run_id("plain"))
         sandboxed = not self.unsandboxed and sandbox_problem() is None  # a plain run decides nothing
-        return Evidence(session, self.classification or "exact", run_dir, best_root, sandboxed=sandboxed)
+        return Evidence(session, self.classification or "exact", run_dir, best_root, sandboxed=sandboxed,
+                        case_ids=self.selected_cases)
 
     # -- finishing ---------------------------------------------------------------------------------
     def finish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -167,7 +185,13 @@ class PluginSession:
         if exp is None or exp.evidence is None or exp.verdict is not None:
             return
         if exitstatus == pytest.ExitCode.INTERRUPTED:
-            self.refusal = "interrupted: nothing was recorded and HEAD was left as it was"
+            self.refusal = self.refusal or "interrupted: nothing was recorded and HEAD was left as it was"
+            session.exitstatus = EXIT_REFUSED
+            return
+        if self.harness_error:
+            exp.evidence.close()
+            self.refusal = ("the harness failed (not the candidate): " + self.harness_error.splitlines()[0] +
+                            "; nothing was recorded and HEAD was kept; please report it")
             session.exitstatus = EXIT_REFUSED
             return
         exp.evidence.close()
@@ -176,6 +200,11 @@ class PluginSession:
         session.exitstatus = verdict.exit_code
 
     def summary(self, tr: Any) -> None:
+        evidence = self.experiment.evidence if self.experiment else self._plain
+        if evidence is not None:
+            failures_section(tr, evidence)
+            if not self.experiment_mode:
+                speed_section(tr, evidence)
         exp = self.experiment
         if exp is None or exp.verdict is None:
             return
@@ -209,3 +238,43 @@ def _last_line(text: str) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     print(text, flush=True)
+
+
+def failures_section(tr: Any, evidence: Any) -> None:
+    """The failing cases with metric, value, threshold and the path of their baseline | candidate | diff picture."""
+    quality = evidence.quality_result
+    if quality is None or quality.passed:
+        return
+    tr.section("dit-ar quality failures")
+    pictures = evidence.run_dir / "diffs"
+    for case_id, result in quality.per_case.items():
+        for check in (c for c in result.checks if not c.passed):
+            tr.write_line(f"{case_id}: {check.name} {check.value:.4g} (needs {check.op} {check.threshold:.4g})  "
+                          f"{pictures / (case_id + '.png')}")
+    for check in (c for c in quality.aggregate if not c.passed):
+        tr.write_line(f"corpus: {check.describe()}")
+
+
+def speed_section(tr: Any, evidence: Any) -> None:
+    """Plain `pytest -m perf`: the candidate against the best, in words."""
+    perf = evidence.performance_result
+    if perf is None or perf.look is None:
+        return
+    look = perf.look
+    tr.section("dit-ar speed against the best")
+    tr.write_line(f"candidate {perf.median_ms('cand'):.1f} ms vs best {perf.median_ms('best'):.1f} ms per batch: "
+                  f"{look.estimate_pct:+.2f}% [{look.lower_pct:+.2f}%, {look.upper_pct:+.2f}%] over {look.rounds} "
+                  f"rounds in {look.segments} fresh worker pairs; {perf.reasons[0] if perf.reasons else ''}")
+
+
+class _ReporterStream:
+    """A file-like view of pytest's terminal reporter (the real terminal while tests capture output)."""
+
+    def __init__(self, reporter: Any):
+        self.reporter = reporter
+
+    def write(self, text: str) -> None:
+        self.reporter.write(text, flush=True)
+
+    def flush(self) -> None:
+        """The reporter flushes each write."""

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import ctypes
 import os
+import secrets
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -67,6 +69,7 @@ class SandboxPolicy:
     hide: tuple[Path, ...] = ()
     gpu: bool = False
     expose: tuple[Path, ...] = ()  # the project's folder (its fixed weights), besides the harness's
+    mutable: tuple[str, ...] = ("model_under_test/",)  # what a side's sandbox shows of its tree
 
 
 @dataclass
@@ -88,7 +91,11 @@ class WorkerProcess:
         self.side, self.root, self.target = side, root, target
         self.threads, self.log_path, self.timeout_s = threads, log_path, timeout_s
         self.sandbox = sandbox
-        self.scratch = log_path.with_name(log_path.stem + "-scratch")  # outputs land here (host side)
+        # outputs land in the scratch folder (host side); a sandboxed worker's names are random, so that the
+        # paths a sandbox can see (its mounts) are alike for both sides
+        stage = log_path.parent / "stage" / secrets.token_hex(8) if sandbox else None
+        self.stage = stage
+        self.scratch = (stage / "scratch") if stage else log_path.with_name(log_path.stem + "-scratch")
         self.proc: subprocess.Popen | None = None
         self.namespace: sandbox_mod.Namespace | None = None
         self.identity: dict[str, Any] = {}
@@ -126,7 +133,8 @@ class WorkerProcess:
                 return self
             read_end, write_end = os.pipe()
             expose = (*self.sandbox.expose, *(Path(p) for p in worker_sys_path(self.root)))
-            spec = sandbox_mod.SandboxSpec(self.root, self.scratch, self.sandbox.hide, self.sandbox.gpu, env, expose)
+            tree = self._stage_tree()
+            spec = sandbox_mod.SandboxSpec(tree, self.scratch, self.sandbox.hide, self.sandbox.gpu, env, expose)
             try:
                 self.proc = subprocess.Popen(sandbox_mod.command(spec, argv, write_end), stdin=subprocess.PIPE,
                                              stdout=subprocess.PIPE, stderr=log, bufsize=0, pass_fds=(write_end,),
@@ -142,6 +150,21 @@ class WorkerProcess:
             finally:
                 os.close(read_end)
         return self
+
+    def _stage_tree(self) -> Path:
+        """A copy of the side's mutable paths in the staging folder: all the sandbox shows of its tree."""
+        assert self.stage is not None and self.sandbox is not None
+        tree = self.stage / "tree"
+        for rel in self.sandbox.mutable:
+            src = self.root / rel.rstrip("/")
+            if src.is_dir():
+                shutil.copytree(src, tree / rel.rstrip("/"), symlinks=True,
+                                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            elif src.exists():
+                (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, tree / rel)
+        tree.mkdir(parents=True, exist_ok=True)
+        return tree
 
     def handshake(self) -> "WorkerProcess":
         hello = self._read(HELLO_TIMEOUT_S)

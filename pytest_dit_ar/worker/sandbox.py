@@ -6,9 +6,10 @@ What a sandboxed worker sees and can do:
 * the whole filesystem read-only, with the state it has no business reading hidden (the repository's
   `.git` and `.autoresearch/`, the frozen corpora, the home directory) and one writable, private scratch
   folder (`/tmp/dit-ar/scratch`, where it writes its outputs for the harness to read);
-* its side's tree at `/tmp/dit-ar/side`, the same path for the candidate and the best (both are clean
-  checkouts of a commit), and the project's own copy of the mutable paths hidden, so neither side can
-  tell which one it is;
+* its side's mutable paths (model_under_test/) at `/tmp/dit-ar/side`, copied from a clean checkout of
+  its commit into a staging folder with a random name (a bind mount's source path shows in
+  /proc/self/mountinfo), the same for the candidate and the best, and the project's own copy of the mutable
+  paths hidden, so neither side can tell which one it is;
 * no network (`--unshare-net`), no capabilities (`--cap-drop ALL`), no nested user namespaces, a new
   session (no terminal to inject into), and a scrubbed environment (a short list of variables passed
   through, see ENV_PASSED);
@@ -99,10 +100,7 @@ def command(spec: SandboxSpec, argv: list[str], info_fd: int) -> list[str]:
             cmd += ["--ro-bind", str(path), str(path)]
     for hidden in (*spec.hide, *_private_home()):
         cmd += _mask(hidden)
-    cmd += ["--ro-bind", str(spec.side_root), str(MOUNT)]
-    for inner in (".git", ".autoresearch"):
-        cmd += _mask(spec.side_root / inner, MOUNT / inner)
-    cmd += ["--bind", str(spec.scratch), str(SCRATCH)]
+    cmd += ["--ro-bind", str(spec.side_root), str(MOUNT), "--bind", str(spec.scratch), str(SCRATCH)]
     if spec.gpu:
         for node in sorted(glob.glob("/dev/nvidia*")):
             cmd += ["--dev-bind", node, node]

@@ -101,7 +101,7 @@ def test_commit_to_fixed_path_is_a_scope_discard(loop_repo: Path) -> None:
     assert ledger_rows(loop_repo)[-1][5] == "discard-scope"
 
 
-def test_writing_a_fixed_file_at_run_time_is_a_scope_discard(loop_repo: Path) -> None:
+def test_writing_a_fixed_file_at_run_time_is_prevented_and_unsandboxed_detected(loop_repo: Path) -> None:
     parent = head(loop_repo)
     original = (loop_repo / "quality_suite/gates.py").read_text()
     commit_change(loop_repo, "model_under_test/__init__.py", '''
@@ -114,7 +114,20 @@ def build_pipeline(spec):
     gates.write_text(gates.read_text() + "\\n# tampered at run time\\n")
     return _build_w(spec)
 ''', "tamper with the gate at run time")
-    proc = experiment(loop_repo, "exact", "tamper at run time")
+    sandboxed = experiment(loop_repo, "exact", "tamper at run time")  # prevented: the gate is not even visible
+    assert last_line(sandboxed) == "VERDICT: CRASH", sandboxed.stdout + sandboxed.stderr
+    assert head(loop_repo) == parent and (loop_repo / "quality_suite/gates.py").read_text() == original
+    commit_change(loop_repo, "model_under_test/__init__.py", '''
+_build_w2 = build_pipeline
+
+
+def build_pipeline(spec):
+    import pathlib
+    gates = pathlib.Path(spec["root"]) / "quality_suite" / "gates.py"
+    gates.write_text(gates.read_text() + "\\n# tampered at run time\\n")
+    return _build_w2(spec)
+''', "tamper with the gate at run time, unsandboxed")
+    proc = experiment(loop_repo, "exact", "tamper at run time", "--unsandboxed")  # detected afterwards
     assert last_line(proc) == "VERDICT: DISCARD-SCOPE", proc.stdout + proc.stderr
     assert "quality_suite/gates.py" in proc.stdout
     assert head(loop_repo) == parent
