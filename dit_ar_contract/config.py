@@ -72,6 +72,8 @@ class Guardrails:
     peak_vram_gb: float | None = None
     peak_memory_mb: float | None = None
     p95_regression_pct: float | None = None
+    memory_growth_pct: float | None = 10.0  # peak memory may grow this much over the best's (plus 64 MB)
+    startup_growth_pct: float | None = 100.0  # build + warm-up (compile) may grow this much (plus 2 s)
 
 
 @dataclass(frozen=True)
@@ -336,7 +338,8 @@ def _check_lane(r: _Reader, lane: Lane, root: Path) -> None:
     _positive(r, where, resolution=lane.resolution, steps=lane.steps, batch=lane.batch)
     g = lane.guardrails
     _positive(r, f"{where}.guardrails", peak_vram_gb=g.peak_vram_gb, peak_memory_mb=g.peak_memory_mb,
-              p95_regression_pct=g.p95_regression_pct)
+              p95_regression_pct=g.p95_regression_pct, memory_growth_pct=g.memory_growth_pct,
+              startup_growth_pct=g.startup_growth_pct)
     _check_perf(r, lane.performance, f"{where}.performance")
     _check_quality(r, lane.quality, f"{where}.quality")
 

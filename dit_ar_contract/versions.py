@@ -38,3 +38,20 @@ def collect() -> dict[str, str | None]:
         pass
     info["nvidia_driver"] = driver_version()
     return info
+
+
+# What a speed figure or an output depends on: a change in any of these between a baseline and an experiment
+# makes the two incomparable (a faster torch is not the candidate's win; new kernels change the bits).
+STACK = ("python", "torch", "torch_cuda", "cudnn", "diffusers", "transformers", "nvidia_driver")
+
+
+def stack(info: dict[str, str | None]) -> dict[str, str | None]:
+    """The software stack part of `collect()`'s answer."""
+    return {k: info.get(k) for k in STACK}
+
+
+def stack_differences(recorded: dict[str, object], current: dict[str, str | None]) -> list[str]:
+    """'name recorded -> current' for each part of the stack that changed (parts the record lacks are skipped:
+    a baseline from before a part was recorded cannot say)."""
+    return [f"{k} {recorded[k]} -> {current.get(k)}" for k in STACK
+            if k in recorded and str(recorded[k] or "") != str(current.get(k) or "")]

@@ -1,11 +1,18 @@
-"""Guardrails a faster candidate must still respect: peak memory and tail latency (pure functions)."""
+"""Guardrails a faster candidate must still respect (pure functions): peak memory against an absolute budget and
+against the best's, start-up (build plus warm-up, where compilation happens) against the best's, and tail latency.
+
+The relative limits carry a small absolute slack so that noise in small figures (a CPU lane's resident set, a
+sub-second build) cannot discard a candidate that did not change them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from statistics import median
 
 from .stats import p95
 
+MEMORY_SLACK_MB = 64.0
+STARTUP_SLACK_S = 2.0
 MIN_SAMPLES_FOR_P95 = 20  # fewer samples make a p95 the maximum, which one burst of noise decides
 
 
@@ -20,6 +27,33 @@ def memory(cand_peak_mb: float | None, best_peak_mb: float | None, budget_mb: fl
     figures = {"cand_peak_mb": cand_peak_mb, "best_peak_mb": best_peak_mb, "budget_mb": budget_mb}
     if budget_mb is not None and cand_peak_mb is not None and cand_peak_mb > budget_mb:
         return GuardrailResult(f"peak memory {cand_peak_mb:.0f} MB exceeds the budget {budget_mb:.0f} MB", figures)
+    return GuardrailResult(None, figures)
+
+
+def memory_growth(cand_peak_mb: float | None, best_peak_mb: float | None,
+                  growth_pct: float | None) -> GuardrailResult:
+    """The candidate's peak memory against the best's plus `growth_pct` percent (and MEMORY_SLACK_MB)."""
+    if growth_pct is None or cand_peak_mb is None or best_peak_mb is None:
+        return GuardrailResult(None, {})
+    limit = best_peak_mb * (1 + growth_pct / 100) + MEMORY_SLACK_MB
+    figures = {"memory_limit_mb": limit, "memory_growth_pct": 100 * (cand_peak_mb / best_peak_mb - 1)}
+    if cand_peak_mb > limit:
+        return GuardrailResult(f"peak memory {cand_peak_mb:.0f} MB grew beyond {limit:.0f} MB (best {best_peak_mb:.0f} "
+                               f"MB + {growth_pct:g}% + {MEMORY_SLACK_MB:g} MB)", figures)
+    return GuardrailResult(None, figures)
+
+
+def startup_growth(cand_s: list[float], best_s: list[float], growth_pct: float | None) -> GuardrailResult:
+    """The candidate's start-up (build plus warm-up rounds, per fresh worker; median over the workers) against
+    the best's plus `growth_pct` percent (and STARTUP_SLACK_S)."""
+    if growth_pct is None or not cand_s or not best_s:
+        return GuardrailResult(None, {})
+    cand, best = float(median(cand_s)), float(median(best_s))
+    limit = best * (1 + growth_pct / 100) + STARTUP_SLACK_S
+    figures = {"cand_startup_s": cand, "best_startup_s": best, "startup_limit_s": limit}
+    if cand > limit:
+        return GuardrailResult(f"start-up (build + warm-up) {cand:.1f} s grew beyond {limit:.1f} s (best {best:.1f} s "
+                               f"+ {growth_pct:g}% + {STARTUP_SLACK_S:g} s)", figures)
     return GuardrailResult(None, figures)
 
 

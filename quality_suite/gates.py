@@ -12,7 +12,14 @@ verdict can say exactly what failed. Thresholds come from the config's quality c
                   ``approximate.min_psnr_db / min_ssim [/ max_lpips]``; a lane without task metrics cannot
                   show non-inferiority, so the gate fails;
 * quantization -- zero regression: every task score at least the baseline's, every case the baseline
-                  passed still passes, plus the numerical gate.
+                  passed still passes, plus the numerical gate (the approximate floors when the outputs are
+                  already an approximation's, where a numerical change would get the approximate gate with its
+                  margins); a lane without task metrics cannot show zero regression, so the gate fails.
+
+The rule for lanes without task metrics is one for both classes whose claim is about the task rather than
+the pixels: neither an approximate nor a quantization change can be kept there. Fidelity floors alone say
+how far the pixels moved, not whether the model still does its job (an int8 change once passed at 20.9 dB
+on fidelity alone). Configure a task metric for the lane (docs/quality.md) to open both classes.
 """
 
 from __future__ import annotations
@@ -159,10 +166,11 @@ def aggregate_checks(cls: str, summary: dict[str, Any], quality: QualityContract
         t = quality.numerical
         checks += [_ge("mean_psnr_db", summary["psnr_db"]["mean"], t.min_mean_psnr_db, None),
                    _ge("mean_ssim", summary["ssim"]["mean"], t.min_mean_ssim, None)]
+    if cls in ("approximate", "quantization") and not task_base and not task_cand:
+        claim = "non-inferiority" if cls == "approximate" else "zero regression"
+        checks.append(Check("task_metrics", False, 0.0, 1.0, None, f"the {cls} gate needs task-quality metrics to "
+                            f"show {claim}; this lane configures none (see docs/quality.md, task metrics)"))
     if cls == "approximate":
-        if not task_base and not task_cand:
-            checks.append(Check("task_metrics", False, 0.0, 1.0, None, "the approximate gate needs task-quality "
-                                "metrics to show non-inferiority; this lane configures none"))
         checks += _task_checks(task_cand, task_base, lower_is_better, quality.approximate.task_margin)
     if cls == "quantization":
         checks += _task_checks(task_cand, task_base, lower_is_better, {})

@@ -11,7 +11,7 @@ from dit_ar_contract.config import CLASSES, DEFAULT_CONFIG, repo_root_for
 from dit_ar_contract.errors import EXIT_REFUSED, Refused
 
 from .. import __version__
-from . import demo, profile, report, search
+from . import demo, profile, report, scaffold, search
 
 UNSANDBOXED = ("run the workers without the bubblewrap sandbox (a candidate can then reach the harness's files; "
                "recorded in the ledger and the report)")
@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = verb("init", "create or validate branch autoresearch/<tag> and the session state", _init)
     p.add_argument("--tag", help="session tag (branch autoresearch/<tag>); default: today's date")
     p.add_argument("--lane", help="lane to run (default: the config's default_lane)")
+    p.add_argument("--new-baseline", action="store_true",
+                   help="start at a commit other than the lane's recorded baseline: it becomes the new reference "
+                        "for quality (recorded in the ledger)")
     p = verb("baseline", "run the unmodified pipeline: artifacts, noise envelope, timing", _baseline)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--unsandboxed", action="store_true", help=UNSANDBOXED)
@@ -56,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     verb("recover", "restore the branch to the recorded best and a damaged baseline from its git copy", _recover)
     for module in (search, profile, report, demo):
         _config_arg(module.add_parser(sub), top=False)
+    scaffold.add_parser(sub)  # writes config/autoresearch.json at the git root: takes no --config
     return parser
 
 
@@ -68,7 +72,7 @@ def _doctor(args: argparse.Namespace) -> int:
 def _init(args: argparse.Namespace) -> int:
     from ..loop.init_session import init
 
-    return init(args.config, args.tag, args.lane)
+    return init(args.config, args.tag, args.lane, new_baseline=args.new_baseline)
 
 
 def _baseline(args: argparse.Namespace) -> int:
@@ -80,10 +84,13 @@ def _baseline(args: argparse.Namespace) -> int:
 def experiment_pytest_args(config: Path, classification: str, description: str, lane: str | None,
                            unsandboxed: bool = False) -> list[str]:
     """The pytest invocation that `dit-ar experiment` wraps (the two are the same thing)."""
+    from ..loop.suites import suite_files
+
     root = repo_root_for(config)
     args = ["--dit-ar-experiment", "--dit-ar-classification", classification, "--dit-ar-description", description,
             "--dit-ar-config", str(config.resolve()), "--rootdir", str(root),
             "-W", "ignore::pytest.PytestAssertRewriteWarning", str(root)]
+    args += [str(p) for p in suite_files().outside(root)]  # suites installed outside the root (a user's repo)
     if lane:
         args[:0] = ["--dit-ar-lane", lane]
     if unsandboxed:

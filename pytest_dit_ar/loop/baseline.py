@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ from dit_ar_contract.digest import sha256_file
 from dit_ar_contract.errors import Refused
 from dit_ar_contract.status import Status
 from perf_suite import profiling
+from perf_suite.busy import MachineLoad, busy_warning
 from quality_suite import task_metrics
 from quality_suite.artifacts import envelope_of, per_case_fidelity, save_case
 from quality_suite.corpora import Case, load_corpus
@@ -85,6 +87,14 @@ def _aa_timing(session: Session, launcher: WorkerLauncher, run_dir: Path, prompt
     return measure(plan, launcher)
 
 
+def _flags(session: Session, busy: str | None, sandboxed: bool) -> str:
+    """How this baseline differs from a plain one: a declared new origin, a busy machine, no sandbox."""
+    origin = session.require_current_layout().new_origin_from
+    flags = [f"new-baseline (replaces {origin})" if origin else "", "busy-machine" if busy else "",
+             "" if sandboxed else "unsandboxed"]
+    return "; ".join(f for f in flags if f)
+
+
 def run_baseline(config_path: Path, out: Callable[[str], None] = print, progress: bool = True,
                  sandboxed: bool = True) -> int:
     session = open_session(config_path)
@@ -123,6 +133,11 @@ def run_baseline(config_path: Path, out: Callable[[str], None] = print, progress
     scale_pct = 100 * perf.segments[0].look.standard_error if perf.segments[0].look else float("nan")
     out(f"baseline latency {median_ms:.1f} ms per batch of {lane.batch}; A/A noise: {aa.estimate_pct:+.2f}% "
         f"between two fresh processes of the same tree (standard error {scale_pct:.2f}%)")
+    busy = busy_warning(MachineLoad(aa_pct=aa.estimate_pct, median_ms=median_ms, p95_ms=p95_ms,
+                                    load_average=os.getloadavg()[0], cores=os.cpu_count() or 1,
+                                    threads=lane.performance.threads))
+    if busy:
+        out(busy)
 
     summary = BaselineSummary(
         lane=lane.name, lane_id=session.lane_id, commit=commit, run_id=run_dir.name, created=now(),
@@ -140,7 +155,7 @@ def run_baseline(config_path: Path, out: Callable[[str], None] = print, progress
     row = LedgerRow(timestamp=now(), run_id=run_dir.name, lane=session.lane_id, commit=commit, parent="",
                     status=Status.BASELINE, metric=lane.primary_metric, candidate=lane.metric_value(median_ms),
                     peak_vram_mb=perf.peak_memory_mb("best"), quality_summary=quality, description="baseline",
-                    run_dir=str(run_dir.relative_to(session.root)))
+                    run_dir=str(run_dir.relative_to(session.root)), flags=_flags(session, busy, sandboxed))
     records.record_baseline(session, repo, summary, row, run_dir)
     out(f"baseline of lane {session.lane_id} stored in {session.baseline_dir.relative_to(session.root)} "
         f"({len(cases)} cases, {time.perf_counter() - started:.0f} s)")

@@ -175,7 +175,10 @@ class Evidence:
         lane, cases = session.lane, self.cases()
         with ThreadPoolExecutor(1) as pool:
             best_boot = pool.submit(boot, best, self.spec(self.best_root)) if best else None
-            build = worker.handshake().request("build", spec=self.spec(self.candidate_root))
+            worker.handshake()
+            t_build = time.perf_counter()
+            build = worker.request("build", spec=self.spec(self.candidate_root))
+            build_s = time.perf_counter() - t_build  # the harness's clock, not the worker's figure
             t = self._spent("quality_worker_start", t)
             outputs = generate_corpus(worker, cases, lane.batch, self.key, lane.resolution, desc="candidate")
             audit = audit_evidence(worker, build, outputs, cases, lane.batch, self.key)
@@ -183,10 +186,10 @@ class Evidence:
             best_build = best_boot.result() if best_boot else None
             self._spent("best_worker_start_not_overlapped", t)
         if best is not None and best_build is not None:
-            self._first_pair = Pair(worker, best, {"cand": build["build_s"], "best": best_build})
+            self._first_pair = Pair(worker, best, {"cand": build_s, "best": best_build}, fresh=False)
         else:
             worker.close()
-        return CandidateRun(build["build_s"], outputs, audit)
+        return CandidateRun(build_s, outputs, audit)
 
     def spec(self, side_root: Path) -> dict:
         """The workload for a side's worker: the path the worker sees its tree at, weights from the project."""

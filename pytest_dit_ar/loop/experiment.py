@@ -14,6 +14,7 @@ from pathlib import Path
 import git
 from filelock import FileLock, Timeout
 
+from dit_ar_contract import versions
 from dit_ar_contract.config import load_config
 from dit_ar_contract.errors import Refused
 from dit_ar_contract.status import Status
@@ -70,6 +71,7 @@ class Experiment:
         self._ledger_bytes = b""
         self._best: BestRecord | None = None
         self.started = time.time()
+        self.stack: dict[str, str | None] = {}
 
     # -- before the run -------------------------------------------------------------------
     def acquire(self) -> None:
@@ -114,7 +116,7 @@ class Experiment:
         evidence = Evidence(session, self.classification, run_dir, session.paths.best_worktree, prefetch_best=True,
                             candidate_root=session.paths.candidate_worktree if self.sandboxed else None,
                             sandboxed=self.sandboxed)
-        evidence.baseline()  # read and verified once, before any candidate code runs
+        self._check_stack(evidence.baseline().environment)  # read and verified once, before candidate code runs
         evidence.check_metrics_available()
         self.run_id, self.run_dir = run_dir.name, run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -134,6 +136,16 @@ class Experiment:
         self._fingerprint = tamper.fingerprint(repo, self._worktrees())
         self.evidence = evidence
         return None
+
+    def _check_stack(self, recorded: dict) -> None:
+        """Refuse when torch, diffusers, CUDA or the driver changed since the baseline (timings and outputs
+        would compare two stacks, not two commits)."""
+        self.stack = versions.stack(versions.collect())
+        changed = versions.stack_differences(recorded, self.stack)
+        if changed:
+            raise Refused(f"the software stack changed since the baseline ({'; '.join(changed)}): a new baseline is "
+                          "needed: `dit-ar init --tag NEW` at the lane's original baseline commit, then "
+                          "`dit-ar baseline` (or restore the recorded versions)")
 
     def _worktrees(self) -> list[Path]:
         assert self.session is not None
@@ -213,7 +225,8 @@ class Experiment:
         perf = self.evidence.performance_result if self.evidence else None
         measurements = Measurements(perf.median_ms("cand"), perf.p95_ms("cand")) if perf else None
         records.record_experiment(session, repo, self._row(verdict), self.run_dir, list(verdict.reasons),
-                                  time.time() - self.started, measurements, {"seconds": self.seconds()})
+                                  time.time() - self.started, measurements,
+                                  {"seconds": self.seconds(), "software": self.stack})
         if verdict.status is not Status.KEEP:
             gitops.reset_to(repo, self.parent, session.config.mutable_paths)
             gitops.clean_untracked(repo, session.config.fixed_paths)

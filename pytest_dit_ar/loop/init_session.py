@@ -11,9 +11,10 @@ from typing import Callable
 from dit_ar_contract import device
 from dit_ar_contract.config import load_config
 from dit_ar_contract.errors import Refused
+from dit_ar_contract.status import Status
 
 from ..search.engine import build_index
-from ..state import gitops, integrity
+from ..state import gitops, integrity, ledger
 from ..state.files import write_json_atomic
 from ..state.paths import StatePaths, now
 from ..state.session import LAYOUT, SessionRecord, read_record
@@ -37,7 +38,29 @@ def _index_handbook(root: Path, paths: StatePaths) -> str:
     return f"handbook indexed into {paths.handbook_index.relative_to(root)}"
 
 
-def init(config_path: Path, tag: str | None, lane: str | None, out: Callable[[str], None] = print) -> int:
+def recorded_origins(paths: StatePaths, lane_id: str) -> list[str]:
+    """Commits the lane's baselines were taken at, oldest first (from the ledger, which keeps every session)."""
+    rows = ledger.read(paths.ledger) if paths.ledger.exists() else []
+    return list(dict.fromkeys(r.commit for r in rows if r.lane == lane_id and r.status is Status.BASELINE))
+
+
+def check_origin(paths: StatePaths, lane_id: str, head: str, new_baseline: bool) -> str:
+    """Quality is judged against the lane's original baseline. A session started anywhere else would make that
+    commit the new reference silently: refuse unless `--new-baseline` says so. Returns what the new origin
+    replaces ('' when HEAD is a recorded origin or the lane has none)."""
+    origins = recorded_origins(paths, lane_id)
+    if not origins or head in origins:
+        return ""
+    if not new_baseline:
+        raise Refused(f"HEAD {head[:10]} is not lane {lane_id}'s recorded baseline commit {origins[0][:10]}: a session "
+                      f"here would judge quality against this commit instead. Check out {origins[0][:10]} for a "
+                      "fresh session of the same origin, or pass --new-baseline to make this commit the new "
+                      "reference (recorded in the ledger)")
+    return ",".join(o[:12] for o in origins)
+
+
+def init(config_path: Path, tag: str | None, lane: str | None, out: Callable[[str], None] = print,
+         new_baseline: bool = False) -> int:
     config = load_config(config_path)
     repo = gitops.open_repo(config.root)
     gitops.exclude_state_dir(repo)
@@ -71,16 +94,20 @@ def init(config_path: Path, tag: str | None, lane: str | None, out: Callable[[st
     else:
         repo.git.checkout("-b", branch)
     head = gitops.head_sha(repo)
+    replaces = check_origin(paths, target.lane_id, head, new_baseline)
     record = SessionRecord(tag=tag, branch=branch, lane=lane_obj.name, lane_id=target.lane_id,
                            device=target.identity, on_target=target.on_target, baseline_commit=head,
                            init_time=now(), config=str(config.path.relative_to(config.root)),
-                           config_sha256=config.sha256, layout=LAYOUT, seed_key=secrets.token_hex(16))
+                           config_sha256=config.sha256, layout=LAYOUT, seed_key=secrets.token_hex(16),
+                           new_origin_from=replaces)
     write_json_atomic(paths.session, record.as_dict())
     write_json_atomic(paths.integrity, {"config_sha256": config.sha256, "taken_at": head,
                                         "files": integrity.snapshot(config.root, config.fixed_paths)})
     label = "" if target.on_target else (f" (foreign lane: {target.identity.name}, never compared with "
                                          f"{config.target.name} results)")
     out(f"session {tag}: branch {branch} at {head[:10]}, lane {target.lane_id}{label}")
+    if replaces:
+        out(f"new baseline origin for lane {target.lane_id} (was {replaces}); the baseline's ledger row says so")
     out(_index_handbook(config.root, paths))
     out(f"next: dit-ar --config {config_path} baseline")
     return 0

@@ -84,6 +84,7 @@ class SegmentRecord:
     memory: dict[str, dict[str, float | None]]
     unfaithful: list[str]  # the timed outputs are not the judged work (a quality failure)
     look: Look | None = None
+    fresh: bool = True  # both workers started for this segment (their build and warm-up are a first use)
 
     def as_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if k != "look"}
@@ -92,6 +93,10 @@ class SegmentRecord:
 
     def median_ms(self, side: str) -> float:
         return float(np.median(self.cand_s if side == "cand" else self.best_s)) * 1e3
+
+    def startup_s(self, side: str) -> float:
+        """Build plus warm-up rounds of the side's fresh worker (where loading and compilation cost show)."""
+        return self.build_s.get(side, 0.0) + sum(self.warmup_s[side])
 
     def peak_memory_mb(self, side: str) -> float | None:
         """The side's peak memory as trusted by the harness: device memory on GPUs, resident set on CPUs."""
@@ -105,6 +110,7 @@ class Pair:
     cand: WorkerProcess
     best: WorkerProcess
     build_s: dict[str, float] = field(default_factory=dict)
+    fresh: bool = True  # False: the candidate already generated the corpus (its warm-up is not a first use)
 
     def worker(self, side: str) -> WorkerProcess:
         return self.cand if side == "cand" else self.best
@@ -123,8 +129,12 @@ class Pair:
 
 
 def boot(worker: WorkerProcess, spec: dict[str, Any]) -> float:
-    """Wait for a spawned worker's hello and build its pipeline; returns the build time in seconds."""
-    return worker.handshake().request("build", spec=spec)["build_s"]
+    """Wait for a spawned worker's hello and build its pipeline; returns the build time in seconds as the
+    harness's clock saw it (the worker's own figure is not trusted)."""
+    worker.handshake()
+    t0 = time.perf_counter()
+    worker.request("build", spec=spec)
+    return time.perf_counter() - t0
 
 
 def spawn_pair(launcher: WorkerLauncher, cand: Side, best: Side, log_dir: Path, tag: str) -> Pair:
@@ -222,7 +232,7 @@ def run_segment(pair: Pair, index: int, prompts: tuple[str, ...], batch: int, ro
                  f"{found[0][1]}" for side, found in collisions.items() if found]
     mem = {side: _memory(pair.worker(side), memory[side]) for side in SIDES}
     return SegmentRecord(index, times["cand"], times["best"], seeds, orders, warm, dict(pair.build_s), mem,
-                         problems[:20])
+                         problems[:20], fresh=pair.fresh)
 
 
 @dataclass
@@ -281,12 +291,16 @@ def _guardrails(plan: MeasurementPlan, segments: list[SegmentRecord], final: boo
     else:
         budget = g.peak_memory_mb
     mem = guard.memory(peaks["cand"], peaks["best"], budget)
+    growth = guard.memory_growth(peaks["cand"], peaks["best"], g.memory_growth_pct)
+    fresh = [s for s in segments if s.fresh]
+    startup = guard.startup_growth([s.startup_s("cand") for s in fresh], [s.startup_s("best") for s in fresh],
+                                   g.startup_growth_pct)
     tail = guard.tail_latency([t for s in segments for t in s.cand_s], [t for s in segments for t in s.best_s],
                               g.p95_regression_pct)
-    problems = [mem.problem] if mem.problem else []
-    if final and tail.problem:
-        problems.append(tail.problem)
-    return problems, {**mem.figures, **tail.figures}
+    problems = [r.problem for r in (mem, growth) if r.problem]
+    if final:  # judged on every segment's figures: one slow start or one tail is noise until the end
+        problems += [r.problem for r in (startup, tail) if r.problem]
+    return problems, {**mem.figures, **growth.figures, **startup.figures, **tail.figures}
 
 
 def measure(plan: MeasurementPlan, launcher: WorkerLauncher, first_pair: Pair | None = None,

@@ -11,6 +11,9 @@ import pytest
 from .fixtures import (
     dit_ar,
     dit_ar_baseline,
+    dit_ar_baseline_case,
+    dit_ar_candidate_case,
+    dit_ar_case,
     dit_ar_config,
     dit_ar_corpus,
     dit_ar_device,
@@ -23,8 +26,9 @@ from .fixtures import (
 )
 from .session import OPTIONS, PluginSession
 
-__all__ = ["dit_ar", "dit_ar_baseline", "dit_ar_baseline_case", "dit_ar_case", "dit_ar_config", "dit_ar_corpus",
-           "dit_ar_device", "dit_ar_evidence", "dit_ar_pipeline", "dit_ar_quality", "dit_ar_session", "dit_ar_worker"]
+__all__ = ["dit_ar", "dit_ar_baseline", "dit_ar_baseline_case", "dit_ar_candidate_case", "dit_ar_case", "dit_ar_config",
+           "dit_ar_corpus", "dit_ar_device", "dit_ar_evidence", "dit_ar_pipeline", "dit_ar_quality", "dit_ar_session",
+           "dit_ar_worker"]
 ALIASES = ("dit-ar", "dit_ar")  # the distribution's name (pytest's header) and the entry point's: -p no:<either>
 STATE = "dit-ar-state"
 

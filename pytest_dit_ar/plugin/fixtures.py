@@ -39,7 +39,11 @@ def _guarded(state: PluginSession, compute: Callable[[], Any]) -> Any:
 @pytest.fixture(scope="session")
 def dit_ar(request: pytest.FixtureRequest) -> PluginSession:
     """The plugin's state for this run: options, experiment mode, the tests' outcomes so far."""
-    return request.config.pluginmanager.get_plugin("dit-ar-state").session
+    hooks = request.config.pluginmanager.get_plugin("dit-ar-state")
+    if hooks is None:
+        pytest.fail("the dit-ar plugin is disabled in this run (-p no:dit-ar): its fixtures give nothing; "
+                    "drop the option to use them", pytrace=False)
+    return hooks.session
 
 
 @pytest.fixture(scope="session")
@@ -90,7 +94,7 @@ def dit_ar_quality(dit_ar, dit_ar_evidence, dit_ar_baseline):
 @pytest.fixture
 def dit_ar_case(request: pytest.FixtureRequest):
     """One case of the lane's frozen corpus (id, prompt, seed, label); a test that uses it runs once per
-    case, with the case id as its test id (`test_x[digit7-s1007]`)."""
+    case, with the case id as its test id (`test_x[digit7-s1071]`)."""
     return request.param
 
 
@@ -115,13 +119,30 @@ def dit_ar_baseline_case(dit_ar, dit_ar_evidence, dit_ar_case) -> CaseArtifacts:
     return _guarded(dit_ar, load)
 
 
+@pytest.fixture
+def dit_ar_candidate_case(dit_ar, dit_ar_evidence, dit_ar_case) -> CaseArtifacts:
+    """The candidate's image and latent for `dit_ar_case`, as the harness read them from the candidate's worker
+    (in a plain run the working tree's; png is None: candidate images are written only for failing cases)."""
+    def load() -> CaseArtifacts:
+        outputs = dit_ar_evidence.candidate().outputs
+        return CaseArtifacts(dit_ar_case.id, outputs.images[dit_ar_case.id], outputs.latents[dit_ar_case.id], None)
+    return _guarded(dit_ar, load)
+
+
 @pytest.fixture(scope="session")
-def dit_ar_pipeline(dit_ar_session):
-    """The working tree's pipeline built in this process through the seam (for exploration only;
-    verdicts never use it: they come from sandboxed worker processes)."""
+def dit_ar_pipeline(dit_ar, dit_ar_session):
+    """The working tree's pipeline built in this process through the seam (for exploration in a plain run only;
+    verdicts never use it: they come from sandboxed worker processes, and an experiment refuses it)."""
     from ..worker.server import import_model
 
+    if dit_ar.experiment_mode:
+        _guarded(dit_ar, _refuse_in_process_model)
     return import_model(dit_ar_session.root).build_pipeline(dit_ar_session.lane.workload(dit_ar_session.root))
+
+
+def _refuse_in_process_model() -> None:
+    raise Refused("dit_ar_pipeline builds the candidate inside the harness's process; an experiment never does "
+                  "that (use dit_ar_candidate_case or dit_ar_quality)")
 
 
 @pytest.fixture

@@ -54,6 +54,7 @@ class SessionRecord:
     baselines: dict[str, LaneBaseline] = field(default_factory=dict)
     layout: int = 1
     seed_key: str = ""  # keys the corpus seeds the workers see (loop.generation); never shown to a worker
+    new_origin_from: str = ""  # set by `init --new-baseline`: the lane's earlier baseline commit(s) this replaces
 
     def as_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

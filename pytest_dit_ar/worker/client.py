@@ -319,10 +319,16 @@ class WorkerProcess:
         return total or None
 
     def gpu_memory_mb(self) -> float | None:
-        """Device memory of the worker's process as the driver sees it (NVML), if pynvml is present."""
+        """Device memory of the worker's processes as the driver sees it (NVML). None on CPU lanes; on a CUDA
+        lane a missing NVML binding is a refusal (the guardrail would otherwise trust the worker's figure)."""
+        if not self.target.device.startswith("cuda"):
+            return None
         try:
-            import pynvml  # type: ignore
-
+            import pynvml
+        except ImportError as exc:
+            raise Refused("GPU memory is read through NVML and its binding is missing: "
+                          "pip install nvidia-ml-py (a dependency of pytest-dit-ar)") from exc
+        try:
             pynvml.nvmlInit()
             pids = set(self.processes())
             total = 0.0
@@ -332,8 +338,9 @@ class WorkerProcess:
                     if p.pid in pids and p.usedGpuMemory:
                         total += p.usedGpuMemory / 2**20
             return total or None
-        except Exception:  # NVML missing or unsupported here: fall back to the worker's own figure
-            return None
+        except pynvml.NVMLError as exc:
+            raise Refused(f"NVML could not read the workers' GPU memory ({exc}); check the driver with "
+                          "`nvidia-smi`") from exc
 
     def close(self) -> None:
         if self.proc is None:

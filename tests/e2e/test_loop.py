@@ -41,6 +41,7 @@ def test_faster_exact_commit_is_kept_and_a_manual_reset_is_recoverable(loop_repo
     proc = experiment(loop_repo, "exact", "remove the avoidable delay")
     assert last_line(proc) == "VERDICT: KEEP", proc.stdout + proc.stderr
     assert proc.returncode == 0
+    assert "\r" not in proc.stdout  # no progress bar when the output is not a terminal
     assert head(loop_repo) == sha
     best = json.loads((loop_repo / ".autoresearch/best.json").read_text())["embedded-cpu"]
     assert best["commit"] == sha

@@ -94,6 +94,27 @@ def test_quantization_is_zero_regression_plus_numerical_floors() -> None:
         ["latent_rel_l2"]
 
 
+def test_without_task_metrics_neither_approximate_nor_quantization_can_pass() -> None:
+    summary = {"psnr_db": {"mean": 45.0}, "ssim": {"mean": 0.999}}  # pixels all but unchanged
+    for cls in ("approximate", "quantization"):
+        checks = gates.aggregate_checks(cls, summary, QUALITY, {}, {}, LOWER)
+        assert failed(checks) == ["task_metrics"], cls
+        assert any("this lane configures none" in c.message for c in checks)
+    assert failed(gates.aggregate_checks("numerical", summary, QUALITY, {}, {}, LOWER)) == []
+
+
+def test_the_quantization_gate_is_never_weaker_than_the_numerical_one() -> None:
+    """Every case a numerical change would fail, a quantization fails too (same floors, more checks)."""
+    for latent, psnr, ssim in ((0.2, 40.0, 0.99), (0.01, 20.9, 0.99), (0.01, 40.0, 0.5), (0.01, 40.0, 0.99)):
+        numerical = failed(gates.case_checks("numerical", "c", fid(latent, 0.1, psnr, ssim), QUALITY, ENVELOPE))
+        quantized = failed(gates.case_checks("quantization", "c", fid(latent, 0.1, psnr, ssim), QUALITY, ENVELOPE))
+        assert set(numerical) <= set(quantized)
+    base = {"judge_accuracy": 0.95}
+    summary = {"psnr_db": {"mean": 31.0}, "ssim": {"mean": 0.95}}
+    assert set(failed(gates.aggregate_checks("numerical", summary, QUALITY, base, base, LOWER))) <= \
+        set(failed(gates.aggregate_checks("quantization", summary, QUALITY, base, base, LOWER)))
+
+
 # -- a candidate inherits the class of the best --------------------------------------------------
 
 def test_a_candidate_inherits_the_class_of_the_best() -> None:

@@ -1,0 +1,36 @@
+"""GPU memory for the guardrail is read by the harness through NVML; without the binding a CUDA lane refuses."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from dit_ar_contract.device import DeviceIdentity, LaneTarget
+from dit_ar_contract.errors import Refused
+from pytest_dit_ar.worker.client import WorkerProcess
+
+
+def worker(device: str, tmp_path: Path) -> WorkerProcess:
+    target = LaneTarget(lane="x", lane_id="x", device=device, identity=DeviceIdentity(kind=device[:4]),
+                        on_target=False)
+    return WorkerProcess("cand", tmp_path, target, 1, tmp_path / "cand.log")
+
+
+def test_a_cuda_lane_without_the_nvml_binding_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml now raises ImportError
+    with pytest.raises(Refused, match="pip install nvidia-ml-py"):
+        worker("cuda:0", tmp_path).gpu_memory_mb()
+
+
+def test_a_cpu_lane_reads_no_gpu_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    assert worker("cpu", tmp_path).gpu_memory_mb() is None
+
+
+def test_the_nvml_binding_is_a_declared_dependency() -> None:
+    import tomllib
+
+    deps = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
+    assert any(d.startswith("nvidia-ml-py") for d in deps["dependencies"])
