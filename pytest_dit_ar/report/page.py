@@ -2,15 +2,22 @@
 
 The page is self-contained: every figure is written next to it under `report_files/` and linked
 relatively, so the folder can be copied anywhere. The report only reads the state directory.
+
+This module reads the state files into typed view data (the frozen dataclasses below) and renders each
+page with one call to a Jinja2 template of `templates/`; the environment escapes every value on output,
+so no text from the state (descriptions, reasons, crash logs, device names) can become markup.
 """
 
 from __future__ import annotations
 
-import html
 import math
 import shutil
+from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
 from typing import Any
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from dit_ar_contract.config import repo_root_for
 from dit_ar_contract.errors import Refused
@@ -21,26 +28,204 @@ from ..state.files import read_json_object
 from ..state.paths import StatePaths
 
 ASSETS = "report_files"
+TEMPLATES = "templates"  # the package folder of the page templates (package data)
 WORST_CASES = 4
 MAX_RUNS = 30  # runs shown in detail on the session page (newest first); `--run ID` shows any run
 FIDELITY_COLUMNS = ("psnr_db", "ssim", "latent_rel_l2", "latent_max_abs")
 BLOCK_COLUMNS = ("rounds", "best_median_ms", "cand_median_ms", "best_p95_ms", "cand_p95_ms", "median_ratio",
                  "ci_upper_ratio", "improvement_pct", "p_value", "passes")  # runs made before the sequential test
 LOOK_COLUMNS = ("rounds", "estimate_pct", "lower_pct", "upper_pct", "z", "boundary", "decision")
-CSS = """
-body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}
-h1{margin-bottom:4px} h2{border-bottom:2px solid #ddd;padding-bottom:4px;margin-top:36px}
-table{border-collapse:collapse;font-size:12px;margin:8px 0}
-td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
-.wide{overflow-x:auto} .ledger td,.ledger th{white-space:nowrap}
-th{background:#f2f2f2} .meta td:first-child{font-weight:600;background:#fafafa}
-.note{color:#666;font-style:italic} .run{border-left:6px solid #ccc;padding-left:12px;margin:18px 0}
-img{max-width:100%;border:1px solid #eee;margin:4px 0} pre{background:#f6f6f6;padding:8px;overflow-x:auto}
-""" + "".join(f"tr.s-{s}{{background:{c}22}} .run.s-{s}{{border-left-color:{c}}}\n"
-              for s, c in ((st.word, st.colour) for st in Status)) + "".join(
-    f".ledger td:nth-child({ledger.COLUMNS.index(c) + 1}){{white-space:normal;min-width:32ch}}\n"
-    for c in ("quality_summary", "description"))
+PROFILE_FACTS = ("device", "batch", "steps", "stage_basis", "total_ms", "median_plain_ms", "denoise_per_step_ms",
+                 "achieved_tflops", "percent_of_peak", "roofline_ms")
+WRAPPED_COLUMNS = ("quality_summary", "description")  # ledger columns of free text, wrapped on the page
 
+
+# -- view data ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StatusStyle:
+    """A status word and its colour (the ledger row and run section colours)."""
+
+    word: str
+    colour: str
+
+
+@dataclass(frozen=True)
+class Style:
+    """What the style sheet takes from the code: status colours and the ledger columns that wrap (1-based)."""
+
+    statuses: tuple[StatusStyle, ...]
+    wrapped_columns: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A PNG in the assets folder, linked relative to the page."""
+
+    src: str
+    alt: str
+
+
+@dataclass(frozen=True)
+class Row:
+    """A table row: its cells as text and its CSS class."""
+
+    cells: tuple[str, ...]
+    css: str = ""
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table with a header row."""
+
+    header: tuple[str, ...]
+    rows: tuple[Row, ...]
+    css: str = ""
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One line of a lane's summary table."""
+
+    name: str
+    value: str
+
+
+@dataclass(frozen=True)
+class LaneHeader:
+    """A lane's id and summary (device, best commit, baseline metrics, noise floor, counts)."""
+
+    lane_id: str
+    facts: tuple[Fact, ...]
+
+
+@dataclass(frozen=True)
+class ProfileView:
+    """The lane's latest profile: not found, found without stage times (`figure` None), or shown."""
+
+    found: bool
+    where: str = ""
+    figure: Figure | None = None
+    facts: Table | None = None
+    ops: Table | None = None
+
+
+@dataclass(frozen=True)
+class CaseImages:
+    """The worst cases' images: the figure (if any) and which images are missing."""
+
+    figure: Figure | None
+    candidates_missing: bool
+    baseline_missing: bool
+
+
+@dataclass(frozen=True)
+class QualityView:
+    """A run's quality.json: class audit, failed checks, worst cases (`images` None: all pixel-identical)."""
+
+    found: bool
+    declared: str = ""
+    effective: str = ""
+    audit: str = ""
+    failed_count: int = 0
+    more_failures: tuple[str, ...] = ()
+    worst: Table | None = None
+    images: CaseImages | None = None
+
+
+@dataclass(frozen=True)
+class PerfView:
+    """A run's timing: distribution figure, per-segment table, wall time, reasons (`figure` None: no timing)."""
+
+    figure: Figure | None
+    table: Table | None = None
+    wall_time: str = ""
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunView:
+    """Everything one run left behind; `missing_folder` names the run folder when it is gone."""
+
+    run_id: str
+    status: str
+    description: str
+    line: str
+    reasons: tuple[str, ...]
+    run_dir: str
+    missing_folder: str = ""
+    crash: str | None = None
+    quality: QualityView | None = None  # None for a baseline run (it is the reference)
+    perf: PerfView | None = None
+    logs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LaneSection:
+    """One lane on the session page."""
+
+    header: LaneHeader
+    progress: Figure
+    profile: ProfileView
+    runs: tuple[RunView, ...]
+
+
+@dataclass(frozen=True)
+class SessionPage:
+    """The session page (index.html)."""
+
+    title: str
+    state_dir: str
+    row_count: int
+    lanes: tuple[LaneSection, ...]
+    ledger: Table | None
+    assets: str = ASSETS
+    max_runs: int = MAX_RUNS
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """One run's page (report.html)."""
+
+    title: str
+    header: LaneHeader
+    run: RunView
+    ledger: Table | None
+
+
+@dataclass(frozen=True)
+class ReportContext:
+    """What every part of a page reads: the repo root, state paths, session, best commits, target name."""
+
+    root: Path
+    paths: StatePaths
+    session: dict[str, Any]
+    best: dict[str, Any]
+    target_name: str
+
+
+# -- rendering ----------------------------------------------------------------------------------
+
+@cache
+def environment() -> Environment:
+    """The Jinja2 environment of the package's templates; every value is HTML-escaped on output."""
+    return Environment(loader=PackageLoader("pytest_dit_ar.report", TEMPLATES), autoescape=True,
+                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+
+
+def _style() -> Style:
+    """The status colours and wrapped ledger columns for the style sheet."""
+    return Style(tuple(StatusStyle(s.word, s.colour) for s in Status),
+                 tuple(ledger.COLUMNS.index(c) + 1 for c in WRAPPED_COLUMNS))
+
+
+def _render(template: str, page: SessionPage | RunPage, path: Path) -> Path:
+    """Render one page to `path` and return it."""
+    path.write_text(environment().get_template(template).render(page=page, style=_style()), encoding="utf-8")
+    return path
+
+
+# -- helpers ------------------------------------------------------------------------------------
 
 def _plots() -> Any:
     """The plotting module, imported on first use so that other dit-ar verbs do not load matplotlib."""
@@ -65,9 +250,9 @@ def _or_na(value: Any) -> str:
     return "n/a" if value is None else fmt(value)
 
 
-def esc(value: Any) -> str:
-    """A value as escaped HTML text."""
-    return html.escape(fmt(value))
+def _pairs(values: dict[str, Any]) -> str:
+    """`k=v, ...` of a mapping, values formatted."""
+    return ", ".join(f"{k}={fmt(v)}" for k, v in values.items())
 
 
 _read = read_json_object
@@ -86,18 +271,15 @@ def _float(text: str) -> float | None:
         return None
 
 
-def _table(header: list[str], rows: list[list[Any]], row_classes: list[str] | None = None, cls: str = "") -> str:
-    """An HTML table; every cell escaped."""
+def _table(header: list[str], rows: list[list[Any]], row_classes: list[str] | None = None, css: str = "") -> Table:
+    """A table of formatted cells."""
     classes = row_classes or [""] * len(rows)
-    head = "".join(f"<th>{esc(h)}</th>" for h in header)
-    body = "".join(f'<tr class="{esc(rc)}">' + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>"
-                   for rc, row in zip(classes, rows))
-    return f'<table class="{esc(cls)}"><tr>{head}</tr>{body}</table>'
+    return Table(tuple(header), tuple(Row(tuple(fmt(c) for c in row), rc) for rc, row in zip(classes, rows)), css)
 
 
-def _img(png: Path, alt: str) -> str:
-    """An img tag for a figure in the assets folder, linked relative to the page."""
-    return f'<img src="{esc(f"{ASSETS}/{png.name}")}" alt="{esc(alt)}">'
+def _figure(png: Path, alt: str) -> Figure:
+    """A figure in the assets folder, linked relative to the page."""
+    return Figure(f"{ASSETS}/{png.name}", alt)
 
 
 def _slug(text: str) -> str:
@@ -105,7 +287,7 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)
 
 
-# -- header -----------------------------------------------------------------------------------
+# -- header -------------------------------------------------------------------------------------
 
 def device_label(lane_id: str, session: dict[str, Any], baseline: dict[str, Any], target_name: str) -> str:
     """The lane's device in words; a foreign lane is named by its own device, never as the target."""
@@ -122,43 +304,39 @@ def device_label(lane_id: str, session: dict[str, Any], baseline: dict[str, Any]
     return f"{name} (the target)" if on_target else name
 
 
-def _header(lane_id: str, rows: list[dict[str, str]], ctx: dict[str, Any]) -> str:
-    """The lane's summary table: device, best commit, baseline metrics, noise floor, counts."""
-    paths: StatePaths = ctx["paths"]
-    baseline = _read(paths.baseline(lane_id) / "baseline.json")
-    best = ctx["best"].get(lane_id) or {}
+def _header(lane_id: str, rows: list[dict[str, str]], ctx: ReportContext) -> LaneHeader:
+    """The lane's summary: device, best commit, baseline metrics, noise floor, counts."""
+    baseline = _read(ctx.paths.baseline(lane_id) / "baseline.json")
+    best = ctx.best.get(lane_id) or {}
     timing = baseline.get("timing") or {}
     interval = timing.get("noise_interval_pct") or timing.get("noise_ci_ratio") or []  # the latter: older runs
     counts = ", ".join(f"{s.word}={n}" for s in Status if (n := sum(r["status"] == s.word for r in rows)))
-    meta = [
+    facts = [
         ("lane", lane_id),
-        ("device", device_label(lane_id, ctx["session"], baseline, ctx["target_name"])),
-        ("session", f"{ctx['session'].get('tag')} (branch {ctx['session'].get('branch')})"
-         if ctx["session"].get("lane_id") == lane_id else "not the current session's lane"),
+        ("device", device_label(lane_id, ctx.session, baseline, ctx.target_name)),
+        ("session", f"{ctx.session.get('tag')} (branch {ctx.session.get('branch')})"
+         if ctx.session.get("lane_id") == lane_id else "not the current session's lane"),
         ("best commit", f"{str(best.get('commit', 'none'))[:12]} (run {best.get('run_id', '-')}) " +
-         ", ".join(f"{k}={fmt(v)}" for k, v in (best.get("measurements") or {}).items())),
+         _pairs(best.get("measurements") or {})),
         ("baseline commit", str(baseline.get("commit", "no baseline yet"))[:12]),
         ("baseline latency", f"median {_or_na(timing.get('median_ms'))} ms, p95 {_or_na(timing.get('p95_ms'))} ms "
                              "per batch"),
         ("noise floor (A/A)", f"{_or_na(timing.get('noise_floor_pct'))} % between two fresh processes of the "
                               f"baseline, interval [{', '.join(fmt(x) for x in interval)}]"),
-        ("baseline task metrics", ", ".join(f"{k}={fmt(v)}" for k, v in (baseline.get("task_metrics") or {}).items())
-         or "none"),
-        ("quality noise envelope", ", ".join(f"{k}={fmt(v)}" for k, v in (baseline.get("envelope") or {}).items())
-         or "none"),
+        ("baseline task metrics", _pairs(baseline.get("task_metrics") or {}) or "none"),
+        ("quality noise envelope", _pairs(baseline.get("envelope") or {}) or "none"),
         ("ledger rows", counts or "none"),
     ]
-    cells = "".join(f"<tr><td>{esc(k)}</td><td>{esc(v)}</td></tr>" for k, v in meta)
-    return f'<table class="meta">{cells}</table>'
+    return LaneHeader(lane_id, tuple(Fact(name, value) for name, value in facts))
 
 
-def _progress(lane_id: str, rows: list[dict[str, str]], assets: Path) -> str:
+def _progress(lane_id: str, rows: list[dict[str, str]], assets: Path) -> Figure:
     """The lane's progress plot (experiment number vs primary metric)."""
     points = [_plots().Point(i, r["status"], _float(r["candidate"])) for i, r in enumerate(rows)]
     metric = next((r["metric"] for r in rows if r["metric"]), "metric")
     png = _plots().progress(points, metric, f"{lane_id}: {metric} per experiment",
-                         assets / f"progress-{_slug(lane_id)}.png")
-    return _img(png, f"progress of lane {lane_id}")
+                            assets / f"progress-{_slug(lane_id)}.png")
+    return _figure(png, f"progress of lane {lane_id}")
 
 
 # -- stage attribution --------------------------------------------------------------------------
@@ -187,25 +365,25 @@ def _latest_profile(paths: StatePaths, lane_id: str) -> tuple[Path, dict[str, An
     return None
 
 
-def _profile(paths: StatePaths, lane_id: str, assets: Path) -> str:
-    """Stage-attribution bars, headline figures and top ops of the lane's latest profile, or a note."""
+def _profile(paths: StatePaths, lane_id: str, assets: Path) -> ProfileView:
+    """Stage-attribution bars, headline figures and top ops of the lane's latest profile, or what is missing."""
     found = _latest_profile(paths, lane_id)
     if found is None:
-        return '<p class="note">no profile of this lane yet (run <code>dit-ar profile</code>).</p>'
+        return ProfileView(found=False)
     path, data = found
     summary = data.get("summary") if isinstance(data.get("summary"), dict) else {}
     stages = _stage_ms(data.get("stages") or summary.get("stage_ms") or data.get("stage_ms"))
     where = f"{path.parent.name}" + (f", commit {str(data['commit'])[:10]}" if data.get("commit") else "")
     if not stages:
-        return f'<p class="note">{esc(where)}: profile.json has no stage times.</p>'
+        return ProfileView(found=True, where=where)
     png = _plots().stages(stages, f"stage attribution ({where})", assets / f"profile-{_slug(lane_id)}.png")
-    keys = ("device", "batch", "steps", "stage_basis", "total_ms", "median_plain_ms", "denoise_per_step_ms",
-            "achieved_tflops", "percent_of_peak", "roofline_ms")
-    facts = [[k, v] for k in keys if isinstance(v := data.get(k, summary.get(k)), (str, int, float))]
+    facts = [[k, v] for k in PROFILE_FACTS if isinstance(v := data.get(k, summary.get(k)), (str, int, float))]
     ops = [op for op in summary.get("top_ops") or [] if isinstance(op, dict)][:10]
-    return (_img(png, "stage attribution") + (_table(["profile", "value"], facts) if facts else "")
-            + (_table(["self ms", "calls", "top op"], [[op.get("self_ms"), op.get("calls"), str(op.get("name"))[:120]]
-                                                      for op in ops]) if ops else ""))
+    return ProfileView(
+        found=True, where=where, figure=_figure(png, "stage attribution"),
+        facts=_table(["profile", "value"], facts) if facts else None,
+        ops=_table(["self ms", "calls", "top op"], [[op.get("self_ms"), op.get("calls"), str(op.get("name"))[:120]]
+                                                   for op in ops]) if ops else None)
 
 
 # -- one run ------------------------------------------------------------------------------------
@@ -222,51 +400,60 @@ def _worst_cases(quality: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return sorted(cases, key=key)[:WORST_CASES]
 
 
-def _quality(run_dir: Path, lane_id: str, paths: StatePaths, assets: Path, shown: list[str]) -> str:
-    """Class audit, failed checks not already in `shown`, the worst cases' fidelity and their images."""
-    quality = _read(run_dir / "quality.json")
-    if not quality:
-        return '<p class="note">no quality.json in this run.</p>'
-    failures = quality.get("failures") or []
-    parts = [f"<p>class declared {esc(quality.get('declared_class'))}, effective "
-             f"{esc(quality.get('effective_class'))}. {esc('; '.join(quality.get('audit_reasons') or []))} "
-             f"{len(failures)} checks failed.</p>"]
-    more = [f for f in failures if f not in shown][:10]
-    if more:
-        parts.append("<ul>" + "".join(f"<li>{esc(f)}</li>" for f in more) + "</ul>")
-    worst = _worst_cases(quality)
-    if not worst:
-        return "".join(parts)
+def _worst_table(worst: list[tuple[str, dict[str, Any]]]) -> Table:
+    """The worst cases' fidelity and failed checks."""
     rows = [[cid] + [(v.get("fidelity") or {}).get(c) for c in FIDELITY_COLUMNS]
             + [", ".join(ch.get("name", "") for ch in v.get("checks") or [] if not ch.get("passed"))]
             for cid, v in worst]
-    parts.append(_table(["worst case"] + list(FIDELITY_COLUMNS) + ["failed checks"], rows))
-    if math.isinf(float((worst[0][1].get("fidelity") or {}).get("psnr_db", 0.0))):
-        parts.append('<p class="note">every case is pixel-identical to the baseline (PSNR inf): no images shown.</p>')
-    else:
-        parts.append(_case_images(run_dir, [cid for cid, _ in worst], paths.baseline(lane_id) / "cases", assets))
-    return "".join(parts)
+    return _table(["worst case"] + list(FIDELITY_COLUMNS) + ["failed checks"], rows)
 
 
-def _case_images(run_dir: Path, case_ids: list[str], baseline_cases: Path, assets: Path) -> str:
+def _quality(run_dir: Path, lane_id: str, paths: StatePaths, assets: Path, shown: tuple[str, ...]) -> QualityView:
+    """Class audit, failed checks not already in `shown`, the worst cases' fidelity and their images."""
+    quality = _read(run_dir / "quality.json")
+    if not quality:
+        return QualityView(found=False)
+    failures = quality.get("failures") or []
+    worst = _worst_cases(quality)
+    images = None
+    if worst and not math.isinf(float((worst[0][1].get("fidelity") or {}).get("psnr_db", 0.0))):
+        images = _case_images(run_dir, [cid for cid, _ in worst], paths.baseline(lane_id) / "cases", assets)
+    return QualityView(found=True, declared=fmt(quality.get("declared_class")),
+                       effective=fmt(quality.get("effective_class")),
+                       audit="; ".join(quality.get("audit_reasons") or []), failed_count=len(failures),
+                       more_failures=tuple(fmt(f) for f in failures if f not in shown)[:10],
+                       worst=_worst_table(worst) if worst else None, images=images)
+
+
+def _case_images(run_dir: Path, case_ids: list[str], baseline_cases: Path, assets: Path) -> CaseImages:
     """The run's own worst_cases.png, else a baseline | candidate | diff grid from the images that exist."""
     prefix = _slug(run_dir.name)
     if (run_dir / "worst_cases.png").is_file():
         dest = assets / f"{prefix}-worst_cases.png"
         shutil.copyfile(run_dir / "worst_cases.png", dest)
-        return _img(dest, "worst cases")
+        return CaseImages(_figure(dest, "worst cases"), candidates_missing=False, baseline_missing=False)
     grid = [(cid, baseline_cases / f"{cid}.png", run_dir / "cases" / f"{cid}.png") for cid in case_ids]
     grid = [(cid, b, c if c.is_file() else None) for cid, b, c in grid if b.is_file()]
-    html_ = ""
+    figure = None
     if grid:
-        html_ = _img(_plots().image_grid(grid, assets / f"{prefix}-cases.png"), "baseline vs candidate, worst cases")
-    if not grid or all(c is None for _, _, c in grid):
-        html_ += ('<p class="note">candidate images are not stored for this run'
-                  + ("" if grid else " and the baseline images are missing") + ".</p>")
-    return html_
+        figure = _figure(_plots().image_grid(grid, assets / f"{prefix}-cases.png"),
+                         "baseline vs candidate, worst cases")
+    return CaseImages(figure, candidates_missing=not grid or all(c is None for _, _, c in grid),
+                      baseline_missing=not grid)
 
 
-def _perf(run_dir: Path, assets: Path) -> str:
+def _segment_table(perf: dict[str, Any], parts: list[dict[str, Any]]) -> Table:
+    """The sequential test's look after each segment, or the per-block stats of runs made before it."""
+    if "segments" in perf:
+        return _table(["segment"] + list(LOOK_COLUMNS) + ["divergence"],
+                      [[p.get("index", i) + 1] + [(p.get("look") or {}).get(c) for c in LOOK_COLUMNS]
+                       + [p.get("divergence")] for i, p in enumerate(parts)])
+    return _table(["block"] + list(BLOCK_COLUMNS) + ["divergence"],
+                  [[p.get("index", i) + 1] + [(p.get("stats") or {}).get(c) for c in BLOCK_COLUMNS]
+                   + [p.get("divergence")] for i, p in enumerate(parts)])
+
+
+def _perf(run_dir: Path, assets: Path) -> PerfView:
     """Timing distribution plot and the sequential test's look after each segment (perf.json)."""
     perf = _read(run_dir / "perf.json")
     timing = _read(run_dir / "baseline.json").get("timing") or {}
@@ -275,21 +462,12 @@ def _perf(run_dir: Path, assets: Path) -> str:
         perf = {"segments": [aa], "reasons": ["baseline A/A: both sides run the baseline (noise floor)"]}
     parts = [p for p in perf.get("segments") or perf.get("blocks") or [] if isinstance(p, dict)]
     if not parts:
-        return '<p class="note">no timing in this run (perf.json absent: the run stopped before timing).</p>'
+        return PerfView(figure=None)
     png = _plots().timing(parts, assets / f"{_slug(run_dir.name)}-timing.png")
-    if "segments" in perf:
-        table = _table(["segment"] + list(LOOK_COLUMNS) + ["divergence"],
-                       [[p.get("index", i) + 1] + [(p.get("look") or {}).get(c) for c in LOOK_COLUMNS]
-                        + [p.get("divergence")] for i, p in enumerate(parts)])
-    else:
-        table = _table(["block"] + list(BLOCK_COLUMNS) + ["divergence"],
-                       [[p.get("index", i) + 1] + [(p.get("stats") or {}).get(c) for c in BLOCK_COLUMNS]
-                        + [p.get("divergence")] for i, p in enumerate(parts)])
     seconds = perf.get("seconds") or {}
-    spent = ", ".join(f"{k} {fmt(v)} s" for k, v in seconds.items())
-    where = f"<p>wall time: {esc(spent)}</p>" if spent else ""
-    reasons = "".join(f"<li>{esc(r)}</li>" for r in perf.get("reasons") or [])
-    return _img(png, "timing distribution") + table + where + (f"<ul>{reasons}</ul>" if reasons else "")
+    return PerfView(figure=_figure(png, "timing distribution"), table=_segment_table(perf, parts),
+                    wall_time=", ".join(f"{k} {fmt(v)} s" for k, v in seconds.items()),
+                    reasons=tuple(fmt(r) for r in perf.get("reasons") or []))
 
 
 def _run_line(row: dict[str, str]) -> str:
@@ -306,31 +484,21 @@ def _run_line(row: dict[str, str]) -> str:
     return "; ".join(parts)
 
 
-def run_section(row: dict[str, str], root: Path, paths: StatePaths, assets: Path) -> str:
-    """Everything one run left behind: verdict, reasons, crash, quality and timing."""
+def run_view(row: dict[str, str], root: Path, paths: StatePaths, assets: Path) -> RunView:
+    """Everything one run left behind: verdict, reasons, crash, quality and timing (figures written to assets)."""
     run_dir = root / row["run_dir"] if row.get("run_dir") else paths.run(row["run_id"])
-    record = _read(run_dir / "experiment.json")
     status = row.get("status", "")
-    parts = [f'<div class="run s-{esc(status)}" id="run-{esc(row["run_id"])}">',
-             f"<h3>{esc(row['run_id'])}: {esc(status.upper())} — {esc(row.get('description'))}</h3>",
-             f"<p>{esc(_run_line(row))}</p>"]
-    reasons = record.get("reasons") or []
-    if reasons:
-        parts.append("<ul>" + "".join(f"<li>{esc(r)}</li>" for r in reasons) + "</ul>")
+    reasons = tuple(fmt(r) for r in _read(run_dir / "experiment.json").get("reasons") or [])
+    head = RunView(run_id=row["run_id"], status=status, description=fmt(row.get("description")),
+                   line=_run_line(row), reasons=reasons, run_dir=fmt(row.get("run_dir")))
     if not run_dir.is_dir():
         where = run_dir.relative_to(root) if run_dir.is_relative_to(root) else run_dir
-        parts.append(f'<p class="note">run folder {esc(where)} is missing.</p></div>')
-        return "".join(parts)
+        return replace(head, missing_folder=str(where))
     crash = run_dir / "crash.txt"
-    if crash.is_file():
-        parts.append(f"<pre>{esc(crash.read_text(encoding='utf-8', errors='replace')[:3000])}</pre>")
-    if status != "baseline":
-        parts.append("<h4>quality</h4>" + _quality(run_dir, row.get("lane", ""), paths, assets, reasons))
-    parts.append("<h4>timing</h4>" + _perf(run_dir, assets))
-    logs = sorted(p.name for p in run_dir.glob("*.log"))
-    if logs:
-        parts.append(f'<p class="note">worker logs in {esc(row.get("run_dir"))}: {esc(", ".join(logs))}</p>')
-    return "".join(parts) + "</div>"
+    return replace(
+        head, crash=crash.read_text(encoding="utf-8", errors="replace")[:3000] if crash.is_file() else None,
+        quality=None if status == "baseline" else _quality(run_dir, row.get("lane", ""), paths, assets, reasons),
+        perf=_perf(run_dir, assets), logs=tuple(sorted(p.name for p in run_dir.glob("*.log"))))
 
 
 def current_session(rows: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -339,20 +507,15 @@ def current_session(rows: list[dict[str, str]]) -> list[dict[str, str]]:
     return rows[starts[-1]:] if starts else rows
 
 
-def ledger_table(rows: list[dict[str, str]]) -> str:
-    """The ledger with every column, rows coloured by status."""
-    table = _table(list(ledger.COLUMNS), [[r[c] for c in ledger.COLUMNS] for r in rows],
-                   [f"s-{r['status']}" for r in rows], cls="ledger")
-    return f'<div class="wide">{table}</div>'
+def ledger_view(rows: list[dict[str, str]]) -> Table | None:
+    """The ledger with every column, rows coloured by status; None when there are no rows."""
+    if not rows:
+        return None
+    return _table(list(ledger.COLUMNS), [[r[c] for c in ledger.COLUMNS] for r in rows],
+                  [f"s-{r['status']}" for r in rows], css="ledger")
 
 
 # -- pages --------------------------------------------------------------------------------------
-
-def _page(title: str, body: str) -> str:
-    """A whole HTML document."""
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
-            f"<style>{CSS}</style></head><body><h1>{esc(title)}</h1>{body}</body></html>\n")
-
 
 def _prepare(out: Path) -> Path:
     """Create the output folder and an emptied assets folder (only our own PNGs are removed)."""
@@ -363,7 +526,7 @@ def _prepare(out: Path) -> Path:
     return assets
 
 
-def _context(config_path: Path) -> dict[str, Any]:
+def _context(config_path: Path) -> ReportContext:
     """Root, state paths, session and target name; read-only, so a lane need not run here nor the config validate."""
     config_path = Path(config_path)
     if not config_path.is_file():
@@ -371,34 +534,38 @@ def _context(config_path: Path) -> dict[str, Any]:
     root = repo_root_for(config_path)
     paths = StatePaths(root)
     target = (_read(config_path).get("target") or {}).get("name")
-    return {"root": root, "paths": paths, "session": _read(paths.session), "best": _read(paths.best),
-            "target_name": target or "the target device"}
+    return ReportContext(root=root, paths=paths, session=_read(paths.session), best=_read(paths.best),
+                         target_name=target or "the target device")
+
+
+def _lane_section(lane_id: str, rows: list[dict[str, str]], ctx: ReportContext, assets: Path) -> LaneSection:
+    """One lane of the session page: header, progress, profile and its newest runs."""
+    mine = current_session([r for r in rows if r["lane"] == lane_id])
+    return LaneSection(header=_header(lane_id, mine, ctx), progress=_progress(lane_id, mine, assets),
+                       profile=_profile(ctx.paths, lane_id, assets),
+                       runs=tuple(run_view(r, ctx.root, ctx.paths, assets) for r in reversed(mine[-MAX_RUNS:])))
 
 
 def session_report(config_path: Path, out: Path | None = None) -> Path:
     """The session page: per lane the header, progress, profile, runs and ledger; returns index.html."""
     ctx = _context(config_path)
-    paths: StatePaths = ctx["paths"]
-    out = out or paths.dir / "report"
+    out = out or ctx.paths.dir / "report"
     assets = _prepare(out)
-    rows = _rows(paths.ledger)
-    lanes = list(dict.fromkeys([r["lane"] for r in rows] + ([ctx["session"]["lane_id"]]
-                                                           if ctx["session"].get("lane_id") else [])))
-    body = [f"<p>state {esc(paths.dir)}; {len(rows)} ledger rows. Every figure is in {ASSETS}/.</p>"]
-    if not lanes:
-        body.append('<p class="note">no session and no ledger rows yet: run <code>dit-ar init</code> and '
-                    "<code>dit-ar baseline</code>.</p>")
-    for lane_id in lanes:
-        mine = current_session([r for r in rows if r["lane"] == lane_id])
-        body += [f"<h2>lane {esc(lane_id)}</h2>", _header(lane_id, mine, ctx), _progress(lane_id, mine, assets)]
-        body += ["<h3>stage attribution</h3>", _profile(paths, lane_id, assets)]
-        body.append(f"<h3>runs (newest first, at most {MAX_RUNS})</h3>")
-        body += [run_section(r, ctx["root"], paths, assets) for r in reversed(mine[-MAX_RUNS:])] or \
-            ['<p class="note">no runs yet.</p>']
-    body += ["<h2>ledger</h2>", ledger_table(rows) if rows else '<p class="note">the ledger is empty.</p>']
-    page = out / "index.html"
-    page.write_text(_page(f"dit-ar report: session {ctx['session'].get('tag', '?')}", "".join(body)), encoding="utf-8")
-    return page
+    rows = _rows(ctx.paths.ledger)
+    session_lane = [ctx.session["lane_id"]] if ctx.session.get("lane_id") else []
+    lanes = list(dict.fromkeys([r["lane"] for r in rows] + session_lane))
+    page = SessionPage(title=f"dit-ar report: session {ctx.session.get('tag', '?')}", state_dir=str(ctx.paths.dir),
+                       row_count=len(rows), lanes=tuple(_lane_section(lane, rows, ctx, assets) for lane in lanes),
+                       ledger=ledger_view(rows))
+    return _render("session.html", page, out / "index.html")
+
+
+def _run_row(paths: StatePaths, run_id: str, rows: list[dict[str, str]]) -> dict[str, str]:
+    """The run's last ledger row, else one made from its experiment.json."""
+    if rows:
+        return rows[-1]
+    record = _read(paths.run(run_id) / "experiment.json")
+    return {c: str(record.get(c) or "") for c in ledger.COLUMNS} | {"run_id": run_id}
 
 
 def run_report(config_path: Path, run_id: str, out: Path | None = None) -> Path:
@@ -406,25 +573,16 @@ def run_report(config_path: Path, run_id: str, out: Path | None = None) -> Path:
     if Path(run_id).name != run_id or run_id in ("", ".", ".."):
         raise Refused(f"{run_id!r} is not a run id (a folder name under .autoresearch/runs/)")
     ctx = _context(config_path)
-    paths: StatePaths = ctx["paths"]
-    all_rows = _rows(paths.ledger)
+    all_rows = _rows(ctx.paths.ledger)
     rows = [r for r in all_rows if r["run_id"] == run_id]
-    run_dir = paths.run(run_id)
+    run_dir = ctx.paths.run(run_id)
     if not rows and not run_dir.is_dir():
-        raise Refused(f"no run {run_id!r} in the ledger or in {paths.runs}")
-    if rows:
-        row = rows[-1]
-    else:
-        record = _read(run_dir / "experiment.json")
-        row = {c: str(record.get(c) or "") for c in ledger.COLUMNS} | {"run_id": run_id}
+        raise Refused(f"no run {run_id!r} in the ledger or in {ctx.paths.runs}")
+    row = _run_row(ctx.paths, run_id, rows)
     out = out or run_dir
     assets = _prepare(out)
-    lane_id = row.get("lane") or ctx["session"].get("lane_id", "")
+    lane_id = row.get("lane") or ctx.session.get("lane_id", "")
     lane_rows = current_session([r for r in all_rows if r["lane"] == lane_id])
-    no_row = '<p class="note">this run has no ledger row.</p>'
-    body = (f"<h2>lane {esc(lane_id)}</h2>{_header(lane_id, lane_rows, ctx)}"
-            f"{run_section(row, ctx['root'], paths, assets)}<h2>ledger row</h2>"
-            f"{ledger_table(rows) if rows else no_row}")
-    page = out / "report.html"
-    page.write_text(_page(f"dit-ar report: run {run_id}", body), encoding="utf-8")
-    return page
+    page = RunPage(title=f"dit-ar report: run {run_id}", header=_header(lane_id, lane_rows, ctx),
+                   run=run_view(row, ctx.root, ctx.paths, assets), ledger=ledger_view(rows))
+    return _render("run.html", page, out / "report.html")

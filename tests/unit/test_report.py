@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import re
 import shutil
+from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
@@ -12,8 +16,10 @@ from report_state import PROJECT, _assert_valid_pngs, _images, _row
 
 from dit_ar_contract.status import Status
 from pytest_dit_ar.cli.main import main
+from pytest_dit_ar.report import page as page_module
 from pytest_dit_ar.report.page import run_report, session_report
 from pytest_dit_ar.state import ledger
+from pytest_dit_ar.state.files import write_json_atomic
 from pytest_dit_ar.state.ledger import LedgerRow
 from pytest_dit_ar.state.paths import StatePaths
 
@@ -85,3 +91,104 @@ def test_stage_times_accept_several_shapes() -> None:
         {"denoise": 3.0, "decode": 1.5}
     assert _stage_ms([{"name": "denoise", "median_ms": 2.0}, "junk"]) == {"denoise": 2.0}
     assert _stage_ms(None) == {} and _stage_ms("denoise") == {}
+
+
+# -- the page is rendered from templates that escape every value ---------------------------------
+
+PAYLOAD = '<script>alert(1)</script> "onload=alert(2)'
+PAGE_TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "h4", "p", "code", "table", "tr",
+             "th", "td", "div", "ul", "li", "pre", "img"}
+
+
+class _Markup(HTMLParser):
+    """The tags and attributes of a page, and its text (entities decoded)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, list[tuple[str, str | None]]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, attrs))
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def _markup(page: Path) -> _Markup:
+    """The parsed page."""
+    parsed = _Markup()
+    parsed.feed(page.read_text(encoding="utf-8"))
+    return parsed
+
+
+def _plant_payload(root: Path) -> None:
+    """Put PAYLOAD in every free text the report shows: session, ledger, run record, crash, quality, perf, profile."""
+    paths = StatePaths(root)
+    session = json.loads(paths.session.read_text())
+    write_json_atomic(paths.session, session | {"tag": PAYLOAD, "device": {"kind": "cpu", "name": PAYLOAD}})
+    write_json_atomic(paths.best, {"embedded-cpu": {"commit": PAYLOAD, "run_id": PAYLOAD,
+                                                    "measurements": {PAYLOAD: 1.0}}})
+    run_id = 'r9"onload=alert(3)'  # a folder name may hold quotes: it goes into an id attribute
+    run = paths.run(run_id)
+    write_json_atomic(run / "experiment.json", {"reasons": [PAYLOAD]})
+    (run / "crash.txt").write_text(f"Traceback\n{PAYLOAD}\n")
+    quality = json.loads((paths.run("r3-quality") / "quality.json").read_text())
+    write_json_atomic(run / "quality.json", quality | {"audit_reasons": [PAYLOAD], "failures": [PAYLOAD + " 2"],
+                                                       "declared_class": PAYLOAD})
+    perf = json.loads((paths.run("r1-perf") / "perf.json").read_text())
+    write_json_atomic(run / "perf.json", perf | {"reasons": [PAYLOAD], "seconds": {PAYLOAD: 1.0}})
+    row = _row(run_id, "discard-quality", 120.0, 150.0, PAYLOAD)
+    ledger.append(paths.ledger, dataclasses.replace(row, run_dir=f".autoresearch/runs/{run_id}", metric=PAYLOAD))
+    profile = paths.run("profile-20250101-000000") / "profile.json"
+    data = json.loads(profile.read_text())
+    data["summary"]["top_ops"] = [{"name": PAYLOAD, "self_ms": 1.0, "calls": 1}]
+    write_json_atomic(profile, data | {"device": PAYLOAD})
+
+
+def test_state_text_is_escaped_never_markup(state: tuple[Path, list[LedgerRow]]) -> None:
+    root, _ = state
+    _plant_payload(root)
+    config = root / "config" / "autoresearch.json"
+    for page in (session_report(config), run_report(config, 'r9"onload=alert(3)')):
+        html = page.read_text(encoding="utf-8")
+        parsed = _markup(page)
+        assert {tag for tag, _ in parsed.tags} <= PAGE_TAGS, "a value of the state became a tag"
+        attributes = {name for _, attrs in parsed.tags for name, _ in attrs}
+        assert attributes <= {"lang", "charset", "class", "id", "src", "alt"}, attributes
+        assert "<script" not in html and '"onload=' not in html
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+        assert "".join(parsed.text).count(PAYLOAD) >= 8  # shown as text: title, device, reasons, crash, ledger...
+        assert ('div', [('class', 'run s-discard-quality'), ('id', 'run-r9"onload=alert(3)')]) in parsed.tags
+
+
+def test_page_is_rendered_from_the_package_templates() -> None:
+    env = page_module.environment()
+    assert env.autoescape is True
+    assert {"base.html", "session.html", "run.html", "macros.html"} <= set(env.list_templates())
+    assert env.from_string("{{ value }}").render(value=PAYLOAD) == \
+        "&lt;script&gt;alert(1)&lt;/script&gt; &#34;onload=alert(2)"
+    source = Path(page_module.__file__).read_text(encoding="utf-8")
+    tags = re.findall(r"</?(?:html|head|body|style|title|h\d|p|div|span|table|tr|td|th|ul|li|pre|img|code|a)\b",
+                      source)
+    assert tags == [], f"page.py writes HTML itself: {tags}"
+    assert "html.escape" not in source and "Markup(" not in source
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """A setuptools package-data glob as a regex (`**` crosses folders, `*` does not)."""
+    parts = re.split(r"(\*\*/|\*\*|\*|\?)", pattern)
+    table = {"**/": "(?:.*/)?", "**": ".*", "*": "[^/]*", "?": "[^/]"}
+    return re.compile("".join(table.get(p, re.escape(p)) for p in parts))
+
+
+def test_templates_are_package_data() -> None:
+    import tomllib
+
+    project = Path(__file__).resolve().parents[2]
+    patterns = tomllib.loads((project / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    package = project / "pytest_dit_ar"
+    files = [p.relative_to(package).as_posix() for p in (package / "report" / "templates").rglob("*") if p.is_file()]
+    assert "report/templates/session.html" in files and "report/templates/report.css" in files
+    missing = [f for f in files if not any(_glob_regex(p).fullmatch(f) for p in patterns["pytest_dit_ar"])]
+    assert missing == [], f"not declared as package data (a wheel would lack them): {missing}"
