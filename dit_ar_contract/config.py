@@ -122,6 +122,17 @@ class ClipSettings:
 
 
 @dataclass(frozen=True)
+class ClassifierSettings:
+    """A torchvision ImageNet classifier for `classifier_top1`: architecture, local state_dict file, input geometry."""
+
+    model: str | None = None
+    weights: str | None = None
+    resize: int = 256  # shorter side before the centre crop: the weights' transforms().resize_size
+    crop: int = 224
+    interpolation: str = "bilinear"  # or "bicubic", as the weights' transforms() say
+
+
+@dataclass(frozen=True)
 class QualityContract:
     """Thresholds per experiment class (DESIGN §5) and the settings of the optional metrics."""
 
@@ -131,6 +142,7 @@ class QualityContract:
     quantization: QuantizationGate
     lpips: LpipsSettings = field(default_factory=LpipsSettings)
     clip: ClipSettings = field(default_factory=ClipSettings)
+    classifier: ClassifierSettings = field(default_factory=ClassifierSettings)
 
 
 @dataclass(frozen=True)
@@ -325,6 +337,11 @@ def _check_perf(r: _Reader, p: PerfProtocol, where: str) -> None:
 def _check_quality(r: _Reader, q: QualityContract, where: str) -> None:
     if q.lpips.net not in ("alex", "vgg", "squeeze"):
         raise r.fail(f"{where}.lpips.net", q.lpips.net, 'one of "alex", "vgg", "squeeze"')
+    _positive(r, f"{where}.classifier", resize=q.classifier.resize, crop=q.classifier.crop)
+    if q.classifier.crop > q.classifier.resize:
+        raise r.fail(f"{where}.classifier.crop", q.classifier.crop, f"at most resize ({q.classifier.resize})")
+    if q.classifier.interpolation not in ("bilinear", "bicubic"):
+        raise r.fail(f"{where}.classifier.interpolation", q.classifier.interpolation, '"bilinear" or "bicubic"')
 
 
 def _check_lane(r: _Reader, lane: Lane, root: Path) -> None:

@@ -51,6 +51,11 @@ def clip_spec(quality: QualityContract, root: Path) -> ClipSpec:
     if model not in open_clip.list_models():
         raise Refused(f"quality.clip.model {model!r} is not an open_clip model name; known: "
                       f"{', '.join(open_clip.list_models()[:12])}, ...")
+    text = (open_clip.get_model_config(model) or {}).get("text_cfg", {})
+    if text.get("hf_tokenizer_name") or text.get("hf_model_name"):
+        raise Refused(f"quality.clip.model {model!r} takes its tokenizer or text tower from the Hugging Face hub, "
+                      "which the harness never downloads; pick an open_clip model with the built-in tokenizer "
+                      "(e.g. ViT-B-32, ViT-B-16, ViT-L-14)")
     return ClipSpec(model, path)
 
 

@@ -26,10 +26,25 @@ class TaskMetric:
     lower_is_better: bool
     compute: Callable[[dict[str, torch.Tensor], list[Case], Path, QualityContract], TaskScore]
     check: Callable[[Path, QualityContract], None]
+    needs_labels: bool = False  # scores agreement with the class written on each corpus case
+    docs: str = ""  # where the setup it needs is explained
 
 
 def _stack(images: dict[str, torch.Tensor], cases: list[Case]) -> torch.Tensor:
     return torch.stack([images[c.id] for c in cases]).float().clamp(0, 1)
+
+
+def _labelled(cases: list[Case], metric: str) -> list[Case]:
+    labelled = [c for c in cases if c.label is not None]
+    if not labelled:
+        raise Refused(f"{metric} needs corpus cases with a 'label' (the class each case asks for)")
+    return labelled
+
+
+def _agreement(labelled: list[Case], pred: torch.Tensor) -> TaskScore:
+    """Per case: predicted class == label; the score is the fraction that agree."""
+    passes = {c.id: int(p) == int(c.label) for c, p in zip(labelled, pred.tolist())}
+    return TaskScore(sum(passes.values()) / len(passes), passes)
 
 
 def judge_accuracy(images: dict[str, torch.Tensor], cases: list[Case], root: Path,
@@ -37,14 +52,25 @@ def judge_accuracy(images: dict[str, torch.Tensor], cases: list[Case], root: Pat
     """Fraction of cases the trained digit judge classifies as the prompted label."""
     from .judge import load_judge
 
-    labelled = [c for c in cases if c.label is not None]
-    if not labelled:
-        raise Refused("judge_accuracy needs corpus cases with a 'label'")
+    labelled = _labelled(cases, "judge_accuracy")
     judge = load_judge()
     with torch.inference_mode():
         pred = judge.predict(_stack(images, labelled))
-    passes = {c.id: int(p) == int(c.label) for c, p in zip(labelled, pred.tolist())}
-    return TaskScore(sum(passes.values()) / len(passes), passes)
+    return _agreement(labelled, pred)
+
+
+def classifier_top1(images: dict[str, torch.Tensor], cases: list[Case], root: Path,
+                    quality: QualityContract) -> TaskScore:
+    """Fraction of labelled cases whose ImageNet class is the configured torchvision classifier's top-1 prediction."""
+    from .classifier import classifier_spec, logits
+
+    labelled = _labelled(cases, "classifier_top1")
+    scores = logits(_stack(images, labelled), classifier_spec(quality, root))
+    wrong = [c.id for c in labelled if not 0 <= int(c.label) < scores.shape[1]]
+    if wrong:
+        raise Refused(f"classifier_top1: the classifier tells {scores.shape[1]} classes apart but the labels of "
+                      f"cases {wrong[:5]} are outside 0..{scores.shape[1] - 1}")
+    return _agreement(labelled, scores.argmax(dim=1))
 
 
 def frechet_distance(images: dict[str, torch.Tensor], cases: list[Case], root: Path,
@@ -81,10 +107,20 @@ def _check_clip(root: Path, quality: QualityContract) -> None:
     clip_spec(quality, root)
 
 
+def _check_classifier(root: Path, quality: QualityContract) -> None:
+    from .classifier import check
+
+    check(quality, root)
+
+
+LOCAL_WEIGHTS_DOCS = "docs/quality.md §6, task metrics from local weights"
+
 REGISTRY: dict[str, TaskMetric] = {
-    "judge_accuracy": TaskMetric("judge_accuracy", False, judge_accuracy, _check_judge),
+    "judge_accuracy": TaskMetric("judge_accuracy", False, judge_accuracy, _check_judge, needs_labels=True),
     "frechet_distance": TaskMetric("frechet_distance", True, frechet_distance, _check_judge),
-    "clip_score": TaskMetric("clip_score", False, clip_score, _check_clip),
+    "clip_score": TaskMetric("clip_score", False, clip_score, _check_clip, docs=LOCAL_WEIGHTS_DOCS),
+    "classifier_top1": TaskMetric("classifier_top1", False, classifier_top1, _check_classifier, needs_labels=True,
+                                  docs=LOCAL_WEIGHTS_DOCS),
 }
 
 
@@ -96,6 +132,28 @@ def _metric(name: str) -> TaskMetric:
     if name not in REGISTRY:
         raise Refused(f"unknown task metric {name!r}: known metrics are {sorted(REGISTRY)}")
     return REGISTRY[name]
+
+
+def problem(name: str, quality: QualityContract, root: Path, cases: list[Case] | None = None) -> str | None:
+    """Why task metric `name` cannot be computed here (settings, local weights, corpus labels when `cases` are
+    given), or None when it can; the words are those of the setup error `check_available` would raise."""
+    try:
+        metric = _metric(name)
+        metric.check(Path(root), quality)
+    except (Refused, ImportError) as exc:
+        return str(exc)
+    if metric.needs_labels and cases is not None and all(c.label is None for c in cases):
+        return f"{name} needs corpus cases with a 'label' (the class each case asks for); this corpus has none"
+    return None
+
+
+def needs_labels(name: str) -> bool:
+    return _metric(name).needs_labels
+
+
+def docs(name: str) -> str:
+    """Where the setup of metric `name` is explained ("" when it needs none)."""
+    return _metric(name).docs
 
 
 def check_available(names: tuple[str, ...] | list[str], quality: QualityContract, root: Path) -> None:

@@ -12,6 +12,56 @@ from ..state.paths import StatePaths
 from ..state.session import read_record
 
 
+def _reason(name: str, why: str) -> str:
+    """The first line of a metric's setup error, worded for a report rather than a refusal, and where to read on."""
+    from quality_suite import task_metrics
+
+    line = why.strip().splitlines()[0] if why.strip() else why
+    line = line.replace(f"{name} is a required metric but ", "").rstrip(".")
+    where = task_metrics.docs(name) if name in task_metrics.REGISTRY else ""
+    return f"{line} (how to: {where})" if where else line
+
+
+def _corpus(config, lane):
+    """The lane's corpus cases, or None when it cannot be read (reported with the lane's problems)."""
+    from quality_suite.corpora import load_corpus
+
+    try:
+        return load_corpus(config.root / lane.corpus)
+    except Exception:  # noqa: BLE001 - the corpus problem is reported once, with the lane
+        return None
+
+
+def _metric_problems(config, lane) -> list[str]:
+    """Why each task metric the lane requires cannot be computed here (its settings, weights, corpus labels)."""
+    from quality_suite import task_metrics
+
+    cases = _corpus(config, lane)
+    problems = []
+    for name in lane.task_metrics:
+        why = task_metrics.problem(name, lane.quality, config.root, cases)
+        if why is not None:
+            problems.append(f"task metric {name} is not usable: {_reason(name, why)}")
+    return problems
+
+
+def task_metric_report(config, out=print) -> None:
+    """Every known task metric: usable here or why not (the default lane's quality settings), and which
+    lanes' corpora carry the labels it needs."""
+    from quality_suite import task_metrics
+
+    default = config.lanes[config.default_lane]
+    labelled = [lane.name for lane in config.lanes.values()
+                if any(c.label is not None for c in _corpus(config, lane) or [])]
+    out(f"task metrics (quality settings of the default lane {default.name}):")
+    for name in task_metrics.REGISTRY:
+        why = task_metrics.problem(name, default.quality, config.root)
+        state = "usable" if why is None else f"NOT usable: {_reason(name, why)}"
+        if task_metrics.needs_labels(name):
+            state += f"; needs corpus labels (labelled corpora: {', '.join(labelled) or 'no lane'})"
+        out(f"  {name}: {state}")
+
+
 def _lane_problems(config, lane, target) -> list[str]:
     """What stops a lane from running here, each with how to fix it."""
     problems = []
@@ -26,7 +76,13 @@ def _lane_problems(config, lane, target) -> list[str]:
         verify_checksum(config.root / lane.corpus)
     except Exception as exc:  # reported, not raised: doctor lists every problem at once
         problems.append(str(exc))
-    return problems
+    return problems + _metric_problems(config, lane)
+
+
+def _metrics_note(lane) -> str:
+    if not lane.task_metrics:
+        return "no task metrics configured"
+    return f"task metrics {', '.join(lane.task_metrics)} usable"
 
 
 def doctor(config_path: Path, out=print) -> int:
@@ -55,6 +111,7 @@ def doctor(config_path: Path, out=print) -> int:
     problem = sandbox_problem()
     out("sandbox: bubblewrap works here (workers run isolated)" if problem is None else
         f"sandbox: NOT available: {problem}; `experiment` and `baseline` refuse without it")
+    task_metric_report(config, out)
     runnable = []
     for lane in config.lanes.values():
         target = device.resolve_lane(config, lane, gpus)
@@ -65,7 +122,7 @@ def doctor(config_path: Path, out=print) -> int:
                 out(f"  - {p}")
         else:
             runnable.append(target.lane_id)
-            out(f"lane {lane.name}: runs here as {target.lane_id} on {target.identity.name}")
+            out(f"lane {lane.name}: runs here as {target.lane_id} on {target.identity.name}; {_metrics_note(lane)}")
     session = read_record(StatePaths(config.root))
     if session:
         out(f"session: tag {session.tag}, lane {session.lane_id}, baseline commit {session.baseline_commit[:10]}")
