@@ -1,8 +1,8 @@
 """Generate latency of the working tree published through pytest-benchmark (DESIGN §6).
 
 `pytest -m perf --benchmark-autosave` stores it, `--benchmark-compare` and `--benchmark-histogram`
-work as usual. Each round is one worker round trip timed in this process (the worker's reply
-carries host-side fingerprints of the outputs, so the device has finished), with fresh seeds.
+work as usual. Each round is one worker round trip timed in this process, with the outputs written
+by the worker and read and checked by the harness (so the device has finished), with fresh seeds.
 The verdict is test_perf.py's interleaved A/B test; this one only publishes, in plain runs (inside an
 experiment the plugin skips it before its worker starts: the verdict's timed rounds are in perf.json).
 """
@@ -27,8 +27,7 @@ def test_generate_latency(benchmark, dit_ar_evidence, dit_ar_worker):
         return ([[rng.choice(prompts), rng.randrange(2**31)] for _ in range(lane.batch)],), {}
 
     def round_trip(requests: list) -> None:
-        if not dit_ar_worker.request("generate", requests=requests)["finite"]:
-            raise CandidateCrash("candidate produced NaN/Inf outputs during the benchmark")
+        dit_ar_worker.generate(requests, resolution=lane.resolution)  # NaN/Inf or a wrong shape: CandidateCrash
 
     benchmark.group = dit_ar_evidence.session.lane_id
     benchmark.extra_info.update(lane=dit_ar_evidence.session.lane_id, batch=lane.batch, steps=lane.steps,
