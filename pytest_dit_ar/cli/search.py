@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..search.engine import FileHit, SearchResult, query_terms, search_report, snippet
+from ..search.location import find_handbook
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -57,9 +58,10 @@ def format_hits(hits: list[FileHit], query: str, result: SearchResult | None = N
 def run(args) -> int:
     query = " ".join(args.query) if isinstance(args.query, (list, tuple)) else str(args.query)
     root = _repo_root(args)
-    handbook = root / "handbook"
-    if not handbook.is_dir():
-        print(f"dit-ar search: no handbook folder at {handbook}", file=sys.stderr)
+    handbook = find_handbook(root)
+    if handbook is None:
+        print(f"dit-ar search: no handbook folder at {root / 'handbook'} and none installed with the package "
+              "(reinstall pytest-dit-ar from its wheel)", file=sys.stderr)
         return 2
     cache = root / ".autoresearch" / "handbook_index.json"
     result = search_report(query, handbook, top=max(1, int(args.top)),

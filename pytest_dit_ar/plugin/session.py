@@ -16,8 +16,13 @@ import pytest
 from dit_ar_contract.config import CLASSES, DEFAULT_CONFIG
 from dit_ar_contract.errors import EXIT_REFUSED, Refused
 
-SUITES = ("quality_suite", "perf_suite")
+from ..loop.suites import SUITES, SuiteFiles, suite_files
+
 MARKERS = ("quality", "perf")
+# what a suite test may end with: a failed check (assert, pytest.fail: the candidate's crash is reported that way
+# by the fixtures), a skip, an exit (a refusal); anything else is the harness's own error
+EXPECTED_OUTCOMES = (AssertionError, pytest.fail.Exception, pytest.skip.Exception, pytest.exit.Exception,
+                     KeyboardInterrupt)
 OPTIONS = {  # option dest -> help
     "dit_ar_experiment": "judge HEAD as one candidate commit (keep or reset it)",
     "dit_ar_classification": f"declared class of the change: {', '.join(CLASSES)}",
@@ -59,6 +64,20 @@ class PluginSession:
         self.last_line: str | None = None
         self.selected_cases: set[str] | None = None  # plain runs generate only the cases their tests need
         self._plain = None
+        self.suites: SuiteFiles = suite_files()
+        self._add_installed_suites()
+
+    def _add_installed_suites(self) -> None:
+        """Suites installed outside the rootdir (a user's repository) are never found by collecting it: an
+        experiment, and a plain run whose `-m` asks for the suites without naming paths, gets their
+        folders as arguments. In this repository the suites are under the root and nothing is added."""
+        opt = self.config.option
+        wanted = self.experiment_mode or (selects_suites(opt.markexpr or "") and
+                                          self.config.args_source != pytest.Config.ArgsSource.ARGS)
+        if not wanted:
+            return
+        known = {Path(arg).resolve() for arg in self.config.args if "::" not in arg}
+        self.config.args.extend(str(p) for p in self.suites.outside(Path(self.config.rootpath)) if p not in known)
 
     # -- collection -------------------------------------------------------------------------------
     def ignores(self, collection_path: Path) -> bool | None:
@@ -66,6 +85,8 @@ class PluginSession:
         if not self.experiment_mode:
             return None
         root = Path(self.config.rootpath)
+        if self.suites.contains(collection_path):
+            return None
         try:
             rel = collection_path.resolve().relative_to(root.resolve())
         except ValueError:
@@ -141,18 +162,28 @@ class PluginSession:
         used = [name for name, value in partial.items() if value]
         if used:
             raise Refused(f"an experiment runs the whole required test set; remove {', '.join(used)}")
+        required = set(self.suites.tests)
         for arg in self.config.args:
-            if "::" in arg or Path(arg).is_file():
+            if "::" in arg or (Path(arg).is_file() and Path(arg).resolve() not in required):
                 raise Refused(f"an experiment runs the whole required test set; node id or file {arg!r} "
                               "selects part of it")
-        root = Path(self.config.rootpath)
+        root = Path(self.config.rootpath).resolve()
         collected = {Path(str(item.path)).resolve() for item in session.items}
-        required = {p.resolve() for suite in SUITES for p in (root / suite).rglob("test_*.py")}
-        missing = sorted(str(p.relative_to(root.resolve())) for p in required - collected)
+        missing = sorted(str(p.relative_to(root)) if root in p.parents else str(p) for p in required - collected)
         if missing:
             raise Refused(f"an experiment runs the whole required test set; not selected: {missing}")
 
     # -- running -----------------------------------------------------------------------------------
+    def raised(self, item: pytest.Item, call: pytest.CallInfo) -> None:
+        """A suite test that raised something other than a failed check or an outcome (a fixture that does not
+        exist, a KeyError in the suite's own code) is the harness's error, never the candidate's failure."""
+        if call.excinfo is None or not any(item.get_closest_marker(m) for m in MARKERS):
+            return
+        if call.excinfo.errisinstance(EXPECTED_OUTCOMES):
+            return
+        if self.harness_error is None:
+            self.harness_error = f"{item.nodeid} ({call.when}): {call.excinfo.exconly()[:500]}"
+
     def reported(self, report: pytest.TestReport) -> None:
         marker = next((m for m in MARKERS if m in report.keywords), None)
         if marker is not None and (report.when == "call" or report.outcome != "passed"):
@@ -232,6 +263,24 @@ class PluginSession:
             _last_line(f"REFUSED: {self.refusal.splitlines()[0]}")
         elif self.last_line:
             _last_line(self.last_line)
+
+
+def selects_suites(markexpr: str) -> bool:
+    """Whether a `-m` expression asks for the suites: it selects a test marked `quality` or `perf` alone, and
+    not an unmarked test (`-m quality`, `-m "perf or quality"`; not `-m "not perf"`)."""
+    if not markexpr.strip():
+        return False
+    from _pytest.mark.expression import Expression
+
+    try:
+        expression = Expression.compile(markexpr)
+    except Exception:  # a malformed expression is pytest's to report
+        return False
+
+    def selects(marks: set[str]) -> bool:
+        return bool(expression.evaluate(lambda name, **_: name in marks))
+
+    return not selects(set()) and any(selects({marker}) for marker in MARKERS)
 
 
 def _last_line(text: str) -> None:

@@ -95,7 +95,8 @@ def command(spec: SandboxSpec, argv: list[str], info_fd: int) -> list[str]:
     """The bwrap command line that runs `argv` in the sandbox (cwd: the side's tree at MOUNT)."""
     cmd = ["bwrap", *_isolation(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
            "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
-    for path in sorted(set(spec.expose)):  # a project or harness under /tmp (tests, scratch clones) stays visible
+    # a project, harness or virtual environment under /tmp (tests, scratch clones) stays visible
+    for path in sorted({*spec.expose, Path(sys.prefix).resolve()}):
         if Path("/tmp") in path.parents:
             cmd += ["--ro-bind", str(path), str(path)]
     for hidden in (*spec.hide, *_private_home()):

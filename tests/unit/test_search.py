@@ -258,11 +258,27 @@ def test_cli_text_output_shows_path_line_heading(capsys):
     assert re.search(r"handbook/03_single_gpu/02_attention_backends_sdpa_flash2\.md:\d+ ", out)
 
 
-def test_cli_missing_handbook_is_refused(tmp_path, capsys):
+def test_cli_missing_handbook_is_refused(tmp_path, capsys, monkeypatch):
+    from pytest_dit_ar.search import location
+
+    monkeypatch.setattr(location, "PACKAGED", tmp_path / "no-packaged-copy")
+    monkeypatch.setattr(location, "SOURCE_TREE", tmp_path / "no-source-tree")
     (tmp_path / "config").mkdir()
     args = _parser().parse_args(["--config", str(tmp_path / "config" / "autoresearch.json"), "search", "x"])
     assert verb.run(args) == 2
     assert "no handbook" in capsys.readouterr().err
+
+
+def test_cli_without_a_project_handbook_searches_the_installed_one(tmp_path, capsys, monkeypatch):
+    """A user's repository has no handbook/: the copy shipped with the package (here the source tree's) serves."""
+    from pytest_dit_ar.search import location
+
+    monkeypatch.setattr(location, "PACKAGED", tmp_path / "no-packaged-copy")
+    (tmp_path / "config").mkdir()
+    args = _parser().parse_args(["--config", str(tmp_path / "config" / "autoresearch.json"), "search", "cuda graphs"])
+    assert verb.run(args) == 0
+    assert "handbook/" in capsys.readouterr().out
+    assert location.find_handbook(tmp_path) == ROOT / "handbook"
 
 
 def test_cli_no_match_is_not_an_error(capsys):
