@@ -41,7 +41,9 @@ def sandbox_policy(session: Session) -> SandboxPolicy:
     hide = [root / ".git", root / STATE_DIR, *(root / m.rstrip("/") for m in session.config.mutable_paths)]
     hide += [(root / lane.corpus).parent for lane in session.config.lanes.values()]
     hide.append(Path(quality_suite.__file__).resolve().parent / "corpus")
-    return SandboxPolicy(tuple(dict.fromkeys(p.resolve() for p in hide)), session.lane.is_cuda, (root.resolve(),),
+    weights = session.lane.workload(root)["weights"]  # a pipeline folder outside the project (under /tmp, say)
+    expose = (root.resolve(), *([Path(weights)] if weights else []))
+    return SandboxPolicy(tuple(dict.fromkeys(p.resolve() for p in hide)), session.lane.is_cuda, expose,
                          session.config.mutable_paths)
 
 
