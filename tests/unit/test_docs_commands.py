@@ -126,3 +126,27 @@ def test_documented_command_parses(where, line, cmd):
             parser.parse_args(argv)
     except SystemExit as exc:
         pytest.fail(f"{where}:{line}: `{cmd}` is rejected by the CLI (exit {exc.code}): {err.getvalue().strip()}")
+
+
+def _own_model_section() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return text.split("## Use it on your own model", 1)[1].split("\n## ", 1)[0]
+
+
+OWN_MODEL = [cmd for _, cmd in extract_commands(_own_model_section())]
+
+
+def test_readme_own_model_section_shows_the_loop_from_scaffold_to_experiment():
+    """The commands tests/e2e/test_scaffold.py runs in a user's repository are the ones the README shows."""
+    verbs = [_split(cmd)[1] for cmd in OWN_MODEL]
+    assert verbs == ["scaffold", "doctor", "init", "baseline", "experiment"], verbs
+
+
+@pytest.mark.parametrize("cmd", OWN_MODEL)
+def test_readme_own_model_command_parses(cmd):
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            _build_parser().parse_args(_split(cmd)[1:])
+    except SystemExit as exc:
+        pytest.fail(f"README: `{cmd}` is rejected by the CLI (exit {exc.code}): {err.getvalue().strip()}")
