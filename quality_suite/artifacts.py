@@ -10,7 +10,7 @@ from PIL import Image
 from safetensors.torch import load_file, save_file
 
 from .corpora import Case
-from .metrics import FIDELITY_KEYS, fidelity
+from .metrics import FIDELITY_KEYS, fidelity_batch
 
 
 def save_case(folder: Path, case_id: str, image: torch.Tensor, latent: torch.Tensor) -> None:
@@ -38,8 +38,10 @@ def load_cases(folder: Path, cases: list[Case]) -> tuple[dict[str, torch.Tensor]
 def per_case_fidelity(cand_images: dict[str, torch.Tensor], cand_latents: dict[str, torch.Tensor],
                       base_images: dict[str, torch.Tensor], base_latents: dict[str, torch.Tensor]
                       ) -> dict[str, dict[str, float]]:
-    return {cid: fidelity(cand_images[cid], base_images[cid], cand_latents[cid], base_latents[cid])
-            for cid in base_images if cid in cand_images}
+    ids = [cid for cid in base_images if cid in cand_images]
+    values = fidelity_batch([cand_images[c] for c in ids], [base_images[c] for c in ids],
+                            [cand_latents[c] for c in ids], [base_latents[c] for c in ids])
+    return dict(zip(ids, values))
 
 
 def envelope_of(runs: dict[str, dict[str, dict[str, float]]]) -> dict[str, float]:

@@ -15,19 +15,44 @@ OPTIONAL_KEYS = ("lpips",)  # measured only where their weights are available; l
 def fidelity(cand_img: torch.Tensor, base_img: torch.Tensor,
              cand_lat: torch.Tensor, base_lat: torch.Tensor) -> dict[str, float]:
     """Per-case fidelity of one image [3,H,W] and latent [C,h,w] against the baseline's."""
+    return fidelity_batch([cand_img], [base_img], [cand_lat], [base_lat])[0]
+
+
+def fidelity_batch(cand_imgs: list[torch.Tensor], base_imgs: list[torch.Tensor], cand_lats: list[torch.Tensor],
+                   base_lats: list[torch.Tensor]) -> list[dict[str, float]]:
+    """Fidelity of several cases at once. SSIM runs batched in float32 over the images that differ (one call
+    per image shape): at 256x256 that is about 20 times faster than one float64 call per case, and the
+    float32 error (about 1e-7) is far below the smallest SSIM loss any gate looks at (1e-4). Latent errors and
+    PSNR stay in float64."""
+    out = [_exact_parts(c, b, cl, bl) for c, b, cl, bl in zip(cand_imgs, base_imgs, cand_lats, base_lats)]
+    todo: dict[tuple, list[int]] = {}
+    for i, parts in enumerate(out):
+        if "ssim" not in parts:
+            todo.setdefault(tuple(cand_imgs[i].shape), []).append(i)
+    for indices in todo.values():
+        c = torch.stack([cand_imgs[i].float().clamp(0, 1) for i in indices])
+        b = torch.stack([base_imgs[i].float().clamp(0, 1) for i in indices])
+        values = structural_similarity_index_measure(c, b, data_range=1.0, kernel_size=_ssim_kernel(c),
+                                                     reduction="none")
+        for i, value in zip(indices, values.reshape(-1).tolist()):
+            out[i]["ssim"] = value
+    return out
+
+
+def _exact_parts(cand_img: torch.Tensor, base_img: torch.Tensor, cand_lat: torch.Tensor,
+                 base_lat: torch.Tensor) -> dict[str, float]:
+    """Latent errors and PSNR in float64; SSIM only where the images are identical (1.0) or cannot match."""
     if cand_img.shape != base_img.shape or cand_lat.shape != base_lat.shape:
         return {"latent_rel_l2": math.inf, "latent_max_abs": math.inf, "psnr_db": 0.0, "ssim": 0.0,
                 "shape_mismatch": 1.0}
     c_lat, b_lat = cand_lat.double(), base_lat.double()
     diff = c_lat - b_lat
     rel = (diff.norm() / b_lat.norm().clamp_min(1e-12)).item()
+    parts = {"latent_rel_l2": rel, "latent_max_abs": diff.abs().max().item()}
     c, b = cand_img.double().clamp(0, 1)[None], base_img.double().clamp(0, 1)[None]
     if torch.equal(c, b):
-        psnr, ssim = math.inf, 1.0
-    else:
-        psnr = peak_signal_noise_ratio(c, b, data_range=1.0).item()
-        ssim = structural_similarity_index_measure(c, b, data_range=1.0, kernel_size=_ssim_kernel(c)).item()
-    return {"latent_rel_l2": rel, "latent_max_abs": diff.abs().max().item(), "psnr_db": psnr, "ssim": ssim}
+        return {**parts, "psnr_db": math.inf, "ssim": 1.0}
+    return {**parts, "psnr_db": peak_signal_noise_ratio(c, b, data_range=1.0).item()}
 
 
 def _ssim_kernel(img: torch.Tensor) -> int:

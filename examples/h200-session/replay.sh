@@ -9,6 +9,7 @@
 # Resumable: run it again on the same SCRATCH_DIR and it skips the setup and every patch whose
 # description is already in the ledger. DEADLINE (epoch seconds, optional) stops it before an
 # experiment that might not finish in time (MIN_LEFT seconds, default 240), so nothing is killed.
+# UNSANDBOXED=1 runs the workers without bubblewrap (recorded in the ledger).
 # Branches (how the published session ran on two GPUs at once): START="01,03" applies those patches
 # to the starting commit (so the session's baseline is that commit), ONLY="04,05" judges just those
 # patches, TAG names the session (default h200).
@@ -48,7 +49,7 @@ PY
   git add -A && git commit -qm "H200 session: dit-xl2-256 at $steps steps, $rounds rounds${START:+, starting from patches $START}" || exit 2
   dit doctor
   dit init --tag "${TAG:-h200}" --lane dit-xl2-256 || exit 2
-  dit baseline --quiet || exit 2
+  dit baseline --quiet ${UNSANDBOXED:+--unsandboxed} || exit 2
   if [ -z "${NO_START_PROFILE:-}" ]; then dit profile --json > "$scratch/profile-start.json" || true; fi
 }
 
@@ -74,7 +75,9 @@ for patch in "$here"/patches/*.patch; do
   git apply "$patch" || { echo "patch $name does not apply"; continue; }
   git add -A model_under_test && git commit -qm "$desc"
   echo "=== $name ($cls): $desc  [$(date -u +%H:%M:%S)]"
-  dit experiment --classification "$cls" --description "$desc" 2>&1 | tail -n 25
+  t0=$(date +%s)
+  dit experiment --classification "$cls" --description "$desc" ${UNSANDBOXED:+--unsandboxed} 2>&1 | tail -n 25
+  echo "wall $(( $(date +%s) - t0 )) s"
 done
 dit status --rows 30
 if time_left; then dit profile --json > "$scratch/profile-best.json" || true; fi

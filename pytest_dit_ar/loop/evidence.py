@@ -21,7 +21,7 @@ from quality_suite.artifacts import load_cases
 from quality_suite.assessment import BaselineReference, Outputs, QualityAssessment, assess
 from quality_suite.audit import AuditEvidence
 from quality_suite.corpora import Case, load_corpus
-from quality_suite.metrics import fidelity
+from quality_suite.metrics import fidelity_batch
 
 from ..state.baseline import BaselineSummary, cases_dir
 from ..state.files import write_json_atomic
@@ -285,8 +285,10 @@ class Evidence:
 
         def check(cand: Generated, best: Generated) -> list[str]:
             failures = []
-            for i in range(len(cand.images)):
-                fid = fidelity(cand.images[i], best.images[i], cand.latents[i], best.latents[i])
+            n = len(cand.images)
+            fids = fidelity_batch([cand.images[i] for i in range(n)], [best.images[i] for i in range(n)],
+                                  [cand.latents[i] for i in range(n)], [best.latents[i] for i in range(n)])
+            for i, fid in enumerate(fids):
                 checks = gates.case_checks(cls, f"timed-{i}", fid, contract, envelope, approximate_outputs=approx)
                 failures += [c.describe() for c in checks if not c.passed]
             return [f"timed outputs against the best's for the same request: {f}" for f in failures[:3]]

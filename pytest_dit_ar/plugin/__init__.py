@@ -106,6 +106,12 @@ class _Hooks:
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         self.session.deselected.extend(items)
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Any:
+        report = yield
+        self.session.raised(item, call)
+        return report
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.session.reported(report)
 

@@ -150,3 +150,22 @@ def test_large_images_store_only_the_worst_cases(tmp_path: Path) -> None:
     big = {cid: torch.rand(3, 300, 300) for cid in ids}
     written = diff_images.case_pngs(big, fake_fidelity(ids), tmp_path / "cases")
     assert sorted(p.stem for p in written) == sorted(diff_images.worst_cases(fake_fidelity(ids)))
+
+
+def test_batched_float32_ssim_agrees_with_one_float64_call_per_case() -> None:
+    from torchmetrics.functional.image import structural_similarity_index_measure
+
+    from quality_suite.metrics import fidelity_batch
+
+    gen = torch.Generator().manual_seed(0)
+    base = [torch.rand(3, 64, 64, generator=gen) for _ in range(3)] + [torch.rand(3, 32, 32, generator=gen)]
+    cand = [(b + 0.02 * torch.randn(b.shape, generator=gen)).clamp(0, 1) for b in base]
+    cand[1] = base[1].clone()  # identical: exactly 1.0 and inf without any SSIM call
+    lat = [torch.randn(4, 8, 8, generator=gen) for _ in base]
+    got = fidelity_batch(cand, base, lat, lat)
+    assert got[1]["ssim"] == 1.0 and got[1]["psnr_db"] == float("inf")
+    for c, b, fid in zip(cand, base, got):
+        ref = structural_similarity_index_measure(c.double()[None], b.double()[None], data_range=1.0).item()
+        assert abs(fid["ssim"] - ref) < 1e-5
+    odd = fidelity_batch([torch.rand(3, 8, 8)], [torch.rand(3, 16, 16)], [lat[0]], [lat[0]])[0]
+    assert odd["shape_mismatch"] == 1.0 and odd["ssim"] == 0.0
