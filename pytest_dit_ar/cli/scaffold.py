@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import inspect
 import json
 import re
@@ -29,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from dit_ar_contract.config import DEFAULT_CONFIG, load_config
-from dit_ar_contract.digest import sha256_file
 from dit_ar_contract.errors import Refused
 
 TEMPLATES = Path(__file__).resolve().parent / "scaffold_templates"
@@ -182,13 +182,14 @@ def workload_for(request: Request, folder: Path, family: Family) -> Workload:
     """Flags first, then the folder's configs and the class's defaults; the resolution checked."""
     if not DEVICE.fullmatch(request.device):
         raise Refused(f"--device {request.device!r}: use cuda, cuda:N or cpu")
+    for name, value in (("resolution", request.resolution), ("steps", request.steps), ("batch", request.batch),
+                        ("cases", request.cases)):
+        if value is not None and value < 1:
+            raise Refused(f"--{name} must be at least 1, got {value}")
     steps, guidance, max_tokens = call_defaults(family)
     resolution = request.resolution or native_resolution(folder, family)
     if resolution % family.multiple:
         raise Refused(f"--resolution {resolution}: {family.class_name} needs a multiple of {family.multiple}")
-    for name, value in (("steps", request.steps), ("batch", request.batch), ("cases", request.cases)):
-        if value is not None and value < 1:
-            raise Refused(f"--{name} must be at least 1, got {value}")
     return Workload(resolution=resolution, steps=request.steps or steps,
                     guidance=guidance if request.guidance is None else request.guidance,
                     batch=request.batch or 1, device=request.device, max_sequence_length=max_tokens)
@@ -219,12 +220,8 @@ def corpus_files(root: Path, lane: str, cases: list[dict[str, Any]]) -> dict[str
     """The corpus file and the checksums file beside it (other lanes' entries kept)."""
     text = "".join(json.dumps(case) + "\n" for case in cases)
     name = f"{lane}.jsonl"
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / name
-        path.write_text(text, encoding="utf-8")
-        digest = sha256_file(path)
     sums = _read_json(root / CORPUS_DIR / "checksums.json")
-    sums[name] = digest
+    sums[name] = hashlib.sha256(text.encode("utf-8")).hexdigest()  # the bytes write() puts on disk
     return {f"{CORPUS_DIR}/{name}": text,
             f"{CORPUS_DIR}/checksums.json": json.dumps(dict(sorted(sums.items())), indent=2) + "\n"}
 
@@ -348,7 +345,7 @@ def write(plan_: Plan, force: bool) -> list[str]:
     for rel, text in plan_.files.items():
         path = plan_.root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        path.write_bytes(text.encode("utf-8"))  # exactly these bytes: the corpus checksum is taken over them
         written.append(rel)
     (plan_.root / ".gitignore").write_text(_gitignore(plan_.root), encoding="utf-8")
     return [*written, ".gitignore"]

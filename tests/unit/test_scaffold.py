@@ -165,7 +165,8 @@ def test_a_folder_without_model_index_is_refused(repo, tmp_path):
 
 
 @pytest.mark.parametrize("flags,message", [({"resolution": 100}, "multiple of 16"), ({"lane": "My Lane"}, "--lane"),
-                                           ({"device": "tpu"}, "--device"), ({"steps": 0}, "--steps")])
+                                           ({"device": "tpu"}, "--device"), ({"steps": 0}, "--steps"),
+                                           ({"resolution": -16}, "--resolution")])
 def test_bad_flags_are_refused(repo, tmp_path, flags, message):
     with pytest.raises(Refused, match=message):
         run_scaffold(repo, fake_pipeline(tmp_path / "pipe", "DiTPipeline"), **flags)
