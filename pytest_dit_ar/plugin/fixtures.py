@@ -19,7 +19,7 @@ import pytest
 
 from dit_ar_contract.errors import EXIT_REFUSED, CandidateCrash, Refused
 
-from .session import PluginSession
+from .session import REFUSED_EXIT, PluginSession
 
 
 def _guarded(state: PluginSession, compute: Callable[[], Any]) -> Any:
@@ -28,7 +28,7 @@ def _guarded(state: PluginSession, compute: Callable[[], Any]) -> Any:
         return compute()
     except Refused as exc:
         state.refusal = str(exc)
-        pytest.exit(f"dit-ar refused: {exc}", returncode=EXIT_REFUSED)
+        pytest.exit(REFUSED_EXIT, returncode=EXIT_REFUSED)
     except CandidateCrash as exc:
         pytest.fail(f"candidate crashed: {exc}\n{exc.details[-3000:]}", pytrace=False)
     except Exception as exc:  # the harness's own error: never the candidate's verdict
@@ -171,7 +171,7 @@ def parametrize_cases(metafunc: pytest.Metafunc, state: PluginSession) -> None:
         config = load_config(state.config_path)
         lane = config.lanes[session_lane_name(config, state.lane)]
         cases = load_corpus(config.root / lane.corpus)
-    except Refused as exc:
-        state.refusal = str(exc)
-        pytest.exit(f"dit-ar refused: {exc}", returncode=EXIT_REFUSED)
+    except Refused as exc:  # raised here it would be a collection error with pytest's traceback: stop after
+        state.refusal = state.refusal or str(exc)  # collection instead (PluginSession.collected), once
+        cases = []
     metafunc.parametrize("dit_ar_case", cases, ids=[c.id for c in cases], indirect=True)

@@ -19,6 +19,7 @@ from dit_ar_contract.errors import EXIT_REFUSED, Refused
 from ..loop.suites import SUITES, SuiteFiles, suite_files
 
 MARKERS = ("quality", "perf")
+REFUSED_EXIT = "dit-ar refused (the reason is the last line)"
 # what a suite test may end with: a failed check (assert, pytest.fail: the candidate's crash is reported that way
 # by the fixtures), a skip, an exit (a refusal); anything else is the harness's own error
 EXPECTED_OUTCOMES = (AssertionError, pytest.fail.Exception, pytest.skip.Exception, pytest.exit.Exception,
@@ -112,6 +113,8 @@ class PluginSession:
     def collected(self, session: pytest.Session) -> None:
         """Start the experiment once the selection is known (refuse, or discard on scope, before anything runs).
         In a plain run, note which corpus cases the selected tests need, so only those are generated."""
+        if self.refusal:  # noted while collecting (a broken config or corpus, an unknown lane)
+            pytest.exit(REFUSED_EXIT, returncode=EXIT_REFUSED)
         if not self.experiment_mode:
             cased = [item for item in session.items if "dit_ar_case" in getattr(item, "fixturenames", ())]
             whole = [item for item in session.items if {"dit_ar_quality", "dit_ar_corpus"} &
@@ -130,7 +133,7 @@ class PluginSession:
             self.refusal = str(exc)
             if self.experiment is not None:
                 self.experiment.release()
-            pytest.exit(f"dit-ar refused: {exc}", returncode=EXIT_REFUSED)
+            pytest.exit(REFUSED_EXIT, returncode=EXIT_REFUSED)
         if verdict is not None:  # scope discard before anything ran
             self.last_line = verdict.line
             pytest.exit("dit-ar: " + "; ".join(verdict.reasons), returncode=verdict.exit_code)

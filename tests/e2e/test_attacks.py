@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import statistics
 import sysconfig
 import time
 from pathlib import Path
@@ -133,12 +134,26 @@ subprocess.Popen([sys.executable, "-c", "import os\\nif os.fork() == 0:\\n    os
 '''
 
 
-def test_a_daemon_burning_cpu_while_the_best_is_timed_gains_nothing_and_dies(loop_repo: Path) -> None:
-    """A double-forked busy loop started at build: frozen with its sandbox while the best is timed, killed
-    with the sandbox's PID namespace at the end."""
+def test_a_daemon_burning_cpu_cannot_slow_the_best_and_dies(loop_repo: Path) -> None:
+    """A double-forked busy loop started at build: frozen with its sandbox while the best is timed (the best's
+    rounds run as fast as the baseline's), killed with the sandbox's PID namespace at the end.
+
+    What the daemon does to the candidate's own rounds is the candidate's cost and counts: on this project's
+    2-core VM a spinning helper made the candidate about 10% faster (it keeps the cores from idling while
+    the model sleeps and wakes its threads), so either verdict is allowed here (docs/security.md)."""
     commit_change(loop_repo, "model_under_test/__init__.py", wrap("return _gen(requests)", setup=SPINNER),
                   "start a busy daemon")
-    judged_and_intact(loop_repo, "exact", "busy daemon", ("VERDICT: DISCARD-PERFORMANCE",))
+    proc = experiment(loop_repo, "exact", "busy daemon")
+    assert last_line(proc) in ("VERDICT: KEEP", "VERDICT: DISCARD-PERFORMANCE"), proc.stdout[-4000:]
+    time.sleep(2)
+    assert survivors() == []
+    run = loop_repo / ledger_rows(loop_repo)[-1][16]
+    baseline = json.loads((loop_repo / ".autoresearch/baseline/embedded-cpu/baseline.json").read_text())
+    aa = baseline["timing"]["aa_segment"]
+    quiet_ms = 1e3 * statistics.median(aa["cand_s"] + aa["best_s"])
+    for segment in json.loads((run / "perf.json").read_text())["segments"]:
+        best_ms = 1e3 * statistics.median(segment["best_s"])
+        assert best_ms < 1.25 * quiet_ms, (best_ms, quiet_ms)  # a spinner beside it costs a 2-thread model ~60%
 
 
 def test_a_kept_commit_cannot_tell_it_runs_as_the_best(loop_repo: Path) -> None:
