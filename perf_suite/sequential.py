@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
 import numpy as np
-from scipy.stats import norm
+from scipy.stats import chi2, norm
 from scipy.stats import t as student
 
 TRIM = 0.2  # the fraction trimmed from each end of a segment's log ratios
@@ -113,6 +113,19 @@ def improvement_pct(log_ratio: float, metric: str) -> float:
     if metric == "images_per_s":
         return (math.exp(-log_ratio) - 1.0) * 100.0
     return (1.0 - math.exp(log_ratio)) * 100.0
+
+
+def suggested_offset_floor_pct(locations: list[float], confidence: float = 0.9) -> float | None:
+    """A floor for `offset_floor_pct` from no-op segments (both sides the same code): the upper `confidence`
+    bound of the standard deviation of their trimmed means (chi-square interval). It includes the rounds' own
+    noise, so it errs high, which only costs detection; a floor below the real process-to-process spread
+    costs false keeps (a 2-segment keep would trust two segments that agree by chance)."""
+    if len(locations) < 3:
+        return None
+    df = len(locations) - 1
+    sd = float(np.std(locations, ddof=1))
+    upper = sd * math.sqrt(df / chi2.ppf(1 - confidence, df))
+    return 100.0 * math.expm1(upper)
 
 
 def spent(alpha: float, t: float, gamma: float) -> float:

@@ -39,7 +39,7 @@ import numpy as np
 
 from dit_ar_contract import device
 from dit_ar_contract.config import PerfProtocol, load_config
-from perf_suite.sequential import Design, SequentialTest
+from perf_suite.sequential import Design, Segment, SequentialTest, suggested_offset_floor_pct
 from perf_suite.stats import decide_block
 from quality_suite.corpora import load_corpus
 
@@ -156,6 +156,11 @@ def summarize(arms: dict[str, list[dict[str, Any]]], protocol: PerfProtocol, met
                          "decisions": [r.get("decision", "keep" if r["keep"] else "discard") for r in runs]}
         medians = [float(np.median(np.log(np.asarray(s["cand_s"]) / np.asarray(s["best_s"])))) for s in segments]
         row["segment_median_log_ratio_sd"] = float(np.std(medians, ddof=1)) if len(medians) > 1 else None
+        locations = [Segment.of(s["cand_s"][:protocol.rounds], s["best_s"][:protocol.rounds]).location
+                     for s in segments]
+        row["segment_trimmed_mean_sd_pct"] = 100 * float(np.std(locations, ddof=1)) if len(segments) > 1 else None
+        if arm == "null":
+            row["suggested_offset_floor_pct"] = suggested_offset_floor_pct(locations)
         row["new"]["resampled"] = resampled(segments, design, protocol.rounds, orders)
         row["pooled"] = pooled(segments, design, protocol.rounds)
         out[arm] = row

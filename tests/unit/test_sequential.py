@@ -118,3 +118,15 @@ def test_the_study_judges_both_protocols_on_the_same_segments() -> None:
     assert summary["10"]["new"]["keep_rate"] == 1.0 and summary["null"]["new"]["keeps"] == 0
     assert summary["10"]["new"]["resampled"]["keep_rate"] == 1.0 and summary["null"]["new"]["resampled"]["orders"] == 50
     assert sum(r["segments"] for r in new_protocol(arms["null"], DESIGN, 8)) <= len(arms["null"])
+
+
+def test_the_suggested_offset_floor_is_an_upper_bound_of_the_no_op_spread() -> None:
+    from perf_suite.sequential import suggested_offset_floor_pct
+
+    rng = np.random.default_rng(7)
+    covered = 0
+    for _ in range(200):
+        locations = list(rng.normal(0.0, 0.05, size=12))  # true between-process sd 5% (log scale)
+        covered += suggested_offset_floor_pct(locations) >= 100 * math.expm1(0.05)
+    assert 0.85 <= covered / 200 <= 0.95  # a 90% upper bound
+    assert suggested_offset_floor_pct([0.01, -0.02]) is None  # too few no-op segments to say
