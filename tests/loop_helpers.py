@@ -19,7 +19,7 @@ COPY = ("dit_ar_contract", "pytest_dit_ar", "quality_suite", "perf_suite", "mode
 # candidate may remove (the same wrapper the harness study uses for its injected speedups).
 DELAY_LINE = "_STUDY_DELAY_S = "
 
-FAST_PERF = {"rounds": 8, "warmup_rounds": 1, "max_segments": 4}
+FAST_PERF = {"rounds": 6, "warmup_rounds": 1, "max_segments": 3}
 
 
 def env_for(repo: Path) -> dict[str, str]:

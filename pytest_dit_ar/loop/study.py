@@ -332,6 +332,7 @@ def _save(results: dict[str, Any], protocol: PerfProtocol, metric: str, old_roun
     results["summary"] = summarize(results["arms"], protocol, metric, old_rounds)
     results["wall_s"] = time.perf_counter() - started
     if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(results, indent=1, default=str))
 
 
