@@ -99,14 +99,21 @@ class QualityAssessment:
 
 
 def assess(declared: str, inherited: str, candidate: Outputs, baseline: BaselineReference, cases: list[Case],
-           quality: QualityContract, metric_names: tuple[str, ...], root: Path) -> QualityAssessment:
-    """Audit the class, measure fidelity and task quality, and apply the effective class's gate."""
+           quality: QualityContract, metric_names: tuple[str, ...], root: Path,
+           whole_corpus: bool = True) -> QualityAssessment:
+    """Audit the class, measure fidelity and task quality, and apply the effective class's gate.
+
+    A plain run of a few cases (`whole_corpus=False`, an IDE click on one case) is judged case by case:
+    corpus-level checks (mean fidelity, task scores over the corpus, a Fréchet distance) mean nothing over
+    a subset, so only per-case task metrics are computed and no aggregate check is made."""
     effective, reasons = audit.effective_class(declared, candidate.evidence, baseline.outputs.evidence, inherited)
     approx = audit.approximate_outputs(declared, candidate.evidence, baseline.outputs.evidence, inherited)
     fid = per_case_fidelity(candidate.images, candidate.latents, baseline.outputs.images, baseline.outputs.latents)
     lpips_values, lpips_status = perceptual.evaluate(candidate.images, baseline.outputs.images, quality)
     for cid, value in (lpips_values or {}).items():
         fid[cid]["lpips"] = value
+    if not whole_corpus:
+        metric_names = task_metrics.per_case_only(metric_names)
     scores = task_metrics.compute(metric_names, candidate.images, cases, root, quality)
     cand_pass = task_metrics.case_passes(scores)
     per_case = {}
@@ -118,6 +125,7 @@ def assess(declared: str, inherited: str, candidate: Outputs, baseline: Baseline
     task_cand = {k: v.value for k, v in scores.items()}
     aggregate = gates.aggregate_checks(effective, summary, quality, task_cand, baseline.task_metrics,
                                        task_metrics.lower_is_better(), approx, baseline.task_envelope,
-                                       sharpness.mean_abs_log_change(candidate.images, baseline.outputs.images))
+                                       sharpness.mean_abs_log_change(candidate.images, baseline.outputs.images)
+                                       ) if whole_corpus else []
     return QualityAssessment(declared, effective, tuple(reasons), per_case, tuple(aggregate), summary, task_cand,
                              dict(baseline.task_metrics), lpips_status, fid)

@@ -171,6 +171,11 @@ def compute(names: tuple[str, ...] | list[str], images: dict[str, torch.Tensor],
     return {name: _metric(name).compute(images, cases, root, quality) for name in names}
 
 
+def per_case_only(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """The metrics that score each case on its own (a label agreement), computable over any subset."""
+    return tuple(name for name in names if _metric(name).needs_labels)
+
+
 def case_passes(scores: dict[str, TaskScore]) -> dict[str, bool]:
     """A case passes the task when every per-case task score says so."""
     merged: dict[str, bool] = {}

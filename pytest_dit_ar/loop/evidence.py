@@ -230,7 +230,7 @@ class Evidence:
         lane = self.session.lane
         result = assess(self.declared_class, best.effective_class if best else "exact",
                         Outputs(run.outputs.images, run.outputs.latents, run.evidence), reference, cases,
-                        lane.quality, lane.task_metrics, self.session.root)
+                        lane.quality, lane.task_metrics, self.session.root, whole_corpus=self.case_ids is None)
         diff_images.write(self.run_dir, run.outputs.images, reference.outputs.images, result.fidelity)
         failing = [cid for cid, case in result.per_case.items() if any(not c.passed for c in case.checks)]
         diff_images.case_diffs(run.outputs.images, reference.outputs.images, result.fidelity, failing,

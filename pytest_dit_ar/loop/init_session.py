@@ -86,15 +86,16 @@ def init(config_path: Path, tag: str | None, lane: str | None, out: Callable[[st
             f"baseline commit {previous.baseline_commit[:10]}")
         return 0
 
+    exists = branch in [h.name for h in repo.heads]
+    head = repo.heads[branch].commit.hexsha if exists else gitops.head_sha(repo)
+    replaces = check_origin(paths, target.lane_id, head, new_baseline)  # before anything moves
     if previous is not None:
         dest = _archive_previous(paths, previous.tag)
         out(f"previous session {previous.tag} moved to {dest.relative_to(config.root)}")
-    if branch in [h.name for h in repo.heads]:
+    if exists:
         repo.git.checkout(branch)
     else:
         repo.git.checkout("-b", branch)
-    head = gitops.head_sha(repo)
-    replaces = check_origin(paths, target.lane_id, head, new_baseline)
     record = SessionRecord(tag=tag, branch=branch, lane=lane_obj.name, lane_id=target.lane_id,
                            device=target.identity, on_target=target.on_target, baseline_commit=head,
                            init_time=now(), config=str(config.path.relative_to(config.root)),

@@ -14,16 +14,16 @@ from typing import Any
 import pytest
 
 from dit_ar_contract.config import CLASSES, DEFAULT_CONFIG
-from dit_ar_contract.errors import EXIT_REFUSED, Refused
+from dit_ar_contract.errors import EXIT_REFUSED, CandidateCrash, Refused
 
 from ..loop.suites import SUITES, SuiteFiles, suite_files
 
 MARKERS = ("quality", "perf")
 REFUSED_EXIT = "dit-ar refused (the reason is the last line)"
-# what a suite test may end with: a failed check (assert, pytest.fail: the candidate's crash is reported that way
-# by the fixtures), a skip, an exit (a refusal); anything else is the harness's own error
-EXPECTED_OUTCOMES = (AssertionError, pytest.fail.Exception, pytest.skip.Exception, pytest.exit.Exception,
-                     KeyboardInterrupt)
+# what a suite test may end with: a failed check (assert, pytest.fail), the candidate's crash (its worker died,
+# raised, ran out of memory), a skip, an exit (a refusal); anything else is the harness's own error
+EXPECTED_OUTCOMES = (AssertionError, CandidateCrash, pytest.fail.Exception, pytest.skip.Exception,
+                     pytest.exit.Exception, KeyboardInterrupt)
 OPTIONS = {  # option dest -> help
     "dit_ar_experiment": "judge HEAD as one candidate commit (keep or reset it)",
     "dit_ar_classification": f"declared class of the change: {', '.join(CLASSES)}",
@@ -263,7 +263,7 @@ class PluginSession:
         if self.experiment is not None:
             self.experiment.release()
         if self.refusal:
-            _last_line(f"REFUSED: {self.refusal.splitlines()[0]}")
+            _last_line("REFUSED: " + one_line(self.refusal))
         elif self.last_line:
             _last_line(self.last_line)
 
@@ -284,6 +284,12 @@ def selects_suites(markexpr: str) -> bool:
         return bool(expression.evaluate(lambda name, **_: name in marks))
 
     return not selects(set()) and any(selects({marker}) for marker in MARKERS)
+
+
+def one_line(text: str) -> str:
+    """A multi-line reason (a list of files, say) folded into the one last line a refusal prints."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return " ".join(lines[:1] + ["; ".join(lines[1:])] if len(lines) > 1 else lines)
 
 
 def _last_line(text: str) -> None:
