@@ -56,7 +56,7 @@ class PerfProtocol:
     max_segments: int = 6
     min_improvement_pct: float = 2.0
     alpha: float = 0.01
-    offset_floor_pct: float = 1.0
+    offset_floor_pct: float = 3.4
     spending_gamma: float = 1.0
     futility_z: float = 2.0
     overlap_startup: bool = False  # start the next segment's workers (fixed prelude only) during a segment

@@ -180,12 +180,10 @@ class PluginSession:
     def raised(self, item: pytest.Item, call: pytest.CallInfo) -> None:
         """A suite test that raised something other than a failed check or an outcome (a fixture that does not
         exist, a KeyError in the suite's own code) is the harness's error, never the candidate's failure."""
-        if call.excinfo is None or not any(item.get_closest_marker(m) for m in MARKERS):
-            return
-        if call.excinfo.errisinstance(EXPECTED_OUTCOMES):
+        if not any(item.get_closest_marker(m) for m in MARKERS):
             return
         if self.harness_error is None:
-            self.harness_error = f"{item.nodeid} ({call.when}): {call.excinfo.exconly()[:500]}"
+            self.harness_error = harness_error(item.nodeid, call)
 
     def reported(self, report: pytest.TestReport) -> None:
         marker = next((m for m in MARKERS if m in report.keywords), None)
@@ -284,6 +282,14 @@ def selects_suites(markexpr: str) -> bool:
         return bool(expression.evaluate(lambda name, **_: name in marks))
 
     return not selects(set()) and any(selects({marker}) for marker in MARKERS)
+
+
+def harness_error(nodeid: str, call: pytest.CallInfo) -> str | None:
+    """What a suite test's phase ending in `call` says about the harness: None for a pass or an expected
+    outcome (a failed check, the candidate's crash, a skip, a refusal), otherwise the error in one line."""
+    if call.excinfo is None or call.excinfo.errisinstance(EXPECTED_OUTCOMES):
+        return None
+    return f"{nodeid} ({call.when}): {call.excinfo.exconly()[:500]}"
 
 
 def one_line(text: str) -> str:
