@@ -165,6 +165,7 @@ class Lane:
     weights: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
+    gpus: int = 1  # GPUs the worker sees (cuda:0 .. cuda:gpus-1); a multi-GPU candidate may use them all
 
     @property
     def is_cuda(self) -> bool:
@@ -181,6 +182,7 @@ class Lane:
             "root": str(root), "lane": self.name, "preset": self.preset, "weights": weights,
             "device": self.device, "resolution": self.resolution, "steps": self.steps,
             "guidance": self.guidance, "batch": self.batch, "options": copy.deepcopy(dict(self.options)),
+            "gpus": self.gpus,
         }
 
     def metric_value(self, median_ms: float | None) -> float | None:
@@ -188,6 +190,17 @@ class Lane:
         if median_ms is None:
             return None
         return self.batch / (median_ms / 1e3) if self.primary_metric == "images_per_s" else median_ms
+
+    def gpu_seconds_per_image(self, median_ms: float | None) -> float | None:
+        """What an image costs in GPU time: the batch latency times the GPUs the worker holds, per image (a
+        two-GPU candidate must be more than twice as fast to be cheaper). None on CPU lanes."""
+        return gpu_seconds_per_image(median_ms, self.device, self.gpus, self.batch)
+
+
+def gpu_seconds_per_image(median_ms: float | None, device: str, gpus: int, batch: int) -> float | None:
+    if median_ms is None or not device.startswith("cuda"):
+        return None
+    return median_ms / 1e3 * gpus / batch
 
 
 @dataclass(frozen=True)
@@ -352,7 +365,10 @@ def _check_lane(r: _Reader, lane: Lane, root: Path) -> None:
         raise r.fail(f"{where}.corpus", lane.corpus, f"an existing corpus file relative to {root}")
     if lane.primary_metric not in PRIMARY_METRICS:
         raise r.fail(f"{where}.primary_metric", lane.primary_metric, f"one of {list(PRIMARY_METRICS)}")
-    _positive(r, where, resolution=lane.resolution, steps=lane.steps, batch=lane.batch)
+    _positive(r, where, resolution=lane.resolution, steps=lane.steps, batch=lane.batch, gpus=lane.gpus)
+    if lane.gpus > 1 and lane.device != "cuda":
+        raise r.fail(f"{where}.gpus", lane.gpus, '1, or a lane with device "cuda" (the worker then sees '
+                     'that many GPUs; "cpu" and "cuda:N" name one device)')
     g = lane.guardrails
     _positive(r, f"{where}.guardrails", peak_vram_gb=g.peak_vram_gb, peak_memory_mb=g.peak_memory_mb,
               p95_regression_pct=g.p95_regression_pct, memory_growth_pct=g.memory_growth_pct,
@@ -418,6 +434,10 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> Config:
     if not lanes_raw:
         raise r.fail("lanes", lanes_raw, "at least one lane")
     lanes = {name: _lane(r, name, node, perf, quality, root) for name, node in lanes_raw.items()}
+    for lane in lanes.values():
+        if lane.gpus > target.gpu_count:
+            raise r.fail(f"lanes.{lane.name}.gpus", lane.gpus, f"at most target.gpu_count ({target.gpu_count}): "
+                         "the target machine has that many GPUs")
     default_lane = r.value(str, raw.get("default_lane"), "default_lane")
     if default_lane not in lanes:
         raise r.fail("default_lane", default_lane, f"one of the lanes {sorted(lanes)}")

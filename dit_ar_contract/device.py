@@ -133,9 +133,17 @@ def resolve_lane(config: Config, lane: Lane, gpus: list[Gpu] | None = None) -> L
                           problem="no CUDA GPU found (nvidia-smi lists none); this lane needs "
                                   f"a {config.target.name} or, as a foreign lane, another GPU")
     target = [g for g in gpus if matches_target(g, config)]
-    gpu = (target or gpus)[0]
-    identity = DeviceIdentity("cuda", gpu.name, gpu.uuid, gpu.compute_capability, gpu.memory_gb, gpu.driver)
-    env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": gpu.uuid}
+    pool = target if len(target) >= lane.gpus else gpus
+    if len(pool) < lane.gpus:
+        return LaneTarget(lane.name, lane.name, lane.device, DeviceIdentity("none"), False,
+                          problem=f"lane {lane.name!r} needs {lane.gpus} GPUs and {len(pool)} are visible "
+                                  "(nvidia-smi, CUDA_VISIBLE_DEVICES)")
+    chosen = pool[:lane.gpus]
+    target = target if pool is target else []
+    gpu = chosen[0]
+    uuids = ",".join(g.uuid for g in chosen)  # the worker sees exactly these, as cuda:0 .. cuda:N-1
+    identity = DeviceIdentity("cuda", gpu.name, uuids, gpu.compute_capability, gpu.memory_gb, gpu.driver)
+    env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": uuids}
     cap = lane.guardrails.peak_vram_gb or config.target.vram_gb
     if target:
         return LaneTarget(lane.name, lane.name, "cuda:0", identity, True, env, cap)

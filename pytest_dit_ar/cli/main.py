@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = verb("status", "lane, best commit, recent ledger rows and failures", _status)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--rows", type=int, default=10, help="how many recent ledger rows to show")
+    p.add_argument("--all", action="store_true", help="the session of every git worktree of this repository "
+                   "(sessions side by side, one per GPU)")
     verb("recover", "restore the branch to the recorded best and a damaged baseline from its git copy", _recover)
     for module in (search, profile, report, demo):
         _config_arg(module.add_parser(sub), top=False)
@@ -110,7 +112,7 @@ def _experiment(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from .status import status
 
-    return status(args.config, as_json=args.json, rows=args.rows)
+    return status(args.config, as_json=args.json, rows=args.rows, every_worktree=args.all)
 
 
 def _recover(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ from dit_ar_contract.status import Status
 from ..state import backup, gitops, integrity, ledger
 from ..state.baseline import manifest_problems
 from ..state.files import read_json, read_json_object
+from ..state.paths import STATE_DIR
 from ..state.session import Session, open_session
 
 
@@ -104,7 +105,46 @@ def _print(info: dict[str, Any]) -> None:
             print(f"  {f['run_id']} {f['status']}: {f['detail']}  ({f['run_dir']})")
 
 
-def status(config_path: Path, as_json: bool = False, rows: int = 10) -> int:
+def session_worktrees(config_path: Path) -> list[Path]:
+    """The repository's git worktrees that may hold a research session (one session per worktree, e.g. one per
+    GPU), the harness's own candidate and best worktrees left out."""
+    root = Path(config_path).resolve().parent.parent
+    repo = gitops.open_repo(root)
+    listed = [Path(line.split(" ", 1)[1]) for line in repo.git.worktree("list", "--porcelain").splitlines()
+              if line.startswith("worktree ")]
+    return [p for p in listed if STATE_DIR not in p.parts]
+
+
+def everywhere(config_path: Path, rows: int) -> list[dict[str, Any]]:
+    """`collect` for the session of every worktree (one command for sessions side by side)."""
+    root = Path(config_path).resolve().parent.parent
+    relative = Path(config_path).resolve().relative_to(root)
+    out = []
+    for tree in session_worktrees(config_path):
+        try:
+            out.append({"worktree": str(tree), **collect(open_session(tree / relative), rows)})
+        except Refused as exc:  # no session there yet, or its lane cannot run on this machine
+            out.append({"worktree": str(tree), "problem": str(exc)})
+    return out
+
+
+def _print_all(infos: list[dict[str, Any]]) -> None:
+    for info in infos:
+        print(f"== {info['worktree']}")
+        if "problem" in info:
+            print(f"no usable session: {info['problem']}")
+        else:
+            _print(info)
+
+
+def status(config_path: Path, as_json: bool = False, rows: int = 10, every_worktree: bool = False) -> int:
+    if every_worktree:
+        infos = everywhere(config_path, rows)
+        if as_json:
+            print(json.dumps(infos, indent=2, default=str))
+        else:
+            _print_all(infos)
+        return 0
     info = collect(open_session(config_path), rows)
     if as_json:
         print(json.dumps(info, indent=2, default=str))

@@ -248,6 +248,9 @@ class PluginSession:
             tr.write_line(f"class: declared {quality.declared_class}, effective {quality.effective_class}"
                           + (f" ({'; '.join(quality.audit_reasons)})" if quality.audit_reasons else ""))
             tr.write_line(f"quality: {quality.headline()}")
+        perf = exp.evidence.performance_result if exp.evidence else None
+        if perf is not None and perf.look is not None:
+            tr.write_line(f"speed: {latencies(perf, exp.session.lane)}")
         for reason in exp.verdict.reasons[:10]:
             tr.write_line(f"- {reason}")
         spent = exp.seconds()
@@ -326,9 +329,21 @@ def speed_section(tr: Any, evidence: Any) -> None:
         return
     look = perf.look
     tr.section("dit-ar speed against the best")
-    tr.write_line(f"candidate {perf.median_ms('cand'):.1f} ms vs best {perf.median_ms('best'):.1f} ms per batch: "
+    tr.write_line(f"{latencies(perf, evidence.session.lane)}: "
                   f"{look.estimate_pct:+.2f}% [{look.lower_pct:+.2f}%, {look.upper_pct:+.2f}%] over {look.rounds} "
                   f"rounds in {look.segments} fresh worker pairs; {perf.reasons[0] if perf.reasons else ''}")
+
+
+def latencies(perf: Any, lane: Any) -> str:
+    """Both sides' median batch latency, and on GPU lanes what an image costs in GPU-seconds."""
+    cand, best = perf.median_ms("cand"), perf.median_ms("best")
+    if cand is None or best is None:
+        return "no timed rounds"
+    text = f"candidate {cand:.1f} ms vs best {best:.1f} ms per batch"
+    gpu_s = lane.gpu_seconds_per_image(cand), lane.gpu_seconds_per_image(best)
+    if None not in gpu_s:
+        text += f" ({gpu_s[0]:.3g} vs {gpu_s[1]:.3g} GPU-s per image on {lane.gpus} GPU{'s' if lane.gpus > 1 else ''})"
+    return text
 
 
 class _ReporterStream:

@@ -19,7 +19,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from dit_ar_contract.config import repo_root_for
+from dit_ar_contract.config import gpu_seconds_per_image, repo_root_for
 from dit_ar_contract.errors import Refused
 from dit_ar_contract.status import Status
 
@@ -321,6 +321,8 @@ def _header(lane_id: str, rows: list[dict[str, str]], ctx: ReportContext) -> Lan
         ("baseline commit", str(baseline.get("commit", "no baseline yet"))[:12]),
         ("baseline latency", f"median {_or_na(timing.get('median_ms'))} ms, p95 {_or_na(timing.get('p95_ms'))} ms "
                              "per batch"),
+        ("GPU-seconds per image", _gpu_seconds(baseline.get("workload") or {}, timing.get("median_ms"),
+                                               (best.get("measurements") or {}).get("median_ms"))),
         ("noise floor (A/A)", f"{_or_na(timing.get('noise_floor_pct'))} % between two fresh processes of the "
                               f"baseline, interval [{', '.join(fmt(x) for x in interval)}]"),
         ("baseline task metrics", _pairs(baseline.get("task_metrics") or {}) or "none"),
@@ -328,6 +330,16 @@ def _header(lane_id: str, rows: list[dict[str, str]], ctx: ReportContext) -> Lan
         ("ledger rows", counts or "none"),
     ]
     return LaneHeader(lane_id, tuple(Fact(name, value) for name, value in facts))
+
+
+def _gpu_seconds(workload: dict[str, Any], baseline_ms: Any, best_ms: Any) -> str:
+    """Latency times the GPUs the worker held, per image: what a multi-GPU candidate must beat to be cheaper."""
+    device, gpus, batch = str(workload.get("device", "")), int(workload.get("gpus", 1)), int(workload.get("batch", 1))
+    if not device.startswith("cuda"):
+        return "not a GPU lane"
+    parts = [f"{label} {value:.3g}" for label, ms in (("baseline", baseline_ms), ("best", best_ms))
+             if isinstance(ms, (int, float)) and (value := gpu_seconds_per_image(ms, device, gpus, batch)) is not None]
+    return (", ".join(parts) or "n/a") + f" ({gpus} GPU{'s' if gpus > 1 else ''}, batch {batch})"
 
 
 def _progress(lane_id: str, rows: list[dict[str, str]], assets: Path) -> Figure:

@@ -319,10 +319,17 @@ class WorkerProcess:
         return total or None
 
     def gpu_memory_mb(self) -> float | None:
-        """Device memory of the worker's processes as the driver sees it (NVML). None on CPU lanes; on a CUDA
-        lane a missing NVML binding is a refusal (the guardrail would otherwise trust the worker's figure)."""
+        """Device memory of the worker's processes on its fullest GPU as the driver sees it (NVML): the VRAM
+        guardrail holds per GPU, so a candidate spread over two GPUs is judged by the larger share. None on
+        CPU lanes; on a CUDA lane a missing NVML binding is a refusal (the guardrail would otherwise trust
+        the worker's figure)."""
+        per_gpu = self.gpu_memory_per_device_mb()
+        return max(per_gpu.values()) if per_gpu else None
+
+    def gpu_memory_per_device_mb(self) -> dict[str, float]:
+        """Device memory of the worker's processes (a helper it started included) per GPU UUID (NVML)."""
         if not self.target.device.startswith("cuda"):
-            return None
+            return {}
         try:
             import pynvml
         except ImportError as exc:
@@ -331,13 +338,15 @@ class WorkerProcess:
         try:
             pynvml.nvmlInit()
             pids = set(self.processes())
-            total = 0.0
+            per_gpu: dict[str, float] = {}
             for i in range(pynvml.nvmlDeviceGetCount()):
                 handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-                for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                    if p.pid in pids and p.usedGpuMemory:
-                        total += p.usedGpuMemory / 2**20
-            return total or None
+                used = sum(p.usedGpuMemory / 2**20 for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+                           if p.pid in pids and p.usedGpuMemory)
+                if used:
+                    uuid = pynvml.nvmlDeviceGetUUID(handle)
+                    per_gpu[uuid.decode() if isinstance(uuid, bytes) else str(uuid)] = used
+            return per_gpu
         except pynvml.NVMLError as exc:
             raise Refused(f"NVML could not read the workers' GPU memory ({exc}); check the driver with "
                           "`nvidia-smi`") from exc

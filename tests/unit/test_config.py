@@ -127,7 +127,19 @@ def test_workload_is_the_seam_spec_with_absolute_weights() -> None:
     lane = load_config(PROJECT / "config" / "autoresearch.json").lanes["embedded-cpu"]
     spec = lane.workload(PROJECT)
     assert set(spec) == {"root", "lane", "preset", "weights", "device", "resolution", "steps", "guidance", "batch",
-                         "options"}
+                         "options", "gpus"}
+    assert spec["gpus"] == 1  # the GPUs the worker sees; a CPU lane has its one device
     assert Path(spec["weights"]).is_absolute() and Path(spec["weights"]).is_dir()
     spec["options"]["x"] = 1
     assert "x" not in lane.options  # the spec is a copy: a candidate cannot change the contract through it
+
+
+def test_a_multi_gpu_lane_is_a_cuda_lane_within_the_target_s_gpu_count(tmp_path: Path) -> None:
+    lane = {**RAW["lanes"]["dit-xl2-256"], "device": "cuda", "gpus": 2}
+    two = edited(**{"target__gpu_count": 2, "lanes__cfg-parallel": lane})
+    assert load_config(write(tmp_path, two)).lanes["cfg-parallel"].workload(PROJECT)["gpus"] == 2
+    with pytest.raises(ConfigError, match=r"lanes.cfg-parallel.gpus.*at most target.gpu_count \(1\)"):
+        load_config(write(tmp_path, edited(**{"target__gpu_count": 1, "lanes__cfg-parallel": lane})))
+    pinned = {**lane, "device": "cuda:1"}
+    with pytest.raises(ConfigError, match=r"lanes.cfg-parallel.gpus.*\"cuda:N\" name one device"):
+        load_config(write(tmp_path, edited(**{"target__gpu_count": 2, "lanes__cfg-parallel": pinned})))

@@ -34,3 +34,24 @@ def test_the_nvml_binding_is_a_declared_dependency() -> None:
 
     deps = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
     assert any(d.startswith("nvidia-ml-py") for d in deps["dependencies"])
+
+
+def fake_nvml(per_device: list[list[tuple[int, int]]]) -> object:
+    """A stand-in NVML: device i runs processes (pid, bytes used)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        NVMLError=RuntimeError, nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: len(per_device),
+        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetUUID=lambda i: f"GPU-{i}",
+        nvmlDeviceGetComputeRunningProcesses=lambda i: [SimpleNamespace(pid=p, usedGpuMemory=b)
+                                                        for p, b in per_device[i]])
+
+
+def test_the_vram_guardrail_reads_each_gpu_on_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gib = 2**30
+    # the worker (pid 11) and the helper it started for rank 1 (pid 12); pid 99 is someone else's
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml([[(11, 10 * gib), (99, 50 * gib)], [(12, 12 * gib)]]))
+    monkeypatch.setattr(WorkerProcess, "processes", lambda self: [11, 12])
+    w = worker("cuda:0", tmp_path)
+    assert w.gpu_memory_per_device_mb() == {"GPU-0": 10 * 1024, "GPU-1": 12 * 1024}
+    assert w.gpu_memory_mb() == 12 * 1024  # the fuller GPU, not the sum: the budget is per GPU

@@ -72,3 +72,22 @@ def test_identity_round_trip_and_same_device() -> None:
     assert not gpu.same_device(DeviceIdentity("cuda", "NVIDIA RTX A5500", "GPU-bbbb"))
     cpu = DeviceIdentity("cpu", "Some CPU")
     assert cpu.same_device(DeviceIdentity("cpu", "Some CPU")) and not cpu.same_device(gpu)
+
+
+A5500_B = Gpu(2, "NVIDIA RTX A5500", "GPU-bbbb", "8.6", 24.0, "580.1")
+H200_B = Gpu(3, "NVIDIA H200", "GPU-iiii", "9.0", 140.0, "580.1")
+TWO = dataclasses.replace(CONFIG.lanes["dit-xl2-256"], name="cfg-parallel", device="cuda", gpus=2)
+
+
+def test_a_two_gpu_lane_shows_its_worker_both_target_gpus() -> None:
+    target = device.resolve_lane(CONFIG, TWO, gpus=[H200, A5500, A5500_B])
+    assert target.on_target and target.lane_id == "cfg-parallel"
+    assert target.env["CUDA_VISIBLE_DEVICES"] == "GPU-aaaa,GPU-bbbb" == target.identity.uuid
+
+
+def test_a_two_gpu_lane_on_foreign_gpus_is_labelled_and_one_gpu_is_not_enough() -> None:
+    foreign = device.resolve_lane(CONFIG, TWO, gpus=[H200, H200_B])
+    assert not foreign.on_target and foreign.lane_id == "cfg-parallel@nvidia-h200"
+    assert foreign.env["CUDA_VISIBLE_DEVICES"] == "GPU-hhhh,GPU-iiii"
+    alone = device.resolve_lane(CONFIG, TWO, gpus=[A5500])
+    assert not alone.runnable and "needs 2 GPUs and 1 are visible" in alone.problem

@@ -192,3 +192,13 @@ def test_templates_are_package_data() -> None:
     assert "report/templates/session.html" in files and "report/templates/report.css" in files
     missing = [f for f in files if not any(_glob_regex(p).fullmatch(f) for p in patterns["pytest_dit_ar"])]
     assert missing == [], f"not declared as package data (a wheel would lack them): {missing}"
+
+
+def test_gpu_seconds_per_image_count_every_gpu_the_worker_held() -> None:
+    from pytest_dit_ar.report.page import _gpu_seconds
+
+    two = {"device": "cuda", "gpus": 2, "batch": 4}
+    # 400 ms per batch of 4 on 2 GPUs = 0.2 GPU-s per image; the best at 300 ms on the same lane: 0.15
+    assert _gpu_seconds(two, 400.0, 300.0) == "baseline 0.2, best 0.15 (2 GPUs, batch 4)"
+    assert _gpu_seconds({"device": "cuda", "batch": 2}, 100.0, None) == "baseline 0.05 (1 GPU, batch 2)"
+    assert _gpu_seconds({"device": "cpu", "batch": 2}, 100.0, 90.0) == "not a GPU lane"

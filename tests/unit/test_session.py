@@ -70,3 +70,27 @@ def test_a_session_made_before_the_layered_layout_reads_but_refuses_to_run(root:
     assert read_record(StatePaths(root)).layout == 1 and session.record.tag == "t1"
     with pytest.raises(Refused, match="earlier layout.*init --tag NEW"):
         session.require_current_layout()
+
+
+def test_status_all_lists_the_session_of_every_worktree(root: Path) -> None:
+    import git
+
+    from pytest_dit_ar.cli.status import everywhere
+
+    repo = git.Repo.init(root, initial_branch="main")
+    repo.git.config("user.email", "t@example.invalid")
+    repo.git.config("user.name", "t")
+    (root / ".gitignore").write_text(".autoresearch/\n")
+    repo.git.add("-A")
+    repo.git.commit("-qm", "project")
+    write_json_atomic(StatePaths(root).session, record(tag="gpu0").as_dict())
+    second = root.parent / "second"
+    repo.git.worktree("add", "-q", "-b", "autoresearch/gpu1", str(second))
+    write_json_atomic(StatePaths(second).session, record(tag="gpu1", branch="autoresearch/gpu1").as_dict())
+    third = root.parent / "third"  # a worktree without a session says so instead of failing the command
+    repo.git.worktree("add", "-q", "-b", "other", str(third))
+    repo.git.worktree("add", "-q", "--detach", str(root / ".autoresearch" / "worktrees" / "best"))  # the harness's
+    infos = everywhere(root / "config" / "autoresearch.json", rows=5)
+    assert [Path(i["worktree"]).name for i in infos] == [root.name, "second", "third"]
+    assert [i.get("tag") for i in infos] == ["gpu0", "gpu1", None]
+    assert "init --tag" in infos[2]["problem"]
