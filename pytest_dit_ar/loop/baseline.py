@@ -26,6 +26,7 @@ from ..state.ledger import LedgerRow
 from ..state.paths import new_run_id, now
 from ..state.session import Session, open_session, verify_integrity
 from ..worker.client import WorkerLauncher, WorkerProcess
+from . import gpu_locks
 from .evidence import launcher_for
 from .generation import CorpusOutputs, audit_evidence, generate_corpus
 from .measurement import MeasurementPlan, PerfOutcome, Side, measure
@@ -98,6 +99,14 @@ def _flags(session: Session, busy: str | None, sandboxed: bool) -> str:
 def run_baseline(config_path: Path, out: Callable[[str], None] = print, progress: bool = True,
                  sandboxed: bool = True) -> int:
     session = open_session(config_path)
+    held = gpu_locks.acquire(session.target.identity.uuid.split(",")) if session.lane.is_cuda else []
+    try:
+        return _baseline(session, out, progress, sandboxed)
+    finally:
+        gpu_locks.release(held)
+
+
+def _baseline(session: Session, out: Callable[[str], None], progress: bool, sandboxed: bool) -> int:
     repo = _check_preconditions(session)
     lane = session.lane
     task_metrics.check_available(lane.task_metrics, lane.quality, session.root)

@@ -23,6 +23,7 @@ from quality_suite.audit import AuditEvidence
 from quality_suite.corpora import Case, load_corpus
 from quality_suite.metrics import fidelity_batch
 
+from ..state import gitops
 from ..state.baseline import BaselineSummary, cases_dir
 from ..state.files import write_json_atomic
 from ..state.paths import STATE_DIR
@@ -39,6 +40,7 @@ def sandbox_policy(session: Session) -> SandboxPolicy:
     (a side sees only its own tree, at the same path as the other side) and the frozen corpora."""
     root = session.root
     hide = [root / ".git", root / STATE_DIR, *(root / m.rstrip("/") for m in session.config.mutable_paths)]
+    hide += gitops.private_paths(root)  # sessions side by side: other worktrees' state and the shared git folder
     hide += [(root / lane.corpus).parent for lane in session.config.lanes.values()]
     hide.append(Path(quality_suite.__file__).resolve().parent / "corpus")
     weights = session.lane.workload(root)["weights"]  # a pipeline folder outside the project (under /tmp, say)
@@ -297,10 +299,12 @@ class Evidence:
 
     def roofline_ms(self) -> float | None:
         """The fastest a batch could possibly run on this device, from the baseline's FLOP count and peak
-        (scaled by the candidate's denoiser rows when its quality run measured them)."""
+        (scaled by the candidate's denoiser rows when its quality run measured them; the peak is every GPU
+        the worker holds)."""
         baseline = self.baseline()
         roof = baseline.roofline
         base_rows = roof.flops_rows_per_image or AuditEvidence.from_dict(baseline.evidence).denoiser_rows_per_image
         cand_rows = self._run.outputs.denoiser_rows_per_image if self._run else None
-        return floor_ms(roof.flops_per_batch, roof.device_peak_tflops, bool(roof.device_peak.get("measured")),
+        peak = roof.device_peak_tflops * self.session.lane.gpus if roof.device_peak_tflops else roof.device_peak_tflops
+        return floor_ms(roof.flops_per_batch, peak, bool(roof.device_peak.get("measured")),
                         base_rows, cand_rows, self.effective_class)

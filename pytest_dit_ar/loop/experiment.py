@@ -25,6 +25,7 @@ from ..state.files import write_bytes_atomic
 from ..state.ledger import LedgerRow
 from ..state.paths import StatePaths, new_run_id, now
 from ..state.session import Session, open_session, verify_integrity
+from . import gpu_locks
 from .evidence import Evidence
 from .verdict import Finding, Verdict, decide
 
@@ -63,6 +64,7 @@ class Experiment:
         self.session: Session | None = None
         self.repo: git.Repo | None = None
         self.lock: FileLock | None = None
+        self.gpu_locks: list[FileLock] = []
         self.commit = self.parent = ""
         self.run_id = ""
         self.run_dir: Path | None = None
@@ -87,6 +89,7 @@ class Experiment:
                           "(one experiment per repository and GPU at a time)") from None
 
     def release(self) -> None:
+        gpu_locks.release(self.gpu_locks)
         if self.lock is not None:
             self.lock.release()
             self.lock = None
@@ -95,6 +98,8 @@ class Experiment:
         """Run every pre-run guard; refuse (raise Refused) or return a scope verdict, else None."""
         self.acquire()
         session = self.session = open_session(self.config_path, self.lane_name)
+        if session.lane.is_cuda:
+            self.gpu_locks = gpu_locks.acquire(session.target.identity.uuid.split(","))
         record = session.require_current_layout()
         if session.paths.halt.exists():
             raise Refused(f"an earlier run changed what the harness relies on ({session.paths.halt}: "

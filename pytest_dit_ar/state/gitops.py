@@ -180,3 +180,25 @@ def changed_since(repo: git.Repo, sha: str, paths: list[str]) -> list[str]:
         return []
     out = repo.git.diff("--no-renames", "--name-only", sha, "--", *paths)
     return [p for p in out.splitlines() if p]
+
+
+def worktrees(repo: git.Repo) -> list[Path]:
+    """Every working tree of the repository (the main one first), as `git worktree list` gives them."""
+    out = repo.git.worktree("list", "--porcelain")
+    return [Path(line.split(" ", 1)[1]) for line in out.splitlines() if line.startswith("worktree ")]
+
+
+def private_paths(root: Path) -> list[Path]:
+    """What no worker of a session at `root` may read besides its own tree's .git and state: the repository's
+    common git folder (a linked worktree's .git is a pointer to it) and the .git and state of every other
+    worktree, so that sessions side by side cannot read each other's baseline outputs or history."""
+    try:
+        repo = git.Repo(root)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return []
+    common = Path(repo.git.rev_parse("--git-common-dir"))
+    paths = [common if common.is_absolute() else (root / common)]
+    for tree in worktrees(repo):
+        if STATE_DIR not in tree.parts:  # the harness's own best and candidate trees live under a state folder
+            paths += [tree / ".git", tree / STATE_DIR]
+    return [p.resolve() for p in paths]

@@ -96,6 +96,7 @@ class Worker:
         self.identity = _device_identity(torch, device)
         self.pipe: Any = None
         self.rows = 0
+        self.rows_observable = True
 
     # -- ops --------------------------------------------------------------------------------
     def build(self, spec: dict[str, Any]) -> dict[str, Any]:
@@ -109,6 +110,9 @@ class Worker:
         if not isinstance(components, dict) or "transformer" not in components:
             raise TypeError("the pipeline must expose .components, a dict with a 'transformer' entry (DESIGN §2)")
         components["transformer"].register_forward_pre_hook(self._count_rows, with_kwargs=True)
+        # with several GPUs the pipeline may run denoiser passes in processes it started (CFG-parallel's second
+        # rank): this process cannot see them, so no row count is claimed and the audit leaves that test out
+        self.rows_observable = int(spec.get("gpus", 1)) == 1
         return {"build_s": build_s, "audit": audit.inspect_pipeline(self.pipe)}
 
     def _count_rows(self, module: Any, args: tuple, kwargs: dict) -> None:
@@ -131,7 +135,8 @@ class Worker:
             images = result.images.detach().to("cpu", torch.float32).contiguous()
             latents = result.latents.detach().to("cpu", torch.float32).contiguous()
         save_file({"images": images, "latents": latents}, out)
-        return {"denoiser_rows_per_image": self.rows / len(reqs), "memory": self.memory()}
+        rows = self.rows / len(reqs) if self.rows_observable else None
+        return {"denoiser_rows_per_image": rows, "memory": self.memory()}
 
     def activation_dtypes(self, requests: list[list[Any]]) -> dict[str, Any]:
         """The dtypes of every module output during one generate (the audit's activation evidence)."""

@@ -108,3 +108,18 @@ def test_refs_and_the_best_worktree(repo: git.Repo, tmp_path: Path) -> None:
                                     ("x.lock", False), ("a" * 65, False)])
 def test_valid_tags(tag: str, ok: bool) -> None:
     assert gitops.valid_tag(tag) is ok
+
+
+def test_a_worker_of_one_session_cannot_read_another_worktree_s_state_or_the_shared_git(repo: git.Repo,
+                                                                                         tmp_path: Path) -> None:
+    main = Path(repo.working_dir).resolve()
+    side = (tmp_path.parent / f"{tmp_path.name}-gpu1").resolve()
+    repo.git.worktree("add", "-q", "-b", "autoresearch/gpu1", str(side))
+    harness_tree = main / ".autoresearch" / "worktrees" / "best"
+    repo.git.worktree("add", "-q", "--detach", str(harness_tree))
+    hidden = gitops.private_paths(side)
+    # a linked worktree's .git is only a pointer: the shared folder holds every session's history and refs
+    assert main / ".git" in hidden and side / ".git" in hidden
+    assert main / ".autoresearch" in hidden and side / ".autoresearch" in hidden
+    assert not any(p == harness_tree or harness_tree in p.parents for p in hidden)
+    assert gitops.private_paths(tmp_path / "not-a-repo") == []
