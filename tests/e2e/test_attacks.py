@@ -134,6 +134,7 @@ subprocess.Popen([sys.executable, "-c", "import os\\nif os.fork() == 0:\\n    os
 '''
 
 
+@pytest.mark.extended
 def test_a_daemon_burning_cpu_cannot_slow_the_best_and_dies(loop_repo: Path) -> None:
     """A double-forked busy loop started at build: frozen with its sandbox while the best is timed (the best's
     rounds run as fast as the baseline's), killed with the sandbox's PID namespace at the end.
@@ -156,6 +157,7 @@ def test_a_daemon_burning_cpu_cannot_slow_the_best_and_dies(loop_repo: Path) -> 
         assert best_ms < 1.25 * quiet_ms, (best_ms, quiet_ms)  # a spinner beside it costs a 2-thread model ~60%
 
 
+@pytest.mark.extended
 def test_a_kept_commit_cannot_tell_it_runs_as_the_best(loop_repo: Path) -> None:
     """Faster, and slow itself down when it thinks it is the best side: both sides run at one path from
     staging folders of random names, so a later no-op is not made to look faster."""
@@ -204,6 +206,7 @@ print("vandal:", tried, file=sys.stderr)
 '''
 
 
+@pytest.mark.extended
 def test_writes_outside_the_scratch_folder_fail_and_nothing_outlives_the_run(loop_repo: Path) -> None:
     commit_change(loop_repo, "model_under_test/__init__.py", wrap("return _gen(requests)", setup=VANDAL),
                   "try to rewrite the state, plant a .pth and a git hook, leave a delayed writer")
@@ -214,6 +217,7 @@ def test_writes_outside_the_scratch_folder_fail_and_nothing_outlives_the_run(loo
 
 # -- 4. fooling the audit and the metrics --------------------------------------------------------------
 
+@pytest.mark.extended
 def test_a_step_cut_declared_exact_that_fakes_its_denoiser_count_is_a_quality_discard(loop_repo: Path) -> None:
     """Half the steps, with the transformer's forward pre-hooks called by hand to restore the count."""
     commit_change(loop_repo, "model_under_test/__init__.py", wrap('''
@@ -243,6 +247,7 @@ return out''', setup="import torch"), "4x4 images")
     assert "the lane's resolution" in out
 
 
+@pytest.mark.extended
 def test_a_blur_declared_approximate_fails_the_detail_guard(loop_repo: Path) -> None:
     commit_change(loop_repo, "model_under_test/__init__.py", wrap('''
 out = _gen(requests)
@@ -252,6 +257,7 @@ return out''', setup="import torch"), "blur the images")
     assert "sharpness_change" in out
 
 
+@pytest.mark.extended
 def test_the_ledger_row_of_an_unsandboxed_run_says_so(loop_repo: Path) -> None:
     commit_change(loop_repo, "model_under_test/pipeline.py", "\n# a comment: a no-op change\n", "no-op")
     proc = experiment(loop_repo, "exact", "no-op, unsandboxed", "--unsandboxed")

@@ -102,6 +102,7 @@ def test_commit_to_fixed_path_is_a_scope_discard(loop_repo: Path) -> None:
     assert ledger_rows(loop_repo)[-1][5] == "discard-scope"
 
 
+@pytest.mark.extended
 def test_writing_a_fixed_file_at_run_time_is_prevented_and_unsandboxed_detected(loop_repo: Path) -> None:
     parent = head(loop_repo)
     original = (loop_repo / "quality_suite/gates.py").read_text()
@@ -199,6 +200,7 @@ def test_refuses_partial_selection(loop_repo: Path) -> None:
     assert_refused(proc, before, loop_repo, "selects part of it")
 
 
+@pytest.mark.extended
 def test_refuses_tampered_baseline(loop_repo: Path) -> None:
     set_slow(loop_repo, 0.0, "faster")
     png = next((loop_repo / ".autoresearch/baseline/embedded-cpu/cases").glob("*.png"))
@@ -230,6 +232,7 @@ def test_refuses_malformed_config(loop_repo: Path) -> None:
 
 # -- robustness ----------------------------------------------------------------------------
 
+@pytest.mark.extended
 def test_kill_9_mid_experiment_leaves_state_usable(loop_repo: Path) -> None:
     sha = set_slow(loop_repo, 0.0, "faster")
     rows_before = ledger_rows(loop_repo)
@@ -250,6 +253,7 @@ def test_kill_9_mid_experiment_leaves_state_usable(loop_repo: Path) -> None:
     assert len(ledger_rows(loop_repo)) == len(rows_before) + 1
 
 
+@pytest.mark.extended
 def test_two_concurrent_experiments_serialize_or_refuse(loop_repo: Path) -> None:
     set_slow(loop_repo, 0.0, "faster")
     rows_before = len(ledger_rows(loop_repo))
@@ -266,6 +270,7 @@ def test_two_concurrent_experiments_serialize_or_refuse(loop_repo: Path) -> None
     assert ledger_rows(loop_repo)[-1][5] == "keep"
 
 
+@pytest.mark.extended
 def test_a_session_made_before_the_layered_layout_reads_and_names_the_migration(loop_repo: Path) -> None:
     path = loop_repo / ".autoresearch" / "session.json"
     data = json.loads(path.read_text())

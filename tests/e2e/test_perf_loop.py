@@ -56,6 +56,7 @@ def test_patched_clocks_cannot_hide_a_slowdown(loop_repo: Path) -> None:
     assert float(ledger_rows(loop_repo)[-1][11]) < 0  # measured slower, whatever the candidate's clocks say
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_memoising_outputs_gains_nothing(loop_repo: Path) -> None:
     """A cache keyed by (prompt, seed) never hits: every timed round draws fresh seeds."""
@@ -71,6 +72,7 @@ def test_memoising_outputs_gains_nothing(loop_repo: Path) -> None:
     assert len(seeds) == len(set(seeds)) > 0
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_same_image_for_every_request_is_caught(loop_repo: Path) -> None:
     """Real outputs during the quality run, one constant image afterwards: the harness's own hashes see the
@@ -111,6 +113,7 @@ def test_worker_crash_mid_measurement_is_a_crash(loop_repo: Path) -> None:
     assert not (run_record(loop_repo) / "perf.json").exists()
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_memory_guardrail_breach_is_a_performance_discard(loop_repo: Path) -> None:
     """Peak RSS (read by the harness from /proc) above the lane's peak_memory_mb guardrail."""
@@ -132,6 +135,7 @@ def build_pipeline(spec):
     assert f"exceeds the budget {budget} MB" in perf_reasons(loop_repo)
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_faster_than_the_roofline_is_flagged_and_not_kept(tmp_path: Path) -> None:
     """timing.measure with a floor no real run can beat: the block is flagged, not kept."""
@@ -155,6 +159,7 @@ def test_faster_than_the_roofline_is_flagged_and_not_kept(tmp_path: Path) -> Non
     assert any("below the roofline floor" in r for r in outcome.reasons), outcome.reasons
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_benchmark_publishes_round_trips_with_machine_info(loop_repo: Path) -> None:
     """`pytest -m perf perf_suite/test_benchmark.py --benchmark-json` in a prepared project copy."""

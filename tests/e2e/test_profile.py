@@ -10,7 +10,7 @@ from loop_helpers import make_project_copy, run
 
 STAGES = ("text_encode", "denoise", "decode")
 
-pytestmark = pytest.mark.slow  # a worker and the model: a minute each on a busy 2-core machine
+pytestmark = [pytest.mark.slow, pytest.mark.extended]  # a worker and the model: a minute each on a busy 2-core machine
 
 
 @pytest.fixture(scope="module")

@@ -45,6 +45,7 @@ def test_the_ini_form_of_an_experiment_is_refused(loop_repo: Path) -> None:
     assert unchanged(loop_repo) == before
 
 
+@pytest.mark.extended
 def test_an_unknown_lane_is_the_same_one_line_refusal_everywhere(loop_repo: Path) -> None:
     plain = pytest_in(loop_repo, "--dit-ar-lane", "nope", "-m", "quality", "quality_suite")
     experiment = run(loop_repo, "experiment", "--classification", "exact", "--description", "x", "--lane", "nope")
@@ -101,6 +102,7 @@ def test_the_plugin_is_disabled_by_the_name_pytest_shows(loop_repo: Path) -> Non
     assert not list((loop_repo / ".autoresearch/runs").glob("*-plain-*"))  # nothing was generated
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_own_checks_with_the_documented_fixtures_and_failures_with_pictures(loop_repo: Path) -> None:
     shutil.copytree(PROJECT / "examples" / "own-checks", loop_repo / "own_checks")
@@ -134,6 +136,7 @@ def build_pipeline(spec):
     assert len(pictures) >= 20 and all(p.is_file() for p in pictures)  # one picture per failing case
 
 
+@pytest.mark.extended
 def test_the_cli_version_completion_and_a_closed_pipe(loop_repo: Path) -> None:
     assert run(loop_repo, "--version").stdout.startswith("dit-ar ")
     assert "complete" in run(loop_repo, "--print-completion", "bash").stdout

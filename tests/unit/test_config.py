@@ -135,11 +135,10 @@ def test_workload_is_the_seam_spec_with_absolute_weights() -> None:
 
 
 def test_a_multi_gpu_lane_is_a_cuda_lane_within_the_target_s_gpu_count(tmp_path: Path) -> None:
-    lane = {**RAW["lanes"]["dit-xl2-256"], "device": "cuda", "gpus": 2}
-    two = edited(**{"target__gpu_count": 2, "lanes__cfg-parallel": lane})
-    assert load_config(write(tmp_path, two)).lanes["cfg-parallel"].workload(PROJECT)["gpus"] == 2
-    with pytest.raises(ConfigError, match=r"lanes.cfg-parallel.gpus.*at most target.gpu_count \(1\)"):
-        load_config(write(tmp_path, edited(**{"target__gpu_count": 1, "lanes__cfg-parallel": lane})))
-    pinned = {**lane, "device": "cuda:1"}
-    with pytest.raises(ConfigError, match=r"lanes.cfg-parallel.gpus.*\"cuda:N\" name one device"):
-        load_config(write(tmp_path, edited(**{"target__gpu_count": 2, "lanes__cfg-parallel": pinned})))
+    lane = load_config(write(tmp_path, RAW)).lanes["dit-xl2-256-x2"]
+    assert lane.gpus == 2 and lane.workload(PROJECT)["gpus"] == 2
+    with pytest.raises(ConfigError, match=r"lanes.dit-xl2-256-x2.gpus.*at most target.gpu_count \(1\)"):
+        load_config(write(tmp_path, edited(**{"target__gpu_count": 1})))
+    pinned = {**RAW["lanes"]["dit-xl2-256-x2"], "device": "cuda:1"}
+    with pytest.raises(ConfigError, match=r"lanes.dit-xl2-256-x2.gpus.*\"cuda:N\" name one device"):
+        load_config(write(tmp_path, edited(**{"lanes__dit-xl2-256-x2": pinned})))

@@ -228,7 +228,8 @@ def test_doctor_says_which_task_metrics_are_usable(tmp_path: Path, monkeypatch: 
     raw["lanes"]["dit-xl2-256"]["task_metrics"] = ["classifier_top1", "clip_score"]
     raw["lanes"]["pixart-sigma-1024"]["task_metrics"] = ["classifier_top1"]  # a text corpus: no labels
     text = "\n".join(run_doctor(write_config(tmp_path, raw), monkeypatch))
-    assert "  classifier_top1: usable; needs corpus labels (labelled corpora: embedded-cpu, dit-xl2-256)" in text
+    assert ("  classifier_top1: usable; needs corpus labels (labelled corpora: embedded-cpu, dit-xl2-256, "
+            "dit-xl2-256-x2)") in text
     assert "  judge_accuracy: usable" in text and "  frechet_distance: usable" in text
     assert "  clip_score: NOT usable: its weights file" in text
     assert "open_clip_vit_b32.safetensors does not exist" in text
