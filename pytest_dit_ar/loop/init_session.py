@@ -14,6 +14,7 @@ from dit_ar_contract.errors import Refused
 from dit_ar_contract.status import Status
 
 from ..search.engine import build_index
+from ..search.location import find_handbook
 from ..state import gitops, integrity, ledger
 from ..state.files import write_json_atomic
 from ..state.paths import StatePaths, now
@@ -32,10 +33,13 @@ def _archive_previous(paths: StatePaths, old_tag: str) -> Path:
 
 
 def _index_handbook(root: Path, paths: StatePaths) -> str:
-    if not (root / "handbook").is_dir():
-        return "handbook not indexed (no handbook/ folder)"
-    build_index(root / "handbook", paths.handbook_index)
-    return f"handbook indexed into {paths.handbook_index.relative_to(root)}"
+    """Index the handbook `dit-ar search` reads: the project's own, else the copy shipped in the package."""
+    handbook = find_handbook(root)
+    if handbook is None:
+        return "handbook not indexed (no handbook/ folder and no packaged copy)"
+    build_index(handbook, paths.handbook_index)
+    where = "" if handbook == root / "handbook" else f" (the packaged handbook, {handbook})"
+    return f"handbook indexed into {paths.handbook_index.relative_to(root)}{where}"
 
 
 def recorded_origins(paths: StatePaths, lane_id: str) -> list[str]:

@@ -46,3 +46,13 @@ def test_a_changed_torch_or_driver_is_named() -> None:
     assert versions.stack_differences(recorded, current) == ["torch 2.14.1 -> 2.15.0", "nvidia_driver 550.1 -> 560.2"]
     assert versions.stack_differences(recorded, dict(recorded)) == []
     assert versions.stack_differences({"torch": "2.14.1"}, {"torch": "2.14.1", "cudnn": "9"}) == []  # unrecorded part
+
+
+def test_init_indexes_the_packaged_handbook_where_the_project_has_none(tmp_path: Path) -> None:
+    from pytest_dit_ar.loop.init_session import _index_handbook
+
+    paths = StatePaths(tmp_path)
+    paths.dir.mkdir()
+    said = _index_handbook(tmp_path, paths)  # a scaffolded repository: no handbook/ of its own
+    assert said.startswith("handbook indexed into .autoresearch/handbook_index.json (the packaged handbook, ")
+    assert paths.handbook_index.stat().st_size > 0
