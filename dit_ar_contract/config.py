@@ -411,7 +411,8 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> Config:
     """Read, validate and return the config; every error names file, key, found and expected."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(path, "<file>", "missing", "an existing JSON file (see config/autoresearch.json)")
+        raise ConfigError(path, "<file>", "missing", "an existing JSON file: pass --config PATH, or set up this "
+                          "repository around your own pipeline with `dit-ar scaffold --pipeline PATH`")
     text = path.read_text(encoding="utf-8")
     try:
         raw = json.loads(text)
