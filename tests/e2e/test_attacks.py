@@ -238,6 +238,7 @@ return out''', setup="import torch"), "half the steps, counted as all")
     judged_and_intact(loop_repo, "exact", "hidden step cut", ("VERDICT: DISCARD-QUALITY",))
 
 
+@pytest.mark.extended
 def test_tiny_images_break_the_seam(loop_repo: Path) -> None:
     commit_change(loop_repo, "model_under_test/__init__.py", wrap('''
 out = _gen(requests)

@@ -7,11 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from pytest_dit_ar.cli.demo import apply, candidates
 
 PROJECT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.extended
 def test_all_candidates_together_still_generate(tmp_path: Path) -> None:
     shutil.copytree(PROJECT / "model_under_test", tmp_path / "model_under_test",
                     ignore=shutil.ignore_patterns("__pycache__"))

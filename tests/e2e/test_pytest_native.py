@@ -75,6 +75,7 @@ def pytest_runtest_setup(item):
 }
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("bug", sorted(BREAKERS))
 def test_a_harness_error_is_not_recorded_as_the_candidates_failure(loop_repo: Path, tmp_path: Path, bug: str) -> None:
     (tmp_path / "breaker.py").write_text(BREAKERS[bug])
