@@ -12,7 +12,8 @@
 # UNSANDBOXED=1 runs the workers without bubblewrap (recorded in the ledger).
 # Branches (how the published session ran on two GPUs at once): START="01,03" applies those patches
 # to the starting commit (so the session's baseline is that commit), ONLY="04,05" judges just those
-# patches, TAG names the session (default h200).
+# patches, TAG names the session (default h200). LANE picks another lane (default dit-xl2-256; the two-GPU
+# lane dit-xl2-256-x2 for multi-GPU candidates, docs/device/h200_issue17.sh).
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 src="$(cd "$here/../.." && pwd)"
@@ -32,11 +33,11 @@ setup() {
     --exclude=./.h200state .) | tar xf -
   git init -q -b main
   git config user.name "dit-ar h200 session"; git config user.email "h200@dit-ar.invalid"
-  python3 - "$steps" "$rounds" "$cores" <<'PY'
+  python3 - "$steps" "$rounds" "$cores" "${LANE:-dit-xl2-256}" <<'PY'
 import json, sys
 path = "config/autoresearch.json"
 cfg = json.load(open(path))
-lane = cfg["lanes"]["dit-xl2-256"]
+lane = cfg["lanes"][sys.argv[4]]
 lane["steps"] = int(sys.argv[1])
 lane.setdefault("performance", {})["rounds"] = int(sys.argv[2])
 if sys.argv[3]:
@@ -46,9 +47,9 @@ PY
   for patch in "$here"/patches/*.patch; do
     if picked "${START:-}" "$(basename "$patch")"; then git apply "$patch" || exit 2; fi
   done
-  git add -A && git commit -qm "H200 session: dit-xl2-256 at $steps steps, $rounds rounds${START:+, starting from patches $START}" || exit 2
+  git add -A && git commit -qm "H200 session: ${LANE:-dit-xl2-256} at $steps steps, $rounds rounds${START:+, starting from patches $START}" || exit 2
   dit doctor
-  dit init --tag "${TAG:-h200}" --lane dit-xl2-256 || exit 2
+  dit init --tag "${TAG:-h200}" --lane "${LANE:-dit-xl2-256}" || exit 2
   dit baseline --quiet ${UNSANDBOXED:+--unsandboxed} || exit 2
   if [ -z "${NO_START_PROFILE:-}" ]; then dit profile --json > "$scratch/profile-start.json" || true; fi
 }
