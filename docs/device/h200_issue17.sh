@@ -9,17 +9,9 @@
 # PART=side: the harness study (no-op segments and a 5% injected speed-up) on GPU 0 alone, then on GPU 0
 #   and GPU 1 at once (workers pinned to cores of their own): the spread of no-op segments and the
 #   resampled false keeps, alone against side by side.
-# Needs in .whl/ what docs/device/h200_wave3.sh needs (wheels, bubblewrap .deb).
+# Needs in .whl/ what docs/device/h200_env.sh says.
 set -u
-start=$(date +%s)
-OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-dpkg -x .whl/deb/bubblewrap_*.deb /tmp/bw
-export PATH="/tmp/bw/usr/bin:$PATH" PYTHONPATH="/tmp/site:$PWD" PYTEST_PLUGINS=pytest_dit_ar.plugin PYTHONUNBUFFERED=1
-{ nvidia-smi; nproc; bwrap --version; python3 -c "from pytest_dit_ar.worker.sandbox import available; print('sandbox problem:', available())"; } > "$OUT/env.txt" 2>&1
-if ! python3 -c "from pytest_dit_ar.worker.sandbox import available; import sys; sys.exit(available() is not None)"; then
-  export UNSANDBOXED=1; echo "sandbox unavailable: running unsandboxed" >> "$OUT/env.txt"
-fi
+. docs/device/h200_env.sh  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED
 
 collect() {  # collect PROJECT: the ledger and each run's verdict and timing
   cp "$1/.autoresearch/results.tsv" "$OUT/ledger.tsv" 2>/dev/null

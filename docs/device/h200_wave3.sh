@@ -5,19 +5,9 @@
 #        old and new protocol on the same segments). GPU 1: the research session of examples/h200-session
 #        (baseline and the candidates in order until the deadline), for the verdicts and the wall time per
 #        experiment. Each side's workers are pinned to cores of their own. Results land in $OUT.
-# Needs in .whl/: the wheels (diffusers, gitpython, gitdb, smmap, importlib_metadata, shtab) and
-# deb/bubblewrap_*.deb (unpacked with dpkg -x: the machine has no bwrap). Knobs: STUDY_S, SESSION_S (seconds).
+# Needs in .whl/ what docs/device/h200_env.sh says. Knobs: STUDY_S, SESSION_S (seconds).
 set -u
-start=$(date +%s)
-OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-dpkg -x .whl/deb/bubblewrap_*.deb /tmp/bw
-export PATH="/tmp/bw/usr/bin:$PATH" PYTHONPATH="/tmp/site:$PWD" PYTEST_PLUGINS=pytest_dit_ar.plugin PYTHONUNBUFFERED=1
-{ nvidia-smi; git --version; nproc; bwrap --version; python3 -c "import torch, diffusers; print(torch.__version__, diffusers.__version__)";
-  python3 -c "from pytest_dit_ar.worker.sandbox import available; print('sandbox problem:', available())"; } > "$OUT/env.txt" 2>&1
-if ! python3 -c "from pytest_dit_ar.worker.sandbox import available; import sys; sys.exit(available() is not None)"; then
-  export UNSANDBOXED=1; echo "sandbox unavailable: running unsandboxed" >> "$OUT/env.txt"
-fi
+. docs/device/h200_env.sh  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED
 (
   export CUDA_VISIBLE_DEVICES=0
   timeout "${STUDY_S:-540}" python3 -m pytest_dit_ar.loop.study --lane dit-xl2-256 --steps 8 --null-segments 40 \

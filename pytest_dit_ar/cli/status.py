@@ -8,6 +8,7 @@ from typing import Any
 
 import git
 
+from dit_ar_contract.config import repo_root_for
 from dit_ar_contract.errors import Refused
 from dit_ar_contract.status import Status
 
@@ -108,17 +109,13 @@ def _print(info: dict[str, Any]) -> None:
 def session_worktrees(config_path: Path) -> list[Path]:
     """The repository's git worktrees that may hold a research session (one session per worktree, e.g. one per
     GPU), the harness's own candidate and best worktrees left out."""
-    root = Path(config_path).resolve().parent.parent
-    repo = gitops.open_repo(root)
-    listed = [Path(line.split(" ", 1)[1]) for line in repo.git.worktree("list", "--porcelain").splitlines()
-              if line.startswith("worktree ")]
-    return [p for p in listed if STATE_DIR not in p.parts]
+    repo = gitops.open_repo(repo_root_for(config_path))
+    return [p for p in gitops.worktrees(repo) if STATE_DIR not in p.parts]
 
 
 def everywhere(config_path: Path, rows: int) -> list[dict[str, Any]]:
     """`collect` for the session of every worktree (one command for sessions side by side)."""
-    root = Path(config_path).resolve().parent.parent
-    relative = Path(config_path).resolve().relative_to(root)
+    relative = Path(config_path).resolve().relative_to(repo_root_for(config_path))
     out = []
     for tree in session_worktrees(config_path):
         try:

@@ -99,7 +99,7 @@ def _flags(session: Session, busy: str | None, sandboxed: bool) -> str:
 def run_baseline(config_path: Path, out: Callable[[str], None] = print, progress: bool = True,
                  sandboxed: bool = True) -> int:
     session = open_session(config_path)
-    held = gpu_locks.acquire(session.target.identity.uuid.split(",")) if session.lane.is_cuda else []
+    held = gpu_locks.acquire_lane(session.target)
     try:
         return _baseline(session, out, progress, sandboxed)
     finally:

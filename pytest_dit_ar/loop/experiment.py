@@ -98,8 +98,7 @@ class Experiment:
         """Run every pre-run guard; refuse (raise Refused) or return a scope verdict, else None."""
         self.acquire()
         session = self.session = open_session(self.config_path, self.lane_name)
-        if session.lane.is_cuda:
-            self.gpu_locks = gpu_locks.acquire(session.target.identity.uuid.split(","))
+        self.gpu_locks = gpu_locks.acquire_lane(session.target)
         record = session.require_current_layout()
         if session.paths.halt.exists():
             raise Refused(f"an earlier run changed what the harness relies on ({session.paths.halt}: "

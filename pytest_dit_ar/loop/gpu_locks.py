@@ -11,6 +11,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from dit_ar_contract.device import LaneTarget
 from dit_ar_contract.errors import Refused
 
 
@@ -34,6 +35,13 @@ def acquire(uuids: list[str], folder: Path | None = None) -> list[FileLock]:
                           "side need a GPU each (a lane with device cuda:N per session, docs/scale.md)") from None
         held.append(lock)
     return held
+
+
+def acquire_lane(target: LaneTarget) -> list[FileLock]:
+    """The GPUs of a lane's target (none on a CPU lane)."""
+    if not target.device.startswith("cuda"):
+        return []
+    return acquire(target.identity.uuid.split(","))
 
 
 def release(locks: list[FileLock]) -> None:

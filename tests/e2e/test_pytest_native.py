@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from loop_helpers import PROJECT, env_for, git, ledger_rows, make_project_copy, run, set_slow
+from loop_helpers import PROJECT, env_for, git, ledger_rows, make_project_copy, run, set_slow, wrap_generate
 
 EXPERIMENT = ("--dit-ar-experiment", "--dit-ar-description", "x", "-W", "ignore::pytest.PytestAssertRewriteWarning")
 
@@ -110,23 +110,10 @@ def test_own_checks_with_the_documented_fixtures_and_failures_with_pictures(loop
     good = pytest_in(loop_repo, "own_checks", "-q")
     assert good.returncode == 0 and "81 passed" in good.stdout, good.stdout[-3000:]
     init = loop_repo / "model_under_test" / "__init__.py"  # a darker image for every case
-    init.write_text(init.read_text() + '''
-
-_build_dark = build_pipeline
-
-
-def build_pipeline(spec):
-    pipe = _build_dark(spec)
-    generate = pipe.generate
-
-    def darker(requests):
-        out = generate(requests)
+    init.write_text(init.read_text() + wrap_generate("dark", """\
+        out = _gen(requests)
         out.images = out.images * 0.9
-        return out
-
-    pipe.generate = darker
-    return pipe
-''')
+        return out"""))
     dark = pytest_in(loop_repo, "own_checks", "quality_suite", "-q")
     assert dark.returncode == 1
     assert "the candidate is" in dark.stdout and "darker than the baseline" in dark.stdout
