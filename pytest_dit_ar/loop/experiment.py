@@ -25,7 +25,7 @@ from ..state.files import write_bytes_atomic
 from ..state.ledger import LedgerRow
 from ..state.paths import StatePaths, new_run_id, now
 from ..state.session import Session, open_session, verify_integrity
-from . import gpu_locks
+from . import gpu_locks, pregate
 from .evidence import Evidence
 from .verdict import Finding, Verdict, decide
 
@@ -74,6 +74,7 @@ class Experiment:
         self._best: BestRecord | None = None
         self.started = time.time()
         self.stack: dict[str, str | None] = {}
+        self.pregate: list[pregate.Finding] = []  # the static pre-gate's findings over the diff (flags only)
 
     # -- before the run -------------------------------------------------------------------
     def acquire(self) -> None:
@@ -116,6 +117,9 @@ class Experiment:
             raise Refused(f"best.json names {best.commit[:10]} but the best ref names {ref[:10]}; run `dit-ar status`")
         shape = gitops.candidate_commit(repo, best.commit)
         self.commit, self.parent = shape.sha, shape.parent
+        self.pregate = pregate.scan_commit(repo, shape.parent, shape.sha,
+                                           tuple(p for p in shape.changed
+                                                 if gitops.under(p, session.config.mutable_paths)))
         run_dir = session.paths.run(new_run_id(self.commit))
         evidence = Evidence(session, self.classification, run_dir, session.paths.best_worktree, prefetch_best=True,
                             candidate_root=session.paths.candidate_worktree if self.sandboxed else None,
@@ -193,6 +197,17 @@ class Experiment:
                             f"{session.paths.halt} is deleted")
         return problems
 
+    def guard_before_refusal(self) -> Verdict | None:
+        """Run the post-run checks before the run ends in a refusal (a harness error, an interruption): what
+        the candidate changed is judged and recorded (DISCARD-SCOPE, HALT) whatever else went wrong; None
+        when it changed nothing (the refusal stands)."""
+        if self.evidence is None or self.verdict is not None:
+            return None
+        problems = self.post_run_problems()
+        if not problems:
+            return None
+        return self.conclude(decide(problems, None, None, None))
+
     def judge(self, outcomes: TestOutcomes) -> Verdict:
         """The verdict from the post-run guards, the evidence and the tests' outcomes."""
         evidence = self.evidence
@@ -230,7 +245,8 @@ class Experiment:
         measurements = Measurements(perf.median_ms("cand"), perf.p95_ms("cand")) if perf else None
         records.record_experiment(session, repo, self._row(verdict), self.run_dir, list(verdict.reasons),
                                   time.time() - self.started, measurements,
-                                  {"seconds": self.seconds(), "software": self.stack})
+                                  {"seconds": self.seconds(), "software": self.stack,
+                                   "pregate": pregate.as_records(self.pregate)})
         if verdict.status is not Status.KEEP:
             gitops.reset_to(repo, self.parent, session.config.mutable_paths)
             gitops.clean_untracked(repo, session.config.fixed_paths)
@@ -261,4 +277,4 @@ class Experiment:
             peak_vram_mb=perf.peak_memory_mb("cand") if perf else None,
             quality_summary=quality.headline() if quality else "; ".join(verdict.reasons)[:300],
             description=self.description, run_dir=str(self.run_dir.relative_to(session.root)), reason=verdict.reason,
-            flags="" if self.sandboxed else "unsandboxed")
+            flags="; ".join(f for f in ("" if self.sandboxed else "unsandboxed", pregate.flag(self.pregate)) if f))

@@ -16,6 +16,7 @@ import pytest
 from dit_ar_contract.config import CLASSES, DEFAULT_CONFIG
 from dit_ar_contract.errors import EXIT_REFUSED, CandidateCrash, Refused
 
+from ..loop.pregate import summary as pregate_summary
 from ..loop.suites import SUITES, SuiteFiles, suite_files
 
 MARKERS = ("quality", "perf")
@@ -216,12 +217,18 @@ class PluginSession:
         exp = self.experiment
         if exp is None or exp.evidence is None or exp.verdict is not None:
             return
+        if exitstatus == pytest.ExitCode.INTERRUPTED or self.harness_error:
+            exp.evidence.close()
+            guarded = exp.guard_before_refusal()  # what the candidate changed is judged before any refusal
+            if guarded is not None:
+                self.last_line = guarded.line
+                session.exitstatus = guarded.exit_code
+                return
         if exitstatus == pytest.ExitCode.INTERRUPTED:
             self.refusal = self.refusal or "interrupted: nothing was recorded and HEAD was left as it was"
             session.exitstatus = EXIT_REFUSED
             return
         if self.harness_error:
-            exp.evidence.close()
             self.refusal = ("the harness failed (not the candidate): " + self.harness_error.splitlines()[0] +
                             "; nothing was recorded and HEAD was kept; please report it")
             session.exitstatus = EXIT_REFUSED
@@ -253,6 +260,10 @@ class PluginSession:
             tr.write_line(f"speed: {latencies(perf, exp.session.lane)}")
         for reason in exp.verdict.reasons[:10]:
             tr.write_line(f"- {reason}")
+        if exp.pregate:
+            tr.write_line(f"static pre-gate (flags, does not refuse): {pregate_summary(exp.pregate)}")
+            for finding in exp.pregate[:8]:
+                tr.write_line(f"  {finding.describe()}")
         spent = exp.seconds()
         tr.write_line("time: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in spent.items()))
         action = "kept as the new best" if exp.verdict.exit_code == 0 else f"reset to {exp.parent[:10]}"
