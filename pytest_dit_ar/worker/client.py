@@ -575,6 +575,7 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 pass
         self.frozen = False
+        self._wait_gone()
         for sampler in (self._host_memory, self._gpu_memory):
             if sampler is not None:
                 sampler.stop_thread()
@@ -583,6 +584,15 @@ class WorkerProcess:
         if self.stage is not None:
             shutil.rmtree(self.stage, ignore_errors=True)
             self.stage = None
+
+    def _wait_gone(self, timeout_s: float = 10.0) -> None:
+        """Wait (bounded) until no process of the sandbox is left: SIGKILL takes effect asynchronously."""
+        if self.namespace is None:
+            return
+        deadline = time.monotonic() + timeout_s
+        while self.namespace.pids() and time.monotonic() < deadline:
+            self.namespace.kill()
+            time.sleep(0.02)
 
     def __enter__(self) -> "WorkerProcess":
         return self.start()

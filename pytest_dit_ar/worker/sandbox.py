@@ -3,19 +3,20 @@
 What a sandboxed worker sees and can do:
 * its own PID namespace (`--unshare-pid`, `--die-with-parent`): every process it starts, daemons included,
   dies with it, and none of them can be seen from, or signal, anything outside;
-* the whole filesystem read-only, with the state it has no business reading hidden (the repository's
-  `.git` and `.autoresearch/`, the frozen corpora, the home directory) and one writable, private scratch
-  folder (`/tmp/dit-ar/scratch`, where it writes its outputs for the harness to read);
+* a root built from an empty tmpfs, read-only, holding only what it needs (the system folders, Python, the
+  harness and its libraries, the project's fixed files), with the state it has no business reading hidden
+  (the repository's `.git` and `.autoresearch/`, the frozen corpora, /etc/shadow, the cgroup tree), and one
+  writable, private scratch folder (`/tmp/dit-ar/scratch`, a fresh temporary folder of the harness's outside
+  the project, where it writes its outputs) besides its own size-limited tmpfs `/tmp` and `/dev/shm`;
 * its side's mutable paths (model_under_test/) at `/tmp/dit-ar/side`, copied from a clean checkout of
-  its commit into a staging folder with a random name (a bind mount's source path shows in
-  /proc/self/mountinfo), the same for the candidate and the best, and the project's own copy of the mutable
-  paths hidden, so neither side can tell which one it is;
-* no network (`--unshare-net`), no capabilities (`--cap-drop ALL`), no nested user namespaces, a new
-  session (no terminal to inject into), and a scrubbed environment (a short list of variables passed
-  through, see ENV_PASSED);
+  its commit into a staging folder with a random name, the same for the candidate and the best, and the
+  project's own copy of the mutable paths hidden, so neither side can tell which one it is;
+* no network, no capabilities, no new user namespaces, a new session, a scrubbed environment (ENV_PASSED),
+  a seccomp filter (worker/seccomp.py: no locks another side could see, no page-cache probes);
+* an unprivileged user: `nobody` where the harness runs as root (setpriv), else the harness's own user;
 * on CUDA lanes the NVIDIA device nodes, nothing else from /dev.
-The harness freezes a whole sandbox (SIGSTOP to every process in its PID namespace) while the other side
-is timed, so nothing a candidate starts can load the machine against the best.
+The harness freezes a whole side (its cgroup, worker/cgroup.py; else SIGSTOP to every process of its PID
+namespace) and waits until nothing of it runs, in user code or in the kernel, while the other side is timed.
 """
 
 from __future__ import annotations

@@ -266,6 +266,37 @@ def test_the_ledger_row_of_an_unsandboxed_run_says_so(loop_repo: Path) -> None:
     assert ledger_rows(loop_repo)[-1][18] == "unsandboxed"
     info = json.loads((loop_repo / ledger_rows(loop_repo)[-1][16] / "experiment.json").read_text())
     assert info["flags"] == "unsandboxed"
+    # the best worker runs with -I -B: no __pycache__ in the best worktree, so no DISCARD-SCOPE and no HALT
+    assert last_line(proc) != "VERDICT: DISCARD-SCOPE" and not (loop_repo / ".autoresearch" / "HALT").exists()
+
+
+# -- stopped cases of the round-3 red team, kept as tests -----------------------------------------------------
+
+@pytest.mark.extended
+def test_int8_levels_hidden_in_float32_declared_numerical_are_not_kept(loop_repo: Path) -> None:
+    """The transformer's weights rounded to 255 levels per tensor but kept in float32 (no int8 dtype for the
+    audit to see), declared numerical: the corpus aggregate catches it."""
+    commit_change(loop_repo, "model_under_test/__init__.py", wrap("return _gen(requests)", setup='''import torch
+with torch.no_grad():
+    for p in pipe.components["transformer"].parameters():
+        scale = p.abs().max().clamp(min=1e-12) / 127
+        p.copy_((p / scale).round() * scale)'''), "int8 levels in float32")
+    judged_and_intact(loop_repo, "numerical", "int8 levels, declared numerical",
+                      ("VERDICT: DISCARD-QUALITY", "VERDICT: DISCARD-PERF"))
+
+
+@pytest.mark.extended
+def test_a_module_never_imported_changes_nothing_but_is_flagged(loop_repo: Path) -> None:
+    """Control: hostile code in a module nothing imports is a no-op (not kept), and the static pre-gate still
+    names it in the ledger row's flags and experiment.json."""
+    commit_change(loop_repo, "model_under_test/dormant.py", "import signal\nimport time\n\n\ndef arm():\n"
+                  "    signal.signal(signal.SIGCONT, lambda *a: None)\n    return time.perf_counter()\n",
+                  "a dormant module")
+    judged_and_intact(loop_repo, "exact", "dormant module", ("VERDICT: DISCARD-PERF",))
+    row = ledger_rows(loop_repo)[-1]
+    assert "pregate=" in row[18] and "signal" in row[18]
+    info = json.loads((loop_repo / row[16] / "experiment.json").read_text())
+    assert {f["rule"] for f in info["pregate"]} >= {"signal", "clock"}
 
 
 # == round 3: one hostile worker at a time (no experiment needed; docs/security.md, "security v3") ==========
@@ -504,7 +535,7 @@ def test_the_sandbox_reads_and_keeps_only_its_own(hostile: WorkerProcess) -> Non
     assert report["read"]["/etc/shadow"] in ("Permission denied", "", "No such file or directory")
     assert report["read"]["/root"] in ([], [".pyenv"], "No such file or directory")  # at most the Python in it
     assert report["read"]["/work/main"] == "No such file or directory" or ROOT == Path("/work/main")
-    assert report["read"][str(ROOT / ".git")] in ([], "", "No such file or directory")
+    assert report["read"][str(ROOT / ".git")] in ([], "", "No such file or directory", "Permission denied")
     assert ".autoresearch" not in report["mountinfo"] and "/stage/" not in report["mountinfo"]
     if os.geteuid() == 0 and sandbox.privileged():
         assert report["uid"] == sandbox.UNPRIVILEGED

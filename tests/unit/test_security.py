@@ -166,3 +166,19 @@ def test_the_pregate_reports_only_what_the_diff_adds() -> None:
 
 def test_the_pregate_records_unparsable_files() -> None:
     assert [f.rule for f in pregate.scan_source("m.py", "def (:\n")] == ["syntax"]
+
+
+# -- post-run checks before any refusal ---------------------------------------------------------------------
+def test_post_run_problems_turn_a_refusal_into_a_recorded_scope_discard(monkeypatch) -> None:
+    from dit_ar_contract.status import Status
+    from pytest_dit_ar.loop.experiment import Experiment
+
+    exp = Experiment(Path("config.json"), None, "exact", "x", sandboxed=False)
+    exp.evidence = object()  # the candidate ran
+    concluded = []
+    monkeypatch.setattr(exp, "conclude", lambda verdict: concluded.append(verdict) or verdict)
+    monkeypatch.setattr(exp, "post_run_problems", lambda: [])
+    assert exp.guard_before_refusal() is None and concluded == []  # nothing changed: the refusal stands
+    monkeypatch.setattr(exp, "post_run_problems", lambda: ["site-packages: planted.pth added"])
+    verdict = exp.guard_before_refusal()
+    assert verdict is not None and verdict.status is Status.DISCARD_SCOPE and concluded == [verdict]
