@@ -41,6 +41,7 @@ ENV_PASSED = ("PATH", "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH", "CUDA_VISIBLE_D
 UNPRIVILEGED = 65534  # nobody/nogroup: the user a worker runs as when the harness runs as root
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/sys")
 MASKED_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/ssh")
+UNBINDABLE = (Path("/"), Path("/tmp"), Path("/dev"), Path("/proc"), Path("/dev/shm"), Path("/sys"))
 TMPFS_MB = 2048  # size limit of the sandbox's /tmp and /dev/shm (their use is also charged to its memory)
 HOW_TO_INSTALL = ("install bubblewrap (Debian/Ubuntu: `apt-get install -y bubblewrap`; Fedora: `dnf install "
                   "bubblewrap`), or run with `--unsandboxed` to judge without a sandbox (recorded in the ledger)")
@@ -172,8 +173,8 @@ def command(spec: SandboxSpec, argv: list[str], info_fd: int, seccomp_fd: int | 
     libraries = [Path(p) for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
     wanted = {*spec.expose, *_python_paths(), *(p.resolve() for p in libraries if p.is_dir())}
     for path in sorted(wanted, key=lambda p: (len(p.parts), str(p))):
-        if path.exists():
-            tree.bind(path)
+        if path.exists() and path not in UNBINDABLE and path not in MOUNT.parents:
+            tree.bind(path)  # never the host's whole /tmp (a script's folder on sys.path), / or /dev
     for hidden in (*spec.hide, *_private_home(), *(Path(f) for f in MASKED_FILES)):
         if tree.visible(hidden):
             tree.args += _mask(hidden)

@@ -182,3 +182,22 @@ def test_post_run_problems_turn_a_refusal_into_a_recorded_scope_discard(monkeypa
     monkeypatch.setattr(exp, "post_run_problems", lambda: ["site-packages: planted.pth added"])
     verdict = exp.guard_before_refusal()
     assert verdict is not None and verdict.status is Status.DISCARD_SCOPE and concluded == [verdict]
+
+
+def test_vram_is_the_peak_of_the_samples_not_the_last_reading(tmp_path: Path) -> None:
+    from dit_ar_contract.device import DeviceIdentity, LaneTarget
+
+    target = LaneTarget(lane="x", lane_id="x", device="cuda:0", identity=DeviceIdentity(kind="cuda"), on_target=False)
+    worker = client.WorkerProcess("cand", tmp_path, target, 1, tmp_path / "cand.log")
+    readings = iter([1000.0, 9000.0, 1200.0])  # memory freed before the end of the segment
+    worker._gpu_memory = cgroup.Sampler(lambda: next(readings, 1100.0), period_s=3600)
+    worker._gpu_memory.sample()
+    worker._gpu_memory.sample()
+    assert worker.gpu_memory_mb() == 9000.0
+
+
+def test_the_hosts_tmp_is_never_bound_into_the_sandbox(tmp_path: Path) -> None:
+    spec = sandbox.SandboxSpec(tmp_path, tmp_path, expose=(Path("/tmp"), Path("/")))
+    cmd = sandbox.command(spec, ["python"], 9)
+    pairs = list(zip(cmd, cmd[1:]))
+    assert ("/tmp", "/tmp") not in pairs and ("/", "/") not in pairs
