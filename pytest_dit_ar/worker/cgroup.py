@@ -67,11 +67,17 @@ class Group:
         return [str(d / "cgroup.procs") for d in self.dirs]
 
     def enter(self) -> None:  # pragma: no cover - runs in the child before exec
+        """Join the group (errors are left for the parent to see: it checks the PID is in the group)."""
         pid = str(os.getpid()).encode()
         for procs in self.procs_files():
-            fd = os.open(procs, os.O_WRONLY)
+            try:
+                fd = os.open(procs, os.O_WRONLY)
+            except OSError:
+                continue
             try:
                 os.write(fd, pid)
+            except OSError:
+                pass
             finally:
                 os.close(fd)
 
@@ -302,7 +308,7 @@ class Sampler:
             return self.peak
         try:
             value = self.read()
-        except (OSError, ValueError):
+        except Exception:  # noqa: BLE001 - a reading that fails (a worker going away) is skipped, never fatal
             return self.peak
         self.samples += 1
         if value is not None and (self.peak is None or value > self.peak):

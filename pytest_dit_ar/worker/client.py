@@ -236,6 +236,7 @@ class WorkerProcess:
                 self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                              cwd=self.root, env={**os.environ, **env}, bufsize=0,
                                              preexec_fn=_child_setup(self.group))
+                self._check_group()
                 self._start_sampling()
                 return self
             read_end, write_end = os.pipe()
@@ -259,8 +260,16 @@ class WorkerProcess:
                               "`dit-ar doctor` checks the sandbox") from None
             finally:
                 os.close(read_end)
+        self._check_group()
         self._start_sampling()
         return self
+
+    def _check_group(self) -> None:
+        """Keep the cgroup only if the worker really joined it (else freezing it would stop nothing): the
+        SIGSTOP and /proc fallback takes over."""
+        if self.group is not None and self.proc is not None and self.proc.pid not in self.group.pids():
+            self.group.remove()
+            self.group = None
 
     def _start_sampling(self) -> None:
         """Sample the worker's memory from the harness while it lives: its cgroup's anonymous + shared
@@ -271,8 +280,9 @@ class WorkerProcess:
 
     def held_memory_mb(self) -> float | None:
         """The memory the worker's processes hold now (host), as the harness reads it."""
-        if self.group is not None and self.group.memory is not None:
-            return self.group.held_mb()
+        group = self.group  # read once: kill() may drop it from another thread
+        if group is not None and group.memory is not None:
+            return group.held_mb()
         pids = self.processes()
         init = self.namespace.init_pid if self.namespace else None
         roots = [Path(f"/proc/{init}/root/tmp"), Path(f"/proc/{init}/root/dev/shm")] if init else []
