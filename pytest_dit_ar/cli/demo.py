@@ -22,6 +22,9 @@ from dit_ar_contract.config import repo_root_for
 from dit_ar_contract.errors import Refused
 
 PATCHES = Path(__file__).resolve().parent / "demo_patches"
+# the verdict the README documents for each candidate (tools/demo_repeat.py counts how often a fresh demo gives it)
+DOCUMENTED = {"01-exact-batch-cfg": "KEEP", "02-exact-bf16": "DISCARD-QUALITY", "03-approximate-half-steps": "KEEP",
+              "04-quantization-int8-dynamic": "DISCARD-QUALITY", "05-exact-wasted-pass": "DISCARD-PERFORMANCE"}
 
 
 @dataclass(frozen=True)
