@@ -128,7 +128,8 @@ class Experiment:
         outside = gitops.out_of_scope(shape.changed, session.config.mutable_paths)
         if outside:
             return self.conclude(Verdict(Status.DISCARD_SCOPE, (f"the commit changes paths outside "
-                                                                f"{list(session.config.mutable_paths)}: {outside}",)))
+                                                                f"{list(session.config.mutable_paths)}: {outside}",
+                                                                way_back(self.commit))))
         problems = verify_integrity(session)
         if problems:
             raise Refused("fixed files differ from integrity.json before the run: " + "; ".join(problems[:5]))
@@ -262,3 +263,11 @@ class Experiment:
             quality_summary=quality.headline() if quality else "; ".join(verdict.reasons)[:300],
             description=self.description, run_dir=str(self.run_dir.relative_to(session.root)), reason=verdict.reason,
             flags="" if self.sandboxed else "unsandboxed")
+
+
+def way_back(commit: str) -> str:
+    """How to get a reset commit back: it stays in git's object store and the reflog."""
+    sha = commit[:10]
+    return (f"the reset commit {sha} is still in git (`git reflog`): `git cherry-pick -n {sha}` puts its changes "
+            f"back in the working tree (keep the model_under_test/ part, commit again), `git show {sha}` shows it, "
+            f"`git reset --hard {sha}` returns the branch to it as it was")

@@ -255,7 +255,9 @@ class PluginSession:
             tr.write_line(f"- {reason}")
         spent = exp.seconds()
         tr.write_line("time: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in spent.items()))
-        action = "kept as the new best" if exp.verdict.exit_code == 0 else f"reset to {exp.parent[:10]}"
+        action = "kept as the new best" if exp.verdict.exit_code == 0 else \
+            f"reset to {exp.parent[:10]} (your commit {exp.commit[:10]} stays in `git reflog`: " \
+            f"`git cherry-pick -n {exp.commit[:10]}` brings its changes back)"
         tr.write_line(f"{action}; evidence in {exp.run_dir}")
 
     def unconfigure(self) -> None:

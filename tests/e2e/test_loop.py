@@ -98,6 +98,7 @@ def test_commit_to_fixed_path_is_a_scope_discard(loop_repo: Path) -> None:
     proc = experiment(loop_repo, "exact", "touch the gate")
     assert last_line(proc) == "VERDICT: DISCARD-SCOPE", proc.stdout + proc.stderr
     assert proc.returncode == 1
+    assert "git cherry-pick -n" in proc.stdout + proc.stderr  # the way back is printed
     assert head(loop_repo) == parent
     assert ledger_rows(loop_repo)[-1][5] == "discard-scope"
 
