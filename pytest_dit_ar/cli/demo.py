@@ -76,6 +76,7 @@ def run_demo(source: Path, scratch: Path, lane: str = "embedded-cpu") -> int:
     started = time.perf_counter()
     repo = scratch / "project"
     subprocess.run(["git", "clone", "-q", str(source), str(repo)], check=True)
+    check_clone(repo)
     for key, value in (("user.name", "dit-ar demo"), ("user.email", "demo@dit-ar.invalid")):
         subprocess.run(["git", "config", key, value], cwd=repo, check=True)
     env = {**os.environ, "PYTHONPATH": str(repo)}
@@ -122,8 +123,38 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
+def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+
+
+def check_source(source: Path) -> None:
+    """Refuse before anything runs when the checkout cannot give the demo the project's own model: a research
+    branch (its model_under_test/ has the session's changes; the demo's candidates are written for the original)."""
+    from ..state.gitops import BRANCH_PREFIX
+
+    branch = _git(source, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip()
+    if branch.startswith(BRANCH_PREFIX):
+        others = [b for b in _git(source, "for-each-ref", "--format=%(refname:short)", "refs/heads").stdout.split()
+                  if not b.startswith(BRANCH_PREFIX)]
+        switch = f"`git switch {others[0]}`" if others else "`git switch <the branch you started from>`"
+        raise Refused(f"{source} is on the research branch {branch}: the demo clones this checkout and needs the "
+                      f"project's own model_under_test/; run it from the main line ({switch}, then `dit-ar demo`; "
+                      f"{branch} and its session are left as they are) or from a fresh clone")
+
+
+def check_clone(repo: Path) -> None:
+    """Refuse before the baseline when the first candidate does not fit the cloned model."""
+    first = candidates()[0]
+    proc = _git(repo, "apply", "--check", str(first.patch))
+    if proc.returncode != 0:
+        raise Refused(f"demo candidate '{first.description}' does not apply to {repo}/model_under_test/ "
+                      f"({proc.stderr.strip()[:200]}): run the demo from a checkout whose model_under_test/ is the "
+                      f"project's original (`git switch main`, or a fresh clone)")
+
+
 def _main(args: argparse.Namespace) -> int:
     source = repo_root_for(args.config)
+    check_source(source)
     scratch = args.dir or Path(tempfile.mkdtemp(prefix="dit-ar-demo-"))
     scratch.mkdir(parents=True, exist_ok=True)
     if (scratch / "project").exists():
