@@ -66,7 +66,17 @@ class PluginSession:
         self.selected_cases: set[str] | None = None  # plain runs generate only the cases their tests need
         self._plain = None
         self.suites: SuiteFiles = suite_files()
+        self.failed_ids: list[str] = []  # failing suite tests, as node ids that can be pasted back
+        self._resolve_node_ids()
         self._add_installed_suites()
+
+    def _resolve_node_ids(self) -> None:
+        """A pasted suite node id that is not a path here (`test_quality.py::...` printed in a wheel-installed
+        project) names the installed suite module."""
+        from .node_ids import resolve_suite_args
+
+        self.config.args[:] = resolve_suite_args(list(self.config.args), Path(self.config.invocation_params.dir),
+                                                 self.suites)
 
     def _add_installed_suites(self) -> None:
         """Suites installed outside the rootdir (a user's repository) are never found by collecting it: an
@@ -184,6 +194,10 @@ class PluginSession:
             return
         if self.harness_error is None:
             self.harness_error = harness_error(item.nodeid, call)
+        if call.excinfo is not None and call.excinfo.errisinstance(AssertionError) and len(self.failed_ids) < 50:
+            from .node_ids import pasteable
+
+            self.failed_ids.append(pasteable(item.path, item.nodeid, self.config.invocation_params.dir))
 
     def reported(self, report: pytest.TestReport) -> None:
         marker = next((m for m in MARKERS if m in report.keywords), None)
@@ -234,7 +248,7 @@ class PluginSession:
     def summary(self, tr: Any) -> None:
         evidence = self.experiment.evidence if self.experiment else self._plain
         if evidence is not None:
-            failures_section(tr, evidence)
+            failures_section(tr, evidence, self.failed_ids)
             if not self.experiment_mode:
                 speed_section(tr, evidence)
         exp = self.experiment
@@ -309,8 +323,9 @@ def _last_line(text: str) -> None:
     print(text, flush=True)
 
 
-def failures_section(tr: Any, evidence: Any) -> None:
-    """The failing cases with metric, value, threshold and the path of their baseline | candidate | diff picture."""
+def failures_section(tr: Any, evidence: Any, failed_ids: list[str] | None = None) -> None:
+    """The failing cases with metric, value, threshold and the path of their baseline | candidate | diff picture,
+    and the failing tests as node ids to paste back (`pytest '<id>'`)."""
     quality = evidence.quality_result
     if quality is None or quality.passed:
         return
@@ -322,6 +337,8 @@ def failures_section(tr: Any, evidence: Any) -> None:
                           f"{pictures / (case_id + '.png')}")
     for check in (c for c in quality.aggregate if not c.passed):
         tr.write_line(f"corpus: {check.describe()}")
+    for nodeid in (failed_ids or [])[:10]:
+        tr.write_line(f"re-run: pytest '{nodeid}'")
 
 
 def speed_section(tr: Any, evidence: Any) -> None:
