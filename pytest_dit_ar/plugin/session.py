@@ -264,7 +264,8 @@ class PluginSession:
             tr.write_line(f"quality: {quality.headline()}")
         perf = exp.evidence.performance_result if exp.evidence else None
         if perf is not None and perf.look is not None:
-            tr.write_line(f"speed: {latencies(perf, exp.session.lane)}")
+            for line in speed_lines(perf, exp.session.lane):
+                tr.write_line(line)
         for reason in exp.verdict.reasons[:10]:
             tr.write_line(f"- {reason}")
         spent = exp.seconds()
@@ -346,23 +347,33 @@ def speed_section(tr: Any, evidence: Any) -> None:
     perf = evidence.performance_result
     if perf is None or perf.look is None:
         return
-    look = perf.look
     tr.section("dit-ar speed against the best")
-    tr.write_line(f"{latencies(perf, evidence.session.lane)}: "
-                  f"{look.estimate_pct:+.2f}% [{look.lower_pct:+.2f}%, {look.upper_pct:+.2f}%] over {look.rounds} "
-                  f"rounds in {look.segments} fresh worker pairs; {perf.reasons[0] if perf.reasons else ''}")
+    for line in speed_lines(perf, evidence.session.lane):
+        tr.write_line(line)
+    if perf.reasons:
+        tr.write_line(f"verdict of the speed test: {perf.reasons[0]}")
 
 
-def latencies(perf: Any, lane: Any) -> str:
-    """Both sides' median batch latency, and on GPU lanes what an image costs in GPU-seconds."""
+def speed_lines(perf: Any, lane: Any) -> list[str]:
+    """One speed figure per line, each named by its statistic: the paired estimate the verdict uses, then each
+    side's median batch latency (unpaired: the machine's drift between rounds is in it), and a note when the
+    two disagree in direction."""
+    look = perf.look
+    lines = [f"speed: {look.estimate_pct:+.2f}% [{look.lower_pct:+.2f}%, {look.upper_pct:+.2f}%] paired estimate "
+             f"(the verdict's figure: trimmed mean of each round's candidate/best time ratio, {look.rounds} rounds in "
+             f"{look.segments} fresh worker pair{'s' if look.segments != 1 else ''}; + is faster)"]
     cand, best = perf.median_ms("cand"), perf.median_ms("best")
-    if cand is None or best is None:
-        return "no timed rounds"
-    text = f"candidate {cand:.1f} ms vs best {best:.1f} ms per batch"
-    gpu_s = lane.gpu_seconds_per_image(cand), lane.gpu_seconds_per_image(best)
-    if None not in gpu_s:
-        text += f" ({gpu_s[0]:.3g} vs {gpu_s[1]:.3g} GPU-s per image on {lane.gpus} GPU{'s' if lane.gpus > 1 else ''})"
-    return text
+    for side, ms in (("candidate", cand), ("best", best)):
+        if ms is None:
+            continue
+        gpu_s = lane.gpu_seconds_per_image(ms)
+        cost = f"; {gpu_s:.3g} GPU-s per image on {lane.gpus} GPU{'s' if lane.gpus > 1 else ''}" if gpu_s else ""
+        lines.append(f"{side} latency: {ms:.1f} ms per batch (median of its own timed rounds{cost})")
+    if cand is not None and best is not None and (cand < best) != (look.estimate_pct > 0) and cand != best:
+        lines.append("note: the medians and the paired estimate disagree in direction: the machine's speed drifted "
+                     "between rounds; the paired estimate compares each round's candidate with the best timed "
+                     "next to it, the medians do not")
+    return lines
 
 
 class _ReporterStream:
