@@ -8,7 +8,6 @@ what it says.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import git
@@ -27,28 +26,8 @@ from ..state.paths import StatePaths, new_run_id, now
 from ..state.session import Session, open_session, verify_integrity
 from . import gpu_locks
 from .evidence import Evidence
+from .outcomes import TestOutcomes
 from .verdict import Finding, Verdict, decide
-
-
-@dataclass
-class TestOutcomes:
-    """pytest's outcome of every quality and perf test that ran (node id -> passed/failed/skipped)."""
-
-    quality: dict[str, str] = field(default_factory=dict)
-    perf: dict[str, str] = field(default_factory=dict)
-
-    def record(self, marker: str, nodeid: str, outcome: str) -> None:
-        seen = getattr(self, marker)
-        if seen.get(nodeid) in (None, "passed"):
-            seen[nodeid] = outcome
-
-    def failed(self, marker: str) -> list[str]:
-        """Tests of the marker that failed (a skipped test decides nothing: the plugin skips the benchmark
-        tests inside an experiment, and the speed test after a quality failure)."""
-        return [n for n, outcome in getattr(self, marker).items() if outcome == "failed"]
-
-    def quality_failed(self) -> bool:
-        return bool(self.failed("quality"))
 
 
 class Experiment:

@@ -45,7 +45,7 @@ class PluginSession:
     """What one pytest run of the plugin knows: its options, the experiment (if any) and the outcomes."""
 
     def __init__(self, config: pytest.Config):
-        from ..loop.experiment import TestOutcomes
+        from ..loop.outcomes import TestOutcomes
 
         self.config = config
         self.config_path = Path(option(config, "dit_ar_config") or DEFAULT_CONFIG)
