@@ -147,15 +147,21 @@ class PluginSession:
         if verdict is not None:  # scope discard before anything ran
             self.last_line = verdict.line
             pytest.exit("dit-ar: " + "; ".join(verdict.reasons), returncode=verdict.exit_code)
-        self.experiment.evidence.progress = self._progress(self.experiment.session.lane.performance)
+        self._show_progress(self.experiment.evidence, self.experiment.session.lane.performance)
 
-    def _progress(self, protocol: Any) -> Any:
+    def _show_progress(self, evidence: Any, protocol: Any) -> None:
+        """The evidence's phases and timed rounds on the terminal while the tests run (a bar on a terminal, one
+        line per phase in a pipe), written past pytest's output capture."""
+        from ..loop.live import Live
         from ..loop.progress import TimingProgress
 
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        stream = _ReporterStream(reporter) if reporter is not None else None
-        return TimingProgress(stream, bool(reporter is not None and reporter.isatty), protocol.rounds,
-                              protocol.max_segments)
+        if reporter is None:
+            return
+        stream = _ReporterStream(reporter, self.config.pluginmanager.get_plugin("capturemanager"))
+        tty = bool(reporter.isatty)
+        evidence.live = Live(stream, tty)
+        evidence.progress = TimingProgress(stream, tty, protocol.rounds, protocol.max_segments)
 
     def _check_request(self, session: pytest.Session) -> None:
         """Refuse an experiment that is not exactly the whole required test set, or lacks its inputs."""
@@ -221,8 +227,10 @@ class PluginSession:
         best_root = session.paths.best_worktree if session.paths.best_worktree.is_dir() else None
         run_dir = session.paths.run(new_run_id("plain"))
         sandboxed = not self.unsandboxed and sandbox_problem() is None  # a plain run decides nothing
-        return Evidence(session, self.classification or "exact", run_dir, best_root, sandboxed=sandboxed,
-                        case_ids=self.selected_cases)
+        evidence = Evidence(session, self.classification or "exact", run_dir, best_root, sandboxed=sandboxed,
+                            case_ids=self.selected_cases)
+        self._show_progress(evidence, session.lane.performance)
+        return evidence
 
     # -- finishing ---------------------------------------------------------------------------------
     def finish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -377,12 +385,22 @@ def speed_lines(perf: Any, lane: Any) -> list[str]:
 
 
 class _ReporterStream:
-    """A file-like view of pytest's terminal reporter (the real terminal while tests capture output)."""
+    """A file-like view of pytest's terminal reporter that writes past the output capture (as pytest's live
+    logging does): a test's own capture would otherwise hold the progress until the test ends."""
 
-    def __init__(self, reporter: Any):
+    def __init__(self, reporter: Any, capman: Any = None):
         self.reporter = reporter
+        self.capman = capman
 
     def write(self, text: str) -> None:
+        if self.capman is None:
+            self._write(text)
+            return
+        with self.capman.global_and_fixture_disabled():
+            self._write(text)
+
+    def _write(self, text: str) -> None:
+        self.reporter.ensure_newline()  # not after a test file's dots: pytest starts its line again afterwards
         self.reporter.write(text, flush=True)
 
     def flush(self) -> None:
