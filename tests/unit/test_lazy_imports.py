@@ -68,3 +68,24 @@ def test_search_imports_no_torch(imported: set[str], capsys: pytest.CaptureFixtu
     assert main(["--config", str(tmp_path / "config" / "autoresearch.json"), "search", "cuda graphs"]) == 0
     assert "handbook/graphs.md" in capsys.readouterr().out
     assert not imported & HEAVY, sorted(imported & HEAVY)
+
+
+def test_doctor_reads_the_stack_without_importing_torch(imported: set[str]) -> None:
+    from dit_ar_contract import versions
+
+    cuda = versions.torch_cuda_from_files()  # what collect(import_torch=False) records as torch_cuda
+    assert versions.package_version("torch") and not imported & HEAVY, sorted(imported & HEAVY)
+    import torch  # only to compare with what the files said
+
+    assert cuda == torch.version.cuda
+
+
+def test_the_task_metric_checks_doctor_runs_import_no_torch(imported: set[str]) -> None:
+    from dit_ar_contract.config import load_config
+    from quality_suite import task_metrics
+
+    config = load_config(PROJECT / "config" / "autoresearch.json")
+    for lane in config.lanes.values():
+        for name in task_metrics.REGISTRY:
+            task_metrics.problem(name, lane.quality, config.root)
+    assert not imported & HEAVY, sorted(imported & HEAVY)
