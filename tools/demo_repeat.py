@@ -53,15 +53,16 @@ def verdicts_in(output: str, count: int) -> list[str]:
     return [found.get(i, "?") for i in range(1, count + 1)]
 
 
-def one_demo(index: int, config: Path, scratch: Path) -> tuple[DemoRun, str]:
+def one_demo(index: int, config: Path, scratch: Path, log: Path) -> DemoRun:
+    """One fresh demo; its output goes to `log` as it is written (an interrupted series keeps what it saw)."""
     load = os.getloadavg()[0]
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pytest_dit_ar.cli", "--config", str(config), "demo",
-                           "--dir", str(scratch)], cwd=ROOT, text=True, capture_output=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    with log.open("w", encoding="utf-8") as out:
+        code = subprocess.run([sys.executable, "-m", "pytest_dit_ar.cli", "--config", str(config), "demo",
+                               "--dir", str(scratch)], cwd=ROOT, text=True, stdout=out, stderr=subprocess.STDOUT,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}).returncode
     seconds = time.perf_counter() - started
-    run = DemoRun(index, round(seconds, 1), load, proc.returncode, verdicts_in(proc.stdout, len(DOCUMENTED)))
-    return run, proc.stdout + proc.stderr
+    return DemoRun(index, round(seconds, 1), load, code, verdicts_in(log.read_text(encoding="utf-8"), len(DOCUMENTED)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,8 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for i in range(1, args.n + 1):
         scratch = args.dir / f"demo-{i}-{os.getpid()}"
-        run, output = one_demo(i, args.config.resolve(), scratch)
-        (args.dir / f"demo-{i}-{os.getpid()}.log").write_text(output, encoding="utf-8")
+        run = one_demo(i, args.config.resolve(), scratch, args.dir / f"demo-{i}-{os.getpid()}.log")
         runs.append(run)
         cells = [f"{v + ('*' if v != e else ''):<{len(n)}}" for v, e, n in zip(run.verdicts, expected, names)]
         print(f"{i:>4}  {run.seconds:7.1f}  {run.load_at_start:4.1f}  " + "  ".join(cells)
