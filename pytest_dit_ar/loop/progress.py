@@ -20,11 +20,17 @@ class TimingProgress:
     def __init__(self, stream: Any, tty: bool, rounds_per_segment: int, max_segments: int, desc: str = "timing"):
         self.total = rounds_per_segment * max_segments
         self.stream, self.tty, self.desc = stream, tty, desc
-        self.bar = tqdm(total=self.total, file=stream, disable=not tty or stream is None, unit="round", leave=False,
-                        desc=desc, dynamic_ncols=True)
+        self._bar: tqdm | None = None  # drawn at the first round, not while the quality run is still going
         self.started = time.perf_counter()
         self.done = 0
         self.announced = False
+
+    @property
+    def bar(self) -> tqdm:
+        if self._bar is None:
+            self._bar = tqdm(total=self.total, file=self.stream, disable=not self.tty or self.stream is None,
+                             unit="round", leave=False, desc=self.desc, dynamic_ncols=True)
+        return self._bar
 
     def _line(self, text: str) -> None:
         if self.stream is not None and not self.tty:

@@ -20,6 +20,7 @@ def look(final: bool, segments: int = 1) -> Look:
 def test_on_a_terminal_the_bar_shows_rounds_estimate_interval_and_time_left() -> None:
     stream = io.StringIO()
     bar = TimingProgress(stream, True, rounds_per_segment=8, max_segments=4)
+    assert stream.getvalue() == ""  # no "0/32" while the quality run goes on: the bar starts with the rounds
     for done in range(1, 9):
         bar.on_round(0, done, 8)
     bar.on_look(look(final=False))
