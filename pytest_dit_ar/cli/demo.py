@@ -65,10 +65,24 @@ def apply(repo: Path, cand: Candidate) -> None:
 
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str], echo: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=cwd, env=env, text=True, capture_output=True)
-    if echo and proc.stdout.strip():
-        print("\n".join("    " + line for line in proc.stdout.strip().splitlines()[-6:]), flush=True)
-    return proc
+    """Run one CLI step; its progress lines (`dit-ar: ...`, one per phase in a pipe) are shown as they come."""
+    from ..loop.live import PREFIX
+
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE, stderr=err)
+        lines = []
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith(PREFIX):
+                print("      " + line.rstrip()[len(PREFIX):], flush=True)
+        code = proc.wait()
+        err.seek(0)
+        done = subprocess.CompletedProcess(cmd, code, "".join(lines), err.read())
+    result = [line for line in done.stdout.strip().splitlines() if not line.startswith(PREFIX)]
+    if echo and result:
+        print("\n".join("    " + line for line in result[-6:]), flush=True)
+    return done
 
 
 def run_demo(source: Path, scratch: Path, lane: str = "embedded-cpu") -> int:
@@ -87,7 +101,7 @@ def run_demo(source: Path, scratch: Path, lane: str = "embedded-cpu") -> int:
         return _run(cli + list(args), repo, env)
 
     for title, args in (("doctor", ["doctor"]), ("init", ["init", "--tag", "demo", "--lane", lane]),
-                        ("baseline", ["baseline", "--quiet"])):
+                        ("baseline", ["baseline"])):
         proc = step(title, *args)
         if proc.returncode != 0:
             print(proc.stderr[-3000:], file=sys.stderr)
