@@ -282,7 +282,7 @@ with torch.no_grad():
         scale = p.abs().max().clamp(min=1e-12) / 127
         p.copy_((p / scale).round() * scale)'''), "int8 levels in float32")
     judged_and_intact(loop_repo, "numerical", "int8 levels, declared numerical",
-                      ("VERDICT: DISCARD-QUALITY", "VERDICT: DISCARD-PERF"))
+                      ("VERDICT: DISCARD-QUALITY", "VERDICT: DISCARD-PERFORMANCE"))
 
 
 @pytest.mark.extended
@@ -292,7 +292,7 @@ def test_a_module_never_imported_changes_nothing_but_is_flagged(loop_repo: Path)
     commit_change(loop_repo, "model_under_test/dormant.py", "import signal\nimport time\n\n\ndef arm():\n"
                   "    signal.signal(signal.SIGCONT, lambda *a: None)\n    return time.perf_counter()\n",
                   "a dormant module")
-    judged_and_intact(loop_repo, "exact", "dormant module", ("VERDICT: DISCARD-PERF",))
+    judged_and_intact(loop_repo, "exact", "dormant module", ("VERDICT: DISCARD-PERFORMANCE",))
     row = ledger_rows(loop_repo)[-1]
     assert "pregate=" in row[18] and "signal" in row[18]
     info = json.loads((loop_repo / row[16] / "experiment.json").read_text())
@@ -465,6 +465,7 @@ def test_an_output_the_harness_cannot_read_is_the_candidates_crash(hostile: Work
     assert [p.name for p in hostile.scratch.iterdir() if p.name.startswith("out-")] == []
 
 
+@pytest.mark.extended  # a worker of its own plus the timeout: the shared hostile worker covers the rest in CI
 def test_a_worker_that_never_answers_is_killed_as_a_crash(tmp_path: Path) -> None:
     worker = hostile_worker(tmp_path, wrap("import time\ntime.sleep(3600)"))
     worker.timeout_s = 5
