@@ -523,6 +523,8 @@ _KEY_NUMBER = re.compile(r"`([a-z][a-z0-9_]*)`\s*(?:\(|=\s*|:\s*)" + _NUM + r"\s
 _ALPHA = re.compile(r"(?:\balpha\b|α)\s*(?:=|of|at)?\s*" + _NUM + r"\s*(%?)")
 _ROUNDS = re.compile(r"\b(\d+)(?:[- ](?:timed |paired )?rounds? per segment|-round segments?)")
 _LANE_PAREN = re.compile(r"`([a-z0-9-]+)`\s*\(([^()]*)\)")
+_SPAN_KEY_NUMBER = re.compile(r"^(?:[a-z0-9_-]+\.)*([a-z][a-z0-9_]*)\s*[:=]\s*" + _NUM + r"$")
+_SHIPPED_ROUNDS = re.compile(r"shipped (?:`[^`]+` )?lane[^.;]*?\b(\d+) (?:timed )?rounds")
 
 # Words that mark a paragraph as history (a protocol or setting that was, not one that is).
 HISTORY_WORDS = ("supersed", "retired", "earlier", "old protocol", "no longer", "formerly", "two-block protocol",
@@ -552,6 +554,13 @@ def number_problems(doc: Path) -> list[str]:
             if number not in values("alpha"):
                 problems.append(f"{rel}:{line}: alpha quoted as {m.group(0).strip()}; the config has "
                                 f"{sorted(values('alpha'))}")
+        for span in spans(text):
+            m = _SPAN_KEY_NUMBER.match(span)
+            if m and m.group(1) in config_keys() and values(m.group(1)) and float(m.group(2)) not in values(m.group(1)):
+                problems.append(f"{rel}:{line}: `{span}`; the config has {m.group(1)} {sorted(values(m.group(1)))}")
+        for m in _SHIPPED_ROUNDS.finditer(text):
+            if float(m.group(1)) not in values("rounds"):
+                problems.append(f"{rel}:{line}: '{m.group(0)}'; the lanes time {sorted(values('rounds'))} rounds")
         for m in _ROUNDS.finditer(text):
             if float(m.group(1)) not in values("rounds"):
                 problems.append(f"{rel}:{line}: '{m.group(0)}'; the lanes time {sorted(values('rounds'))} "
@@ -598,9 +607,10 @@ def test_numbers_quoted_from_the_config_match_it():
 
 def test_number_checks_catch_stale_figures(tmp_path):
     page = ("The lane times `rounds` (16) with alpha 0.05 over 16 rounds per segment; `embedded-cpu` (CPU,\n"
-            "12 steps, batch 2).\n\n| `min_segments` / `max_segments` | 2 / 9 | budget |\n")
+            "12 steps, batch 2).\n\n| `min_segments` / `max_segments` | 2 / 9 | budget |\n\n"
+            "The contract is one A5500 (`target.gpu_count: 1`); the shipped lane has 25 steps and 16 rounds.\n")
     found = number_problems(_page(tmp_path, page))
-    assert len(found) == 5, found
+    assert len(found) == 7, found
     history = "The superseded two-block protocol timed `rounds` (16) per block at alpha 0.05.\n"
     assert number_problems(_page(tmp_path, history)) == []
 
