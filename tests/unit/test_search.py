@@ -141,6 +141,27 @@ def test_heading_match_outweighs_body_match(tmp_path):
     assert [h.path for h in hits][:1] == ["01_a/02_head.md"]
 
 
+def test_an_example_search_command_counts_less_than_prose(tmp_path):
+    """A page that shows how to search for a topic is not a page about it (issue 23)."""
+    filler = "Some general words about tensors and kernels and memory traffic on the device.\n"
+    _write(tmp_path, "01_a/01_shows.md", "# Notes\n\n" + filler + "```bash\ndit-ar search \"warp scheduler stalls\" "
+           "--top 3\ndit-ar profile --lane warp-scheduler\n```\n\nTry `dit-ar search \"warp scheduler stalls\"` too.\n")
+    _write(tmp_path, "01_a/02_about.md", "# Notes\n\n" + filler + "A warp scheduler stalls when operands are late.\n")
+    hits = S.search("warp scheduler stalls", tmp_path, top=2)
+    assert [h.path for h in hits][:1] == ["01_a/02_about.md"], [(h.path, h.score) for h in hits]
+    parts = S.weighted_parts('```bash\ndit-ar search "a b" --top 3\nnsys profile x\n```')
+    assert ('"a b"', S.W_EXAMPLE_QUERY) in parts and any(w == S.W_COMMAND for _, w in parts)
+    assert "nsys profile x" in parts[0][0] and parts[0][1] == S.W_BODY
+
+
+def test_the_bibliography_counts_less_than_the_page_it_cites(tmp_path):
+    text = "# {t}\n\nPipeFusion patch-level pipeline parallelism, arXiv:2405.14430.\n"
+    _write(tmp_path, "09_reference/03_sources.md", text.format(t="Sources"))
+    _write(tmp_path, "05_multi/02_parallel.md", text.format(t="Parallel inference"))
+    hits = S.search("PipeFusion pipeline parallelism", tmp_path, top=2)
+    assert hits[0].path == "05_multi/02_parallel.md" and hits[0].score > 1.5 * hits[1].score
+
+
 def test_title_match_outweighs_body_match(tmp_path):
     _write(tmp_path, "01_a/01_x.md", "# Unrelated page\n\nGuidance interval is mentioned once here.\n")
     _write(tmp_path, "01_a/02_y.md", "# Guidance interval\n\nA page about something, briefly.\n")
