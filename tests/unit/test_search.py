@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -63,10 +62,8 @@ def test_handbook_structure():
                 assert f"\n{section}" in text, f"rung file {rel} lacks section {section!r}"
 
 
-def test_uncached_search_is_fast():
-    start = time.perf_counter()
+def test_uncached_search_finds_the_page():
     hits = S.search("cuda graphs static shapes", HANDBOOK, top=3)  # builds the index, as the CLI does without cache
-    assert time.perf_counter() - start < 2.0
     assert hits[0].path == "03_single_gpu/05_cuda_graphs_and_shape_buckets.md"
 
 
@@ -83,13 +80,15 @@ def test_results_carry_passages_with_correct_lines(index):
     assert scores == sorted(scores, reverse=True)
 
 
-def test_cached_index_matches_and_is_fast(tmp_path):
+def test_cached_index_matches_and_is_reused(tmp_path, monkeypatch):
     cache = tmp_path / "handbook_index.json"
     first = S.search("bf16 vs fp32 error tf32", HANDBOOK, top=3, cache_path=cache)
     assert cache.is_file()
-    start = time.perf_counter()
+
+    def no_rebuild(*_args, **_kwargs):
+        raise AssertionError("the cached index was rebuilt although every file hash matched")
+    monkeypatch.setattr(S, "_docs_for_file", no_rebuild)  # speed is a benchmark's business; reuse is checked here
     second = S.search("bf16 vs fp32 error tf32", HANDBOOK, top=3, cache_path=cache)
-    assert time.perf_counter() - start < 1.0
     assert [h.path for h in first] == [h.path for h in second]
     third = S.search("grpahs", HANDBOOK, top=3, cache_path=cache)  # typo correction works from a cached index
     assert third
