@@ -9,9 +9,14 @@ import struct
 from pathlib import Path
 
 import pytest
+import safetensors.torch  # noqa: F401 - torch loads here, at collection (its import runs ldconfig)
+import torch  # noqa: F401
 
 from dit_ar_contract.errors import CandidateCrash
-from pytest_dit_ar.loop import pregate
+from pytest_dit_ar.loop import (
+    experiment,  # noqa: F401 - imported before the tier's subprocess guard
+    pregate,
+)
 from pytest_dit_ar.worker import cgroup, client, sandbox, seccomp
 
 
@@ -46,7 +51,6 @@ def test_malformed_outputs_are_the_candidates_crash(data: bytes) -> None:
 
 
 def test_well_formed_outputs_are_read(tmp_path: Path) -> None:
-    import torch
     from safetensors.torch import save_file
 
     out = tmp_path / "out.safetensors"
