@@ -30,6 +30,7 @@ from ..state.paths import STATE_DIR
 from ..state.session import Session
 from ..worker import sandbox
 from ..worker.client import Generated, SandboxPolicy, WorkerLauncher, WorkerProcess
+from ..worker.compile_cache import CompileCaches
 from .generation import CorpusOutputs, audit_evidence, generate_corpus
 from .measurement import MeasurementPlan, Pair, PerfOutcome, RoundCheck, Side, boot, measure
 from .progress import TimingProgress
@@ -58,7 +59,8 @@ def launcher_for(session: Session, sandboxed: bool = True) -> WorkerLauncher:
         if problem:
             raise Refused(f"the workers cannot be sandboxed here: {problem}")
         policy = sandbox_policy(session)
-    return WorkerLauncher(session.target, p.threads, p.round_timeout_s, policy)
+    caches = CompileCaches(session.paths.compile_cache, p.compile_cache_gb, p.compile_cache_keep)
+    return WorkerLauncher(session.target, p.threads, p.round_timeout_s, policy, caches, session.config.mutable_paths)
 
 
 @lru_cache(maxsize=1)
