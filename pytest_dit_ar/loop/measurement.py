@@ -24,10 +24,14 @@ from typing import Any
 import numpy as np
 
 from dit_ar_contract.config import Guardrails, PerfProtocol
+from dit_ar_contract.errors import Refused
 from perf_suite import guardrails as guard
 from perf_suite.sequential import Design, Look, SequentialTest
+from perf_suite.warmup import WarmupRule
 
 from ..worker.client import Generated, WorkerLauncher, WorkerProcess
+from ..worker.gpu_memory import MemorySampler, nvml_reader
+from . import memory_plan
 
 SIDES = ("cand", "best")
 
@@ -58,6 +62,13 @@ class MeasurementPlan:
     max_segments: int | None = None  # overrides the protocol's (the baseline's A/A run takes one)
     resolution: int | None = None  # the lane's: outputs of another size break the seam
     check: RoundCheck | None = None  # candidate vs best outputs of every timed round
+    memory: memory_plan.MemoryBudget | None = None  # what live workers may hold together (None: not limited)
+    known_peaks_mb: dict[str, float | None] = field(default_factory=dict)  # measured before timing (per side)
+    cold_start_s: float | None = None  # the candidate tree's first worker: build + first generate (recorded only)
+
+    def warmup_rule(self) -> WarmupRule:
+        p = self.protocol
+        return WarmupRule(p.warmup_rounds, p.warmup_window, p.warmup_steady_pct, p.warmup_max_rounds)
 
     def design(self) -> Design:
         p = self.protocol
@@ -85,6 +96,10 @@ class SegmentRecord:
     unfaithful: list[str]  # the timed outputs are not the judged work (a quality failure)
     look: Look | None = None
     fresh: bool = True  # both workers started for this segment (their build and warm-up are a first use)
+    warmup_state: dict[str, str] = field(default_factory=dict)  # per side: "steady" or "capped" (perf_suite.warmup)
+    warm_cache: dict[str, bool] = field(default_factory=dict)  # per side: its tree's compile cache was filled before
+    layout: str = "pair"  # "pair" (both alive, interleaved) or "alternate" (one side at a time: loop/memory_plan)
+    live_peak_mb: float | None = None  # device memory of all live workers together, sampled (NVML)
 
     def as_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if k != "look"}
@@ -101,7 +116,7 @@ class SegmentRecord:
     def peak_memory_mb(self, side: str) -> float | None:
         """The side's peak memory as trusted by the harness: device memory on GPUs, resident set on CPUs."""
         mem = self.memory[side]
-        gpu = [v for v in (mem.get("gpu_nvml_mb"), mem.get("peak_reserved_mb")) if v]
+        gpu = [v for v in (mem.get("gpu_nvml_mb"), mem.get("gpu_sampled_mb"), mem.get("peak_reserved_mb")) if v]
         return max(gpu) if gpu else mem.get("peak_rss_mb")
 
 
@@ -162,11 +177,40 @@ def start_pair(launcher: WorkerLauncher, cand: Side, best: Side, log_dir: Path, 
     return build_pair(spawn_pair(launcher, cand, best, log_dir, tag), cand, best, affinity)
 
 
-def _memory(worker: WorkerProcess, reported: dict[str, Any]) -> dict[str, float | None]:
-    """Peak memory: RSS and device memory read by the harness; the worker's own figure kept for reference."""
-    return {"peak_rss_mb": worker.peak_rss_mb(), "gpu_nvml_mb": worker.gpu_memory_mb(),
+def _memory(worker: WorkerProcess, reported: dict[str, Any], sampled: float | None = None) -> dict[str, float | None]:
+    """Peak memory: RSS and device memory read by the harness (NVML at the end, and sampled while it ran);
+    the worker's own figures kept for reference."""
+    return {"peak_rss_mb": worker.peak_rss_mb(), "gpu_nvml_mb": worker.gpu_memory_mb(), "gpu_sampled_mb": sampled,
             "peak_reserved_mb": reported.get("peak_reserved_mb"),
             "peak_allocated_mb": reported.get("peak_allocated_mb")}
+
+
+def _sampler(workers: dict[str, WorkerProcess]) -> MemorySampler | None:
+    """An NVML sampler over the workers on a CUDA lane (None on CPU lanes)."""
+    if not any(w.target.device.startswith("cuda") for w in workers.values()):
+        return None
+    return MemorySampler(nvml_reader(workers)).start()
+
+
+def warm_up(worker: WorkerProcess, side: str, draw: Callable[[], list[list[Any]]], rule: WarmupRule,
+            resolution: int | None, run: Callable[[str, list[list[Any]]], Generated] | None = None
+            ) -> tuple[list[float], str]:
+    """Warm-up rounds of one worker until `rule` says steady or capped; their times and the final state."""
+    times: list[float] = []
+    state = rule.state(times)
+    while state == "warming":
+        reqs = draw()
+        got = run(side, reqs) if run else worker.generate(reqs, resolution=resolution)
+        times.append(got.seconds)
+        state = rule.state(times)
+    return times, state
+
+
+def _as_rule(warmup: int | WarmupRule) -> WarmupRule:
+    """A fixed count (the study's and older callers' form) is a rule that stops at exactly that count."""
+    if isinstance(warmup, WarmupRule):
+        return warmup
+    return WarmupRule(min_rounds=warmup, window=max(warmup, 1), tolerance_pct=0.0, max_rounds=warmup)
 
 
 RoundCallback = Callable[[int, int, int], None]  # (segment index, rounds done in it, rounds per segment)
@@ -183,24 +227,40 @@ def timed(pair: Pair, side: str, requests: list[list[Any]], resolution: int | No
         worker.freeze()
 
 
-def run_segment(pair: Pair, index: int, prompts: tuple[str, ...], batch: int, rounds: int, warmup: int,
-                rng: random.Random, on_round: RoundCallback | None = None, resolution: int | None = None,
-                check: RoundCheck | None = None) -> SegmentRecord:
-    """Warm up both sides, then time `rounds` paired rounds in random order with fresh seeds.
+def run_segment(pair: Pair, index: int, prompts: tuple[str, ...], batch: int, rounds: int,
+                warmup: int | WarmupRule, rng: random.Random, on_round: RoundCallback | None = None,
+                resolution: int | None = None, check: RoundCheck | None = None) -> SegmentRecord:
+    """Warm up both sides (each until steady: perf_suite.warmup), then time `rounds` paired rounds in random
+    order with fresh seeds. On CUDA lanes the harness samples both sides' device memory (NVML) meanwhile.
 
     Only one side runs at a time (the other is frozen). Every round's outputs are read by the harness:
     outputs that repeat for different requests, or candidate outputs that fail `check` against the best's
     outputs for the same requests, are recorded as problems (the timed work is not the judged work)."""
+    sampler = _sampler({side: pair.worker(side) for side in SIDES})
+    try:
+        return _paired_rounds(pair, index, prompts, batch, rounds, _as_rule(warmup), rng, on_round, resolution,
+                              check, sampler)
+    finally:
+        if sampler is not None:
+            sampler.stop()
+
+
+def _paired_rounds(pair: Pair, index: int, prompts: tuple[str, ...], batch: int, rounds: int, rule: WarmupRule,
+                   rng: random.Random, on_round: RoundCallback | None, resolution: int | None,
+                   check: RoundCheck | None, sampler: MemorySampler | None) -> SegmentRecord:
     def draw() -> list[list[Any]]:
         return [[rng.choice(prompts), rng.randrange(2**31)] for _ in range(batch)]
 
     pair.cand.freeze()
     pair.best.freeze()
     warm: dict[str, list[float]] = {"cand": [], "best": []}
-    for _ in range(warmup):
+    state = {side: rule.state([]) for side in SIDES}
+    while any(v == "warming" for v in state.values()):  # the same requests for both, each until its own steady
         reqs = draw()
         for side in SIDES:
-            warm[side].append(timed(pair, side, reqs, resolution).seconds)
+            if state[side] == "warming":
+                warm[side].append(timed(pair, side, reqs, resolution).seconds)
+                state[side] = rule.state(warm[side])
     times: dict[str, list[float]] = {"cand": [], "best": []}
     seeds, orders, problems = [], [], []
     seen: dict[str, dict[str, tuple]] = {"cand": {}, "best": {}}
@@ -230,9 +290,91 @@ def run_segment(pair: Pair, index: int, prompts: tuple[str, ...], batch: int, ro
     pair.best.thaw()
     problems += [f"{side}: identical outputs for different requests in {len(found)} cases, e.g. {found[0][0]} and "
                  f"{found[0][1]}" for side, found in collisions.items() if found]
-    mem = {side: _memory(pair.worker(side), memory[side]) for side in SIDES}
+    if sampler is not None:
+        sampler.stop()
+    mem = {side: _memory(pair.worker(side), memory[side], sampler.peak(side) if sampler else None) for side in SIDES}
+    if pair.fresh:
+        for side in SIDES:
+            pair.worker(side).note_start(pair.build_s.get(side, 0.0) + sum(warm[side]))
     return SegmentRecord(index, times["cand"], times["best"], seeds, orders, warm, dict(pair.build_s), mem,
-                         problems[:20], fresh=pair.fresh)
+                         problems[:20], fresh=pair.fresh, warmup_state=state,
+                         warm_cache={side: pair.worker(side).cache_warm for side in SIDES},
+                         live_peak_mb=sampler.peak_sum_mb if sampler else None)
+
+
+def _collisions(side: str, reqs_by_round: list[list[list[Any]]], outputs: list[Generated]) -> list[str]:
+    """Outputs that repeat for different requests (a cached or fake result)."""
+    seen: dict[str, tuple] = {}
+    found: list[tuple] = []
+    for reqs, got in zip(reqs_by_round, outputs):
+        for req, image in zip(reqs, got.images):
+            fp = hashlib.sha256(image.numpy().tobytes()).hexdigest()
+            if fp in seen and seen[fp] != tuple(req):
+                found.append((seen[fp], tuple(req)))
+            seen[fp] = tuple(req)
+    return [f"{side}: identical outputs for different requests in {len(found)} cases, e.g. {found[0][0]} and "
+            f"{found[0][1]}"] if found else []
+
+
+def run_alternating_segment(launcher: WorkerLauncher, plan: MeasurementPlan, index: int, first: str,
+                            rng: random.Random, on_round: RoundCallback | None = None) -> SegmentRecord:
+    """One segment with one worker alive at a time (loop/memory_plan: the pair does not fit the card).
+
+    The sides run in `memory_plan.order(index, first)`: a fresh worker of the first side is built, warms up
+    (until steady) and runs the segment's requests, then exits; a fresh worker of the other side runs the
+    same requests. Round i of each side is paired (same requests, different processes, `rounds` rounds
+    apart in time); the sequential test's between-segment term carries what separates the two processes,
+    and swapping the order every segment cancels a drift in time (docs/perf-harness.md)."""
+    rule = plan.warmup_rule()
+    requests = [[[rng.choice(plan.prompts), rng.randrange(2**31)] for _ in range(plan.batch)]
+                for _ in range(plan.protocol.rounds)]
+    sides = memory_plan.order(index, first)
+    got: dict[str, list[Generated]] = {}
+    warm: dict[str, list[float]] = {}
+    state: dict[str, str] = {}
+    build_s: dict[str, float] = {}
+    mem: dict[str, dict[str, float | None]] = {}
+    warm_cache: dict[str, bool] = {}
+    live_peak = 0.0
+    for k, side in enumerate(sides):
+        cfg = plan.cand if side == "cand" else plan.best
+        worker = launcher.worker(cfg.name, cfg.root, plan.log_dir / f"worker-{cfg.name}-segment{index}.log").spawn()
+        try:
+            sampler = _sampler({side: worker})
+            try:
+                build_s[side] = boot(worker, cfg.spec)
+                worker.pin(plan.protocol.cpu_affinity)
+                warm[side], state[side] = warm_up(worker, side, lambda: [[rng.choice(plan.prompts),
+                                                                          rng.randrange(2**31)]
+                                                                         for _ in range(plan.batch)],
+                                                  rule, plan.resolution)
+                worker.note_start(build_s[side] + sum(warm[side]))
+                got[side] = []
+                for done, reqs in enumerate(requests):
+                    got[side].append(worker.generate(reqs, resolution=plan.resolution))
+                    if on_round:
+                        on_round(index, k * len(requests) // 2 + (done + 1) // 2, len(requests))
+            finally:
+                if sampler is not None:
+                    sampler.stop()
+            mem[side] = _memory(worker, got[side][-1].memory if got[side] else {},
+                                sampler.peak(side) if sampler else None)
+            worker.note_peak(mem[side].get("gpu_sampled_mb") or mem[side].get("gpu_nvml_mb"))
+            live_peak = max(live_peak, sampler.peak_sum_mb if sampler else 0.0)
+            warm_cache[side] = worker.cache_warm
+        finally:
+            worker.close()
+    problems: list[str] = []
+    for side in SIDES:
+        problems += _collisions(side, requests, got[side])
+    if plan.check is not None:
+        for done, (c, b) in enumerate(zip(got["cand"], got["best"])):
+            problems += [f"round {done + 1}: {p}" for p in plan.check(c, b)]
+    order_tag = "CB" if sides[0] == "cand" else "BC"
+    return SegmentRecord(index, [g.seconds for g in got["cand"]], [g.seconds for g in got["best"]],
+                         [[s for _, s in reqs] for reqs in requests], [order_tag] * len(requests), warm, build_s,
+                         mem, problems[:20], fresh=True, warmup_state=state, warm_cache=warm_cache,
+                         layout="alternate", live_peak_mb=live_peak or None)
 
 
 @dataclass
@@ -282,31 +424,66 @@ class PerfOutcome:
 
 
 def _guardrails(plan: MeasurementPlan, segments: list[SegmentRecord], final: bool) -> tuple[list[str], dict]:
-    """Memory (every segment) and tail latency (all segments' samples, judged at the end)."""
+    """Memory (every segment), the warm start-up and tail latency (all segments' figures, judged at the end)."""
     peaks = {side: max((m for m in (s.peak_memory_mb(side) for s in segments) if m is not None), default=None)
              for side in SIDES}
     g = plan.guardrails
     if plan.is_cuda:
         budget = g.peak_vram_gb * 1024.0 if g.peak_vram_gb else None
+        if g.emulated_vram_gb and plan.memory is not None and plan.memory.mb is not None:
+            budget = min(budget or plan.memory.mb, plan.memory.mb)  # one worker may not exceed the emulated card
     else:
         budget = g.peak_memory_mb
     mem = guard.memory(peaks["cand"], peaks["best"], budget)
     growth = guard.memory_growth(peaks["cand"], peaks["best"], g.memory_growth_pct)
     fresh = [s for s in segments if s.fresh]
-    startup = guard.startup_growth([s.startup_s("cand") for s in fresh], [s.startup_s("best") for s in fresh],
-                                   g.startup_growth_pct)
+    warm = [s for s in fresh if s.warm_cache.get("cand") is not False]  # cache filled (or no caches at all)
+    starts = {side: [s.startup_s(side) for s in warm if s.warm_cache.get(side) is not False] for side in SIDES}
+    startup = guard.startup_growth(starts["cand"], starts["best"], g.startup_growth_pct)
+    start_budget = guard.startup_budget(starts["cand"], g.startup_budget_s)
     tail = guard.tail_latency([t for s in segments for t in s.cand_s], [t for s in segments for t in s.best_s],
                               g.p95_regression_pct)
     problems = [r.problem for r in (mem, growth) if r.problem]
     if final:  # judged on every segment's figures: one slow start or one tail is noise until the end
-        problems += [r.problem for r in (startup, tail) if r.problem]
-    return problems, {**mem.figures, **growth.figures, **startup.figures, **tail.figures}
+        problems += [r.problem for r in (start_budget, tail) if r.problem]
+    cold = {"cand_cold_start_s": plan.cold_start_s} if plan.cold_start_s is not None else {}
+    return problems, {**mem.figures, **growth.figures, **startup.figures, **start_budget.figures, **cold,
+                      **tail.figures}
+
+
+def _paired_segment(plan: MeasurementPlan, launcher: WorkerLauncher, index: int, pair: Pair | None,
+                    ahead: Pair | None, rng: random.Random, on_round: RoundCallback | None,
+                    seconds: dict[str, float]) -> tuple[SegmentRecord, Pair | None]:
+    """One segment of the paired protocol (both workers alive, interleaved rounds), and the pair for the next
+    segment when it was started ahead (overlap_startup)."""
+    p = plan.protocol
+    t0 = time.perf_counter()
+    if pair is None:
+        spawned = ahead or spawn_pair(launcher, plan.cand, plan.best, plan.log_dir, f"segment{index}")
+        ahead = None
+        pair = build_pair(spawned, plan.cand, plan.best, p.cpu_affinity)
+    else:
+        pair.pin(p.cpu_affinity)
+    seconds["startup"] += time.perf_counter() - t0
+    try:
+        if ahead is None and p.overlap_startup and index + 1 < plan.segments_allowed():
+            ahead = spawn_pair(launcher, plan.cand, plan.best, plan.log_dir, f"segment{index + 1}")
+        seg = run_segment(pair, index, plan.prompts, plan.batch, p.rounds, plan.warmup_rule(), rng, on_round,
+                          plan.resolution, plan.check)
+        pair.close()
+    except BaseException:
+        for left in (pair, ahead):
+            if left is not None:
+                left.kill()
+        raise
+    for side in SIDES:
+        pair.worker(side).note_peak(seg.peak_memory_mb(side) if plan.is_cuda else None)
+    return seg, ahead
 
 
 def measure(plan: MeasurementPlan, launcher: WorkerLauncher, first_pair: Pair | None = None,
             on_round: RoundCallback | None = None, on_look: Callable[[Look], None] | None = None) -> PerfOutcome:
     """The whole performance verdict: segments in fresh worker pairs until the sequential test decides."""
-    p = plan.protocol
     rng = random.SystemRandom()
     test = SequentialTest(plan.design())
     segments: list[SegmentRecord] = []
@@ -314,22 +491,29 @@ def measure(plan: MeasurementPlan, launcher: WorkerLauncher, first_pair: Pair | 
     guard_info: dict[str, Any] = {}
     pair: Pair | None = first_pair  # workers already booted (the quality run's candidate and a best)
     ahead: Pair | None = None  # the next segment's workers, started during this one (overlap_startup)
+    peaks = {side: plan.known_peaks_mb.get(side) for side in SIDES}
+    first_alone = rng.choice(SIDES)  # alternating segments: which side goes first in even segments
     try:
         for index in range(plan.segments_allowed()):
-            t0 = time.perf_counter()
-            if pair is None:
-                spawned = ahead or spawn_pair(launcher, plan.cand, plan.best, plan.log_dir, f"segment{index}")
-                ahead = None
-                pair = build_pair(spawned, plan.cand, plan.best, p.cpu_affinity)
+            layout = memory_plan.layout(plan.memory, peaks["cand"], peaks["best"]) if plan.memory else None
+            if layout is not None and layout.mode == "refuse":
+                raise Refused(layout.reason)
+            if layout is not None:
+                guard_info["memory_layout"] = layout.reason
+            if layout is not None and layout.mode == "alternate":
+                for left in (pair, ahead):  # the card cannot hold the first pair nor a pair started ahead
+                    if left is not None:
+                        left.close()
+                pair = ahead = None
+                seg = run_alternating_segment(launcher, plan, index, first_alone, rng, on_round)
+                seconds["startup"] += sum(seg.build_s.values())
             else:
-                pair.pin(p.cpu_affinity)
-            seconds["startup"] += time.perf_counter() - t0
-            if p.overlap_startup and index + 1 < plan.segments_allowed():
-                ahead = spawn_pair(launcher, plan.cand, plan.best, plan.log_dir, f"segment{index + 1}")
-            seg = run_segment(pair, index, plan.prompts, plan.batch, p.rounds, p.warmup_rounds, rng, on_round,
-                              plan.resolution, plan.check)
-            pair.close()
-            pair = None
+                current, pair = pair, None  # _paired_segment closes it (or kills it on a failure)
+                seg, ahead = _paired_segment(plan, launcher, index, current, ahead, rng, on_round, seconds)
+            for side in SIDES:
+                seen = seg.peak_memory_mb(side) if plan.is_cuda else None
+                if seen:
+                    peaks[side] = max(peaks[side] or 0.0, seen)
             seconds["warmup"] += sum(seg.warmup_s["cand"]) + sum(seg.warmup_s["best"])
             seconds["timed"] += sum(seg.cand_s) + sum(seg.best_s)
             seg.look = test.add(seg.cand_s, seg.best_s)
@@ -339,7 +523,8 @@ def measure(plan: MeasurementPlan, launcher: WorkerLauncher, first_pair: Pair | 
             if seg.unfaithful:
                 return PerfOutcome(False, [f"segment {index + 1}: {msg}" for msg in seg.unfaithful[:5]], segments,
                                    seconds, guard_info)
-            problems, guard_info = _guardrails(plan, segments, final=seg.look.final)
+            problems, figures = _guardrails(plan, segments, final=seg.look.final)
+            guard_info.update(figures)
             if plan.roofline_ms and seg.median_ms("cand") < plan.roofline_ms:
                 problems.append(f"candidate median {seg.median_ms('cand'):.2f} ms is below the roofline "
                                 f"floor {plan.roofline_ms:.2f} ms: the measurement cannot be right")

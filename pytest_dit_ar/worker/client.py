@@ -95,7 +95,7 @@ class WorkerProcess:
         self.sandbox = sandbox
         self.caches, self.mutable = caches, (sandbox.mutable if sandbox else mutable)
         self.cache_digest: str | None = None  # the tree's compile cache (set at spawn)
-        self.cache_warm = False  # an earlier worker of the same tree filled the cache
+        self.cache_warm: bool | None = None  # an earlier worker of the same tree filled the cache (None: no caches)
         # outputs land in the scratch folder (host side); a sandboxed worker's names are random, so that the
         # paths a sandbox can see (its mounts) are alike for both sides
         stage = log_path.parent / "stage" / secrets.token_hex(8) if sandbox else None
@@ -171,7 +171,12 @@ class WorkerProcess:
     def note_start(self, seconds: float) -> None:
         """Record this worker's start-up (build + warm-up) in its tree's record, as cold or warm."""
         if self.caches is not None and self.cache_digest is not None:
-            self.caches.note_start(self.cache_digest, seconds, self.cache_warm)
+            self.caches.note_start(self.cache_digest, seconds, bool(self.cache_warm))
+
+    def note_peak(self, peak_mb: float | None) -> None:
+        """Record the device memory this worker was seen to use in its tree's record (the memory plan reads it)."""
+        if self.caches is not None and self.cache_digest is not None:
+            self.caches.note_peak(self.cache_digest, peak_mb)
 
     def _stage_tree(self) -> Path:
         """A copy of the side's mutable paths in the staging folder: all the sandbox shows of its tree."""

@@ -5,8 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from pytest_dit_ar.worker import sandbox
-from pytest_dit_ar.worker.compile_cache import (CACHE_MOUNT, CacheEntry, CompileCaches, cache_env, plan_eviction,
-                                                tree_digest)
+from pytest_dit_ar.worker.compile_cache import (
+    CACHE_MOUNT,
+    CacheEntry,
+    CompileCaches,
+    cache_env,
+    plan_eviction,
+    tree_digest,
+)
 
 MB = 2**20
 
