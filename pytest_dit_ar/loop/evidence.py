@@ -31,6 +31,7 @@ from ..state.session import Session
 from ..worker import sandbox
 from ..worker.client import Generated, SandboxPolicy, WorkerLauncher, WorkerProcess
 from ..worker.compile_cache import CompileCaches
+from . import memory_plan
 from .generation import CorpusOutputs, audit_evidence, generate_corpus
 from .measurement import MeasurementPlan, Pair, PerfOutcome, RoundCheck, Side, boot, measure
 from .progress import TimingProgress
@@ -61,6 +62,13 @@ def launcher_for(session: Session, sandboxed: bool = True) -> WorkerLauncher:
         policy = sandbox_policy(session)
     caches = CompileCaches(session.paths.compile_cache, p.compile_cache_gb, p.compile_cache_keep)
     return WorkerLauncher(session.target, p.threads, p.round_timeout_s, policy, caches, session.config.mutable_paths)
+
+
+def memory_budget(session: Session) -> memory_plan.MemoryBudget:
+    """What the lane's live workers may hold together: the emulated card, the target's, or this device's."""
+    lane, target = session.lane, session.target
+    return memory_plan.budget(lane.is_cuda, session.config.target.vram_gb, target.on_target,
+                              lane.guardrails.emulated_vram_gb, target.identity.memory_gb or None)
 
 
 @lru_cache(maxsize=1)
@@ -99,6 +107,9 @@ class Evidence:
         self._baseline: BaselineSummary | None = None
         self._first_pair: Pair | None = None
         self._seconds: dict[str, float] = {}
+        self.memory = memory_budget(session)
+        self._cand_peak_mb: float | None = None  # the quality worker's device memory (NVML)
+        self._cold_start_s: float | None = None  # the candidate tree's first worker: build + first generate
 
     @property
     def seconds(self) -> dict[str, float]:
@@ -187,6 +198,7 @@ class Evidence:
             build_s = time.perf_counter() - t_build  # the harness's clock, not the worker's figure
             t = self._spent("quality_worker_start", t)
             outputs = generate_corpus(worker, cases, lane.batch, self.key, lane.resolution, desc="candidate")
+            self._note_quality_worker(worker, build_s + outputs.first_s)
             audit = audit_evidence(worker, build, outputs, cases, lane.batch, self.key)
             t = self._spent("quality_corpus", t)
             best_build = best_boot.result() if best_boot else None
@@ -197,6 +209,24 @@ class Evidence:
             worker.close()
         return CandidateRun(build_s, outputs, audit)
 
+    def _note_quality_worker(self, worker: WorkerProcess, start_s: float) -> None:
+        """The quality worker's start (build + first generate: where a compile happens) and device memory."""
+        worker.note_start(start_s)
+        if worker.cache_warm is False:
+            self._cold_start_s = start_s
+        elif worker.caches is not None and worker.cache_digest is not None:
+            self._cold_start_s = worker.caches.record(worker.cache_digest).cold_start_s
+        if self.session.lane.is_cuda:
+            self._cand_peak_mb = worker.gpu_memory_mb()
+            worker.note_peak(self._cand_peak_mb)
+
+    def best_peak_mb(self) -> float | None:
+        """The largest device memory a worker of the best's tree was seen to use (the harness's record)."""
+        caches = self.launcher.caches
+        if self.best_root is None or caches is None or not self.session.lane.is_cuda:
+            return None
+        return caches.record(self.launcher.tree_digest(self.best_root)).peak_gpu_mb
+
     def spec(self, side_root: Path) -> dict:
         """The workload for a side's worker: the path the worker sees its tree at, weights from the project."""
         return self.session.lane.workload(self.launcher.model_root(side_root), self.session.root)
@@ -204,6 +234,8 @@ class Evidence:
     def _spawn_best(self) -> WorkerProcess | None:
         if self.best_root is None or not self.prefetch_best:
             return None
+        if not memory_plan.may_prefetch(self.memory, self.best_peak_mb()):
+            return None  # two workers of the best's size do not fit the card: the best boots when timed
         return self.launcher.worker("best", self.best_root, self.run_dir / "worker-best-block0.log").spawn()
 
     def close(self) -> None:
@@ -277,7 +309,10 @@ class Evidence:
             best=Side("best", self.best_root, self.spec(self.best_root)),
             protocol=lane.performance, prompts=tuple(c.prompt for c in self.cases()), batch=lane.batch,
             metric=lane.primary_metric, guardrails=lane.guardrails, is_cuda=lane.is_cuda, log_dir=self.run_dir,
-            roofline_ms=self.roofline_ms(), resolution=lane.resolution, check=self._round_check())
+            roofline_ms=self.roofline_ms(), resolution=lane.resolution, check=self._round_check(),
+            memory=self.memory if lane.is_cuda else None,
+            known_peaks_mb={"cand": self._cand_peak_mb, "best": self.best_peak_mb()},
+            cold_start_s=self._cold_start_s)
 
     def _round_check(self) -> RoundCheck:
         """Candidate vs best outputs of the same timed requests under the effective class's per-case gate."""

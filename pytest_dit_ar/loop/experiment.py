@@ -230,7 +230,8 @@ class Experiment:
         measurements = Measurements(perf.median_ms("cand"), perf.p95_ms("cand")) if perf else None
         records.record_experiment(session, repo, self._row(verdict), self.run_dir, list(verdict.reasons),
                                   time.time() - self.started, measurements,
-                                  {"seconds": self.seconds(), "software": self.stack})
+                                  {"seconds": self.seconds(), "software": self.stack,
+                                   "startup": perf.startup() if perf else None})
         if verdict.status is not Status.KEEP:
             gitops.reset_to(repo, self.parent, session.config.mutable_paths)
             gitops.clean_untracked(repo, session.config.fixed_paths)

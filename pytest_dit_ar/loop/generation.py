@@ -28,6 +28,7 @@ class CorpusOutputs:
     denoiser_rows_per_image: float | None = None
     memory: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
+    first_s: float = 0.0  # the first generate (a compiled model compiles here)
 
 
 def padded(group: list[Case], batch: int, key: str, rng: random.Random) -> list[list[Any]]:
@@ -46,6 +47,7 @@ def generate_corpus(worker: WorkerProcess, cases: list[Case], batch: int, key: s
     rng = random.SystemRandom()
     for group in tqdm(batches(cases, batch), desc=desc, disable=not progress, leave=False):
         got = worker.generate(padded(group, batch, key, rng), perturb, resolution)
+        out.first_s = out.first_s or got.seconds
         out.seconds += got.seconds
         for j, case in enumerate(group):
             out.images[case.id] = got.images[j].clone()

@@ -417,8 +417,43 @@ class PerfOutcome:
         peaks = [m for m in (s.peak_memory_mb(side) for s in self.segments) if m is not None]
         return max(peaks) if peaks else None
 
+    def startup(self) -> dict[str, Any]:
+        """Warm-up rounds per side and segment, warm and cold start-up, and how the workers shared the memory."""
+        g = self.guardrails
+        return {"warmup_rounds": {side: [len(s.warmup_s[side]) for s in self.segments] for side in SIDES},
+                "warmup_state": {side: [s.warmup_state.get(side, "") for s in self.segments] for side in SIDES},
+                "cand_warm_startup_s": g.get("cand_warm_startup_s"), "best_startup_s": g.get("best_startup_s"),
+                "startup_growth_pct": g.get("startup_growth_pct"), "startup_budget_s": g.get("startup_budget_s"),
+                "cand_cold_start_s": g.get("cand_cold_start_s"), "layouts": [s.layout for s in self.segments],
+                "memory_layout": g.get("memory_layout"),
+                "live_peak_mb": max((s.live_peak_mb for s in self.segments if s.live_peak_mb), default=None)}
+
+    def startup_line(self) -> str:
+        """The summary's line: warm-up rounds each side needed, warm start against the budget, cold compile."""
+        st = self.startup()
+
+        def rounds(side: str) -> str:
+            counts, states = st["warmup_rounds"][side], st["warmup_state"][side]
+            capped = sum(1 for x in states if x == "capped")
+            return "/".join(map(str, counts)) + (f" ({capped} capped)" if capped else "")
+
+        parts = [f"warm-up rounds per segment: candidate {rounds('cand')}, best {rounds('best')}"]
+        if st["cand_warm_startup_s"] is not None:
+            text = f"warm start {st['cand_warm_startup_s']:.1f} s"
+            if st["startup_budget_s"]:
+                text += f" (budget {st['startup_budget_s']:g} s)"
+            if st["best_startup_s"] is not None and st["startup_growth_pct"] is not None:
+                text += f", best {st['best_startup_s']:.1f} s ({st['startup_growth_pct']:+.0f}%)"
+            parts.append(text)
+        if st["cand_cold_start_s"] is not None:
+            parts.append(f"cold compile {st['cand_cold_start_s']:.1f} s (recorded, not judged)")
+        if "alternate" in st["layouts"]:
+            parts.append("one side at a time: " + str(st["memory_layout"]))
+        return "; ".join(parts)
+
     def as_dict(self) -> dict[str, Any]:
         return {"keep": self.keep, "reasons": self.reasons, "seconds": self.seconds, "rounds": self.rounds,
+                "startup": self.startup(),
                 "guardrails": self.guardrails, "look": self.look.as_dict() if self.look else None,
                 "segments": [s.as_dict() for s in self.segments]}
 

@@ -251,6 +251,7 @@ class PluginSession:
         perf = exp.evidence.performance_result if exp.evidence else None
         if perf is not None and perf.look is not None:
             tr.write_line(f"speed: {latencies(perf, exp.session.lane)}")
+            tr.write_line(f"start-up: {perf.startup_line()}")
         for reason in exp.verdict.reasons[:10]:
             tr.write_line(f"- {reason}")
         spent = exp.seconds()
@@ -332,6 +333,7 @@ def speed_section(tr: Any, evidence: Any) -> None:
     tr.write_line(f"{latencies(perf, evidence.session.lane)}: "
                   f"{look.estimate_pct:+.2f}% [{look.lower_pct:+.2f}%, {look.upper_pct:+.2f}%] over {look.rounds} "
                   f"rounds in {look.segments} fresh worker pairs; {perf.reasons[0] if perf.reasons else ''}")
+    tr.write_line(f"start-up: {perf.startup_line()}")
 
 
 def latencies(perf: Any, lane: Any) -> str:
