@@ -66,8 +66,8 @@ class PerfProtocol:
     # warm-up until steady (perf_suite.warmup): warmup_rounds at least, the last warmup_window rounds within
     # warmup_steady_pct of each other or no faster than before them, warmup_max_rounds at most
     warmup_window: int = 3
-    warmup_steady_pct: float = 5.0
-    warmup_max_rounds: int = 10
+    warmup_steady_pct: float = 10.0
+    warmup_max_rounds: int = 8
     # compile caches per tree (worker/compile_cache.py): total size kept, and how many recent trees are never evicted
     compile_cache_gb: float = 20.0
     compile_cache_keep: int = 4
