@@ -111,6 +111,7 @@ def test_sides_that_do_not_fit_together_run_one_at_a_time(tmp_path: Path) -> Non
     assert out.segments[0].orders[0] != out.segments[1].orders[0]  # the order of the sides swaps
     assert len(out.segments[0].cand_s) == len(out.segments[0].best_s) == 4
     assert "one side at a time" in out.guardrails["memory_layout"]
+    assert "one side at a time: candidate" in out.startup_line()
     assert out.look is not None and out.look.estimate_pct > 0  # 0.4 s against 0.5 s
 
 
@@ -137,6 +138,10 @@ def test_the_warm_start_decides_and_the_cold_compile_is_only_recorded(tmp_path: 
     assert out.guardrails["cand_cold_start_s"] == 300.0
     assert out.guardrails["cand_warm_startup_s"] < 120.0
     assert not any("start-up" in r for r in out.reasons)
+    line = out.startup_line()  # the summary's start-up: line
+    assert "warm-up rounds per segment: candidate " in line and "best " in line
+    assert "cold compile 300.0 s (recorded, not judged)" in line and "(budget 120 s)" in line
+    assert out.as_dict()["startup"]["cand_cold_start_s"] == 300.0  # perf.json
     slow = FakeLauncher({"candidate": [200.0, 0.4], "best": [0.5]})
     out = m.measure(plan(tmp_path, guardrails=Guardrails(startup_budget_s=120.0)), slow)
     assert not out.keep and any("warm start-up" in r for r in out.reasons)
