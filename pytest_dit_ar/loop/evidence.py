@@ -227,6 +227,12 @@ class Evidence:
             return None
         return caches.record(self.launcher.tree_digest(self.best_root)).peak_gpu_mb
 
+    def refuse_unless_best_fits(self) -> None:
+        """Refuse (one line) when one worker of the best, as measured before, cannot fit the lane's budget."""
+        layout = memory_plan.layout(self.memory, None, self.best_peak_mb())
+        if layout.mode == "refuse":
+            raise Refused(layout.reason)
+
     def spec(self, side_root: Path) -> dict:
         """The workload for a side's worker: the path the worker sees its tree at, weights from the project."""
         return self.session.lane.workload(self.launcher.model_root(side_root), self.session.root)

@@ -50,3 +50,18 @@ def test_the_best_is_prefetched_only_when_two_of_it_fit():
 
 def test_alternating_order_swaps_every_segment():
     assert [order(i, "best") for i in range(3)] == [("best", "cand"), ("cand", "best"), ("best", "cand")]
+
+
+def test_an_experiment_whose_best_cannot_fit_is_refused_before_it_runs():
+    import pytest
+
+    from dit_ar_contract.errors import Refused
+    from pytest_dit_ar.loop.evidence import Evidence
+
+    ev = Evidence.__new__(Evidence)  # only the memory check: no session, no workers
+    ev.memory = budget(True, 24.0, False, 16.0, 140.0)
+    ev.best_peak_mb = lambda: 18.81 * 1024
+    with pytest.raises(Refused, match="emulated_vram_gb = 16"):
+        ev.refuse_unless_best_fits()
+    ev.best_peak_mb = lambda: 6000.0
+    ev.refuse_unless_best_fits()
