@@ -446,7 +446,8 @@ class PerfOutcome:
                 text += f", best {st['best_startup_s']:.1f} s ({st['startup_growth_pct']:+.0f}%)"
             parts.append(text)
         if st["cand_cold_start_s"] is not None:
-            parts.append(f"cold compile {st['cand_cold_start_s']:.1f} s (recorded, not judged)")
+            parts.append(f"cold start {st['cand_cold_start_s']:.1f} s (the tree's first worker: build + first "
+                         "generate, where a compile happens; recorded, not judged)")
         if "alternate" in st["layouts"]:
             parts.append("one side at a time: " + str(st["memory_layout"]))
         return "; ".join(parts)

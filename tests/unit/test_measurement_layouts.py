@@ -140,7 +140,7 @@ def test_the_warm_start_decides_and_the_cold_compile_is_only_recorded(tmp_path: 
     assert not any("start-up" in r for r in out.reasons)
     line = out.startup_line()  # the summary's start-up: line
     assert "warm-up rounds per segment: candidate " in line and "best " in line
-    assert "cold compile 300.0 s (recorded, not judged)" in line and "(budget 120 s)" in line
+    assert "cold start 300.0 s" in line and "recorded, not judged" in line and "(budget 120 s)" in line
     assert out.as_dict()["startup"]["cand_cold_start_s"] == 300.0  # perf.json
     slow = FakeLauncher({"candidate": [200.0, 0.4], "best": [0.5]})
     out = m.measure(plan(tmp_path, guardrails=Guardrails(startup_budget_s=120.0)), slow)
