@@ -227,6 +227,12 @@ class Evidence:
             return None
         return caches.record(self.launcher.tree_digest(self.best_root)).peak_gpu_mb
 
+    def protect_best_cache(self) -> None:
+        """The best's compile cache is never evicted while this run lasts (call once the best worktree is synced)."""
+        caches = self.launcher.caches
+        if caches is not None and self.best_root is not None:
+            caches.in_use.add(self.launcher.tree_digest(self.best_root))
+
     def refuse_unless_best_fits(self) -> None:
         """Refuse (one line) when one worker of the best, as measured before, cannot fit the lane's budget."""
         layout = memory_plan.layout(self.memory, None, self.best_peak_mb())

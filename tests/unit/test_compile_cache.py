@@ -106,3 +106,14 @@ def test_evict_deletes_folders_and_records_but_not_the_ones_in_use(tmp_path: Pat
     assert fresh.evict() == ["old"]
     assert not (tmp_path / "cc" / "old").exists() and not (tmp_path / "cc" / "old.json").exists()
     assert (tmp_path / "cc" / "new" / "blob").exists()
+
+
+def test_the_best_is_protected_even_when_it_is_not_recent(tmp_path: Path):
+    caches = CompileCaches(tmp_path / "cc", max_gb=1.5 / 1024, keep_recent=0)
+    for name in ("best", "c1", "c2"):
+        folder, _ = caches.open(name)
+        (folder / "blob").write_bytes(b"x" * MB)
+    later = CompileCaches(tmp_path / "cc", max_gb=1.5 / 1024, keep_recent=0)
+    later.in_use.add("best")  # Evidence.protect_best_cache
+    later.evict()
+    assert (tmp_path / "cc" / "best" / "blob").exists()
