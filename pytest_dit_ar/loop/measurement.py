@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import random
 import time
 from collections.abc import Callable
@@ -28,8 +29,13 @@ from perf_suite import guardrails as guard
 from perf_suite.sequential import Design, Look, SequentialTest
 
 from ..worker.client import Generated, WorkerLauncher, WorkerProcess
+from ..worker.forkserver import ForkedWorker, ForkServers
+from . import clean_rounds
+from .clean_rounds import GpuWatch, NoGpu, RoundRecord, SideTiming
+from .pool import PoolPlan, pairs_that_fit
 
 SIDES = ("cand", "best")
+IDLE_WAIT_S = 0.25  # at most this long for the GPU to show no work in flight before a side is timed
 
 
 @dataclass(frozen=True)
@@ -85,10 +91,15 @@ class SegmentRecord:
     unfaithful: list[str]  # the timed outputs are not the judged work (a quality failure)
     look: Look | None = None
     fresh: bool = True  # both workers started for this segment (their build and warm-up are a first use)
+    rounds: list[RoundRecord] = field(default_factory=list)  # per round: order, times, GPU state
+    ready_s: dict[str, float] = field(default_factory=dict)  # forked workers: fork request to hello
+    forked: bool = False  # the pair came from the fork servers
 
     def as_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in self.__dict__.items() if k != "look"}
+        d = {k: v for k, v in self.__dict__.items() if k not in ("look", "rounds")}
         d["look"] = self.look.as_dict() if self.look else None
+        d["rounds"] = [r.as_dict() for r in self.rounds]
+        d["flagged_rounds"] = clean_rounds.flagged(self.rounds)
         return d
 
     def median_ms(self, side: str) -> float:
@@ -111,6 +122,23 @@ class Pair:
     best: WorkerProcess
     build_s: dict[str, float] = field(default_factory=dict)
     fresh: bool = True  # False: the candidate already generated the corpus (its warm-up is not a first use)
+
+    @property
+    def forked(self) -> bool:
+        return isinstance(self.cand, ForkedWorker) and isinstance(self.best, ForkedWorker)
+
+    def ready_s(self) -> dict[str, float]:
+        """Forked workers' fork-to-hello times (the harness's clock); empty for exec'd workers."""
+        out = {}
+        for side in SIDES:
+            worker = self.worker(side)
+            if isinstance(worker, ForkedWorker) and worker.ready_s is not None:
+                out[side] = worker.ready_s
+        return out
+
+    def freeze(self) -> None:
+        self.cand.freeze()
+        self.best.freeze()
 
     def worker(self, side: str) -> WorkerProcess:
         return self.cand if side == "cand" else self.best
@@ -173,47 +201,56 @@ RoundCallback = Callable[[int, int, int], None]  # (segment index, rounds done i
 RoundCheck = Callable[[Generated, Generated], list[str]]  # candidate vs best outputs of the same requests
 
 
-def timed(pair: Pair, side: str, requests: list[list[Any]], resolution: int | None) -> Generated:
-    """One timed generate of `side` while the other side's whole sandbox stays frozen."""
+def timed(pair: Pair, side: str, requests: list[list[Any]], resolution: int | None,
+          watch: GpuWatch | None = None) -> tuple[Generated, SideTiming]:
+    """One timed generate of `side` while the other side's whole sandbox stays frozen: the GPU is first
+    checked for work in flight (NVML; nothing on CPU lanes), its state read right after."""
+    watch = watch or NoGpu()
+    waited, idle = watch.wait_idle(IDLE_WAIT_S)
     worker = pair.worker(side)
     worker.thaw()
+    start = time.time()
     try:
-        return worker.generate(requests, resolution=resolution)
+        got = worker.generate(requests, resolution=resolution)
     finally:
         worker.freeze()
+    return got, SideTiming(start, time.time(), waited, idle, watch.sample())
 
 
 def run_segment(pair: Pair, index: int, prompts: tuple[str, ...], batch: int, rounds: int, warmup: int,
                 rng: random.Random, on_round: RoundCallback | None = None, resolution: int | None = None,
-                check: RoundCheck | None = None) -> SegmentRecord:
-    """Warm up both sides, then time `rounds` paired rounds in random order with fresh seeds.
+                check: RoundCheck | None = None, watch: GpuWatch | None = None) -> SegmentRecord:
+    """Warm up both sides, then time `rounds` paired rounds in balanced orders with fresh seeds.
 
-    Only one side runs at a time (the other is frozen). Every round's outputs are read by the harness:
-    outputs that repeat for different requests, or candidate outputs that fail `check` against the best's
-    outputs for the same requests, are recorded as problems (the timed work is not the judged work)."""
+    Only one side runs at a time (the other is frozen). The orders alternate CB/BC from a random first
+    one (clean_rounds.balanced_orders); every round's order, times and GPU state are recorded. Every
+    round's outputs are read by the harness: outputs that repeat for different requests, or candidate
+    outputs that fail `check` against the best's outputs for the same requests, are recorded as problems
+    (the timed work is not the judged work)."""
     def draw() -> list[list[Any]]:
         return [[rng.choice(prompts), rng.randrange(2**31)] for _ in range(batch)]
 
-    pair.cand.freeze()
-    pair.best.freeze()
+    pair.freeze()
     warm: dict[str, list[float]] = {"cand": [], "best": []}
     for _ in range(warmup):
         reqs = draw()
         for side in SIDES:
-            warm[side].append(timed(pair, side, reqs, resolution).seconds)
+            warm[side].append(timed(pair, side, reqs, resolution, watch)[0].seconds)
     times: dict[str, list[float]] = {"cand": [], "best": []}
-    seeds, orders, problems = [], [], []
+    seeds, problems, records = [], [], []
+    orders = clean_rounds.balanced_orders(rounds, rng.random() < 0.5)
     seen: dict[str, dict[str, tuple]] = {"cand": {}, "best": {}}
     collisions: dict[str, list[tuple]] = {"cand": [], "best": []}
     memory: dict[str, dict[str, Any]] = {"cand": {}, "best": {}}
-    for done in range(rounds):
+    for done, order in enumerate(orders):
         reqs = draw()
-        first = rng.choice(SIDES)
         got: dict[str, Generated] = {}
-        for side in (first, "best" if first == "cand" else "cand"):
-            got[side] = timed(pair, side, reqs, resolution)
+        timing: dict[str, SideTiming] = {}
+        for side in (("cand", "best") if order == "CB" else ("best", "cand")):
+            got[side], timing[side] = timed(pair, side, reqs, resolution, watch)
             times[side].append(got[side].seconds)
             memory[side] = got[side].memory
+        records.append(RoundRecord(done, order, timing))
         for side in SIDES:
             for req, image in zip(reqs, got[side].images):
                 fp = hashlib.sha256(image.numpy().tobytes()).hexdigest()
@@ -223,7 +260,6 @@ def run_segment(pair: Pair, index: int, prompts: tuple[str, ...], batch: int, ro
         if check is not None:
             problems += [f"round {done + 1}: {p}" for p in check(got["cand"], got["best"])]
         seeds.append([s for _, s in reqs])
-        orders.append("CB" if first == "cand" else "BC")
         if on_round:
             on_round(index, done + 1, rounds)
     pair.cand.thaw()
@@ -232,7 +268,38 @@ def run_segment(pair: Pair, index: int, prompts: tuple[str, ...], batch: int, ro
                  f"{found[0][1]}" for side, found in collisions.items() if found]
     mem = {side: _memory(pair.worker(side), memory[side]) for side in SIDES}
     return SegmentRecord(index, times["cand"], times["best"], seeds, orders, warm, dict(pair.build_s), mem,
-                         problems[:20], fresh=pair.fresh)
+                         problems[:20], fresh=pair.fresh, rounds=records, ready_s=pair.ready_s(),
+                         forked=pair.forked)
+
+
+def timed_cores(protocol: PerfProtocol, is_cuda: bool) -> tuple[int, ...] | None:
+    """The cores both workers of a timed pair are pinned to (`pair_cores`): one shared core, so that both
+    sides see the same host state (H200: pair spread 3.4% on one core vs 9-12% on two), or the lane's
+    cpu_affinity as given. "auto" is one core on CUDA lanes (a launch-bound worker needs one) and the
+    affinity on CPU lanes (a CPU worker computes with all its threads)."""
+    mode = protocol.pair_cores
+    if mode == "auto":
+        mode = "one" if is_cuda else "affinity"
+    if mode == "affinity":
+        return protocol.cpu_affinity
+    allowed = sorted(protocol.cpu_affinity or os.sched_getaffinity(0))
+    return (allowed[0] if protocol.cpu_affinity else allowed[-1],)
+
+
+def spare_cores(timed: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """Cores this process may use outside the timed ones (where a pair started ahead may run), or None."""
+    if not timed:
+        return None
+    spare = tuple(sorted(set(os.sched_getaffinity(0)) - set(timed)))
+    return spare or None
+
+
+def gpu_watch(pair: Pair, is_cuda: bool) -> GpuWatch:
+    """NVML readings of the GPUs the pair's workers use (after their build), or none on CPU lanes."""
+    if not is_cuda:
+        return NoGpu()
+    uuids = sorted({*pair.cand.gpu_memory_per_device_mb(), *pair.best.gpu_memory_per_device_mb()})
+    return clean_rounds.NvmlWatch(uuids) if uuids else NoGpu()
 
 
 @dataclass
@@ -242,6 +309,12 @@ class PerfOutcome:
     segments: list[SegmentRecord]
     seconds: dict[str, float]
     guardrails: dict[str, Any]
+    pool: dict[str, Any] = field(default_factory=dict)  # fork servers' start and fork times, the pool plan
+
+    @property
+    def rounds_flagged(self) -> str | None:
+        """One line when a timed round had a throttled side or a busy GPU before it (clean_rounds)."""
+        return clean_rounds.summary([r for s in self.segments for r in s.rounds])
 
     @property
     def unfaithful(self) -> list[str]:
@@ -277,7 +350,8 @@ class PerfOutcome:
 
     def as_dict(self) -> dict[str, Any]:
         return {"keep": self.keep, "reasons": self.reasons, "seconds": self.seconds, "rounds": self.rounds,
-                "guardrails": self.guardrails, "look": self.look.as_dict() if self.look else None,
+                "guardrails": self.guardrails, "pool": self.pool, "rounds_flagged": self.rounds_flagged,
+                "look": self.look.as_dict() if self.look else None,
                 "segments": [s.as_dict() for s in self.segments]}
 
 
@@ -303,53 +377,150 @@ def _guardrails(plan: MeasurementPlan, segments: list[SegmentRecord], final: boo
     return problems, {**mem.figures, **growth.figures, **startup.figures, **tail.figures}
 
 
+class PairSource:
+    """Where the segments' pairs come from: the fork servers (after the quality run's pair), else fresh
+    exec'd pairs; built `PoolPlan.pairs` at a time outside timed rounds, the ones waiting frozen."""
+
+    def __init__(self, plan: MeasurementPlan, launcher: WorkerLauncher, forks: ForkServers | None,
+                 cores: tuple[int, ...] | None):
+        self.plan, self.launcher, self.forks, self.cores = plan, launcher, forks, cores
+        self.waiting: list[Pair] = []
+        self.ahead: Pair | None = None  # an exec'd pair spawned during a segment (overlap_startup, spare cores)
+        self.pool = PoolPlan(1, 2, None, None)
+        self.started = 0
+
+    def size_from(self, seg: SegmentRecord) -> None:
+        """Size the pool from the sides' measured peaks and the lane's budget (device memory on GPUs,
+        the host's available memory on CPUs)."""
+        g = self.plan.guardrails
+        budget = g.peak_vram_gb * 1024.0 if self.plan.is_cuda and g.peak_vram_gb else None
+        if not self.plan.is_cuda:
+            budget = _available_mb()
+        self.pool = pairs_that_fit(seg.peak_memory_mb("cand"), seg.peak_memory_mb("best"), budget,
+                                   self.plan.protocol.concurrent_pairs)
+
+    def take(self, index: int, left: int) -> Pair:
+        if not self.waiting:
+            self.waiting = self._start(index, max(1, min(self.pool.pairs, left)))
+        return self.waiting.pop(0)
+
+    def _start(self, index: int, n: int) -> list[Pair]:
+        plan = self.plan
+        if self.forks is not None:
+            spawned = [Pair(*self.forks.fork_pair(f"segment{index + i}")) for i in range(n)]
+        else:
+            spawned = [self.ahead] if self.ahead else []
+            self.ahead = None
+            spawned += [spawn_pair(self.launcher, plan.cand, plan.best, plan.log_dir, f"segment{index + i}")
+                        for i in range(len(spawned), n)]
+        pairs = []
+        try:
+            for p in spawned:
+                pairs.append(build_pair(p, plan.cand, plan.best, self.cores))
+                p.freeze()  # a pair waiting for its segment does not run during another's rounds
+        except BaseException:
+            for p in spawned:
+                p.kill()
+            raise
+        if self.forks is not None:
+            for p in pairs:
+                self.forks.cand.note_ready(p.cand)  # type: ignore[arg-type]
+                self.forks.best.note_ready(p.best)  # type: ignore[arg-type]
+        return pairs
+
+    def spawn_ahead(self, index: int) -> None:
+        """Exec'd pairs only: start the next pair's prelude during this segment, pinned to cores no timed
+        worker uses; without spare cores nothing starts during timed rounds (review finding 1.7.4)."""
+        spare = spare_cores(self.cores)
+        if self.forks is not None or self.waiting or not self.plan.protocol.overlap_startup or not spare:
+            return
+        self.ahead = spawn_pair(self.launcher, self.plan.cand, self.plan.best, self.plan.log_dir, f"segment{index}")
+        self.ahead.pin(spare)
+
+    def kill(self) -> None:
+        for p in [*self.waiting, *([self.ahead] if self.ahead else [])]:
+            p.kill()
+        self.waiting, self.ahead = [], None
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"plan": self.pool.as_dict(), "timed_cores": list(self.cores) if self.cores else None,
+                             "fork_servers": self.forks is not None}
+        if self.forks is not None:
+            d["fork_times"] = self.forks.times()
+        return d
+
+
+def _available_mb() -> float | None:
+    try:
+        for line in open("/proc/meminfo", encoding="ascii"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
 def measure(plan: MeasurementPlan, launcher: WorkerLauncher, first_pair: Pair | None = None,
-            on_round: RoundCallback | None = None, on_look: Callable[[Look], None] | None = None) -> PerfOutcome:
-    """The whole performance verdict: segments in fresh worker pairs until the sequential test decides."""
+            on_round: RoundCallback | None = None, on_look: Callable[[Look], None] | None = None,
+            forks: ForkServers | None = None) -> PerfOutcome:
+    """The whole performance verdict: segments in fresh worker pairs until the sequential test decides.
+
+    The first pair may be the quality run's; the others come from `forks` (the sides' fork servers)
+    when given, else from fresh exec'd workers. No pair starts or builds during timed rounds."""
     p = plan.protocol
     rng = random.SystemRandom()
     test = SequentialTest(plan.design())
     segments: list[SegmentRecord] = []
     seconds = {"startup": 0.0, "warmup": 0.0, "timed": 0.0}
     guard_info: dict[str, Any] = {}
+    cores = timed_cores(p, plan.is_cuda)
+    source = PairSource(plan, launcher, forks, cores)
     pair: Pair | None = first_pair  # workers already booted (the quality run's candidate and a best)
-    ahead: Pair | None = None  # the next segment's workers, started during this one (overlap_startup)
+    watch: GpuWatch | None = None
+
+    def outcome(keep: bool, reasons: list[str]) -> PerfOutcome:
+        return PerfOutcome(keep, reasons, segments, seconds, guard_info, source.as_dict())
+
     try:
         for index in range(plan.segments_allowed()):
             t0 = time.perf_counter()
             if pair is None:
-                spawned = ahead or spawn_pair(launcher, plan.cand, plan.best, plan.log_dir, f"segment{index}")
-                ahead = None
-                pair = build_pair(spawned, plan.cand, plan.best, p.cpu_affinity)
-            else:
-                pair.pin(p.cpu_affinity)
+                pair = source.take(index, plan.segments_allowed() - index)
+            if forks is not None:
+                t_wait = time.perf_counter()
+                forks.ready()  # the fork servers' imports never overlap timed rounds
+                waited = time.perf_counter() - t_wait
+                seconds["fork_servers_wait"] = seconds.get("fork_servers_wait", 0.0) + waited
+                t0 += waited
+            pair.pin(cores)
+            if watch is None:
+                watch = gpu_watch(pair, plan.is_cuda)
             seconds["startup"] += time.perf_counter() - t0
-            if p.overlap_startup and index + 1 < plan.segments_allowed():
-                ahead = spawn_pair(launcher, plan.cand, plan.best, plan.log_dir, f"segment{index + 1}")
+            source.spawn_ahead(index + 1)
             seg = run_segment(pair, index, plan.prompts, plan.batch, p.rounds, p.warmup_rounds, rng, on_round,
-                              plan.resolution, plan.check)
+                              plan.resolution, plan.check, watch)
             pair.close()
             pair = None
             seconds["warmup"] += sum(seg.warmup_s["cand"]) + sum(seg.warmup_s["best"])
             seconds["timed"] += sum(seg.cand_s) + sum(seg.best_s)
             seg.look = test.add(seg.cand_s, seg.best_s)
             segments.append(seg)
+            if index == 0:
+                source.size_from(seg)
             if on_look:
                 on_look(seg.look)
             if seg.unfaithful:
-                return PerfOutcome(False, [f"segment {index + 1}: {msg}" for msg in seg.unfaithful[:5]], segments,
-                                   seconds, guard_info)
+                return outcome(False, [f"segment {index + 1}: {msg}" for msg in seg.unfaithful[:5]])
             problems, guard_info = _guardrails(plan, segments, final=seg.look.final)
             if plan.roofline_ms and seg.median_ms("cand") < plan.roofline_ms:
                 problems.append(f"candidate median {seg.median_ms('cand'):.2f} ms is below the roofline "
                                 f"floor {plan.roofline_ms:.2f} ms: the measurement cannot be right")
             if problems:
-                return PerfOutcome(False, [f"segment {index + 1}: {msg}" for msg in problems], segments, seconds,
-                                   guard_info)
+                return outcome(False, [f"segment {index + 1}: {msg}" for msg in problems])
             if seg.look.final:
-                return PerfOutcome(seg.look.decision == "keep", [seg.look.reason], segments, seconds, guard_info)
+                return outcome(seg.look.decision == "keep", [seg.look.reason])
         raise AssertionError("the sequential test always decides by its last segment")
     finally:
-        for left in (pair, ahead):
-            if left is not None:
-                left.kill()
+        if pair is not None:
+            pair.kill()
+        source.kill()

@@ -72,7 +72,7 @@ def import_model(root: Path) -> Any:
 PRELOAD = (("diffusers", "ModelMixin"), ("diffusers", "SchedulerMixin"), ("quality_suite.audit", ""))
 
 
-def _preload() -> None:
+def preload() -> None:
     for module, attr in PRELOAD:
         loaded = importlib.import_module(module)
         if attr:
@@ -85,7 +85,7 @@ class Worker:
     def __init__(self, root: Path, device: str, threads: int, cap_gb: float | None):
         import torch
 
-        _preload()
+        preload()
 
         self.torch = torch
         self.root, self.device = root, device

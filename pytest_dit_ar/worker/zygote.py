@@ -44,7 +44,7 @@ def prelude() -> None:
 
     from . import server
 
-    server._preload()
+    server.preload()
     for module, names in FORK_PRELOAD:
         try:
             loaded = importlib.import_module(module)
