@@ -99,6 +99,8 @@ def test_renaming_guardrails_no_longer_drops_them_silently(tmp_path: Path) -> No
     ({"mutable_paths": ["pytest_dit_ar/"]}, "mutable_paths", "no overlap"),
     ({"fixed_paths": ["/etc"]}, "fixed_paths[0]", "relative path"),
     ({"performance__cpu_affinity": []}, "performance.cpu_affinity", "non-empty"),
+    ({"performance__pair_cores": "two"}, "performance.pair_cores", '"one"'),
+    ({"performance__fork_servers_per_side": 0}, "performance.fork_servers_per_side", "positive"),
 ])
 def test_bad_values_name_the_key_and_what_was_expected(tmp_path: Path, change: dict, key: str,
                                                         expected: str) -> None:
