@@ -67,7 +67,7 @@ class PerfProtocol:
     fork_servers_per_side: int = 2  # separately exec'd fork servers per side, dealt round-robin (layouts)
     pair_cores: str = "auto"  # "one": both workers of a timed pair on one core; "affinity": cpu_affinity as is;
     # "auto": "one" on CUDA lanes (H200: pair spread 3.4% vs 9-12% on two cores), "affinity" on CPU lanes
-    concurrent_pairs: int = 2  # pairs built ahead and alive at once, at most (capped by the measured memory)
+    concurrent_pairs: int = 1  # pairs built together and alive at once, at most (capped by the measured memory)
 
 
 PAIR_CORES = ("auto", "one", "affinity")

@@ -217,59 +217,87 @@ def timed(pair: Pair, side: str, requests: list[list[Any]], resolution: int | No
     return got, SideTiming(start, time.time(), waited, idle, watch.sample())
 
 
-def run_segment(pair: Pair, index: int, prompts: tuple[str, ...], batch: int, rounds: int, warmup: int,
-                rng: random.Random, on_round: RoundCallback | None = None, resolution: int | None = None,
-                check: RoundCheck | None = None, watch: GpuWatch | None = None) -> SegmentRecord:
-    """Warm up both sides, then time `rounds` paired rounds in balanced orders with fresh seeds.
+class SegmentRun:
+    """One pair's rounds as they are timed: warm-up, then paired rounds in balanced order (CB/BC
+    alternating from a random first order), each with fresh seeds; `record()` is what it measured so far.
 
-    Only one side runs at a time (the other is frozen). The orders alternate CB/BC from a random first
-    one (clean_rounds.balanced_orders); every round's order, times and GPU state are recorded. Every
-    round's outputs are read by the harness: outputs that repeat for different requests, or candidate
-    outputs that fail `check` against the best's outputs for the same requests, are recorded as problems
-    (the timed work is not the judged work)."""
-    def draw() -> list[list[Any]]:
-        return [[rng.choice(prompts), rng.randrange(2**31)] for _ in range(batch)]
+    Only one side runs at a time (the other is frozen). Every round's order, times and GPU state are
+    recorded. Every round's outputs are read by the harness: outputs that repeat for different requests,
+    or candidate outputs that fail `check` against the best's outputs for the same requests, are recorded
+    as problems (the timed work is not the judged work)."""
 
-    pair.freeze()
-    warm: dict[str, list[float]] = {"cand": [], "best": []}
-    for _ in range(warmup):
-        reqs = draw()
-        for side in SIDES:
-            warm[side].append(timed(pair, side, reqs, resolution, watch)[0].seconds)
-    times: dict[str, list[float]] = {"cand": [], "best": []}
-    seeds, problems, records = [], [], []
-    orders = clean_rounds.balanced_orders(rounds, rng.random() < 0.5)
-    seen: dict[str, dict[str, tuple]] = {"cand": {}, "best": {}}
-    collisions: dict[str, list[tuple]] = {"cand": [], "best": []}
-    memory: dict[str, dict[str, Any]] = {"cand": {}, "best": {}}
-    for done, order in enumerate(orders):
-        reqs = draw()
+    def __init__(self, pair: Pair, index: int, prompts: tuple[str, ...], batch: int, rng: random.Random,
+                 resolution: int | None = None, check: RoundCheck | None = None, watch: GpuWatch | None = None):
+        self.pair, self.index, self.prompts, self.batch, self.rng = pair, index, prompts, batch, rng
+        self.resolution, self.check, self.watch = resolution, check, watch
+        self.cand_first = rng.random() < 0.5
+        self.warm: dict[str, list[float]] = {"cand": [], "best": []}
+        self.times: dict[str, list[float]] = {"cand": [], "best": []}
+        self.seeds: list[list[int]] = []
+        self.orders: list[str] = []
+        self.problems: list[str] = []
+        self.records: list[RoundRecord] = []
+        self.seen: dict[str, dict[str, tuple]] = {"cand": {}, "best": {}}
+        self.collisions: dict[str, list[tuple]] = {"cand": [], "best": []}
+        self.memory: dict[str, dict[str, Any]] = {"cand": {}, "best": {}}
+
+    def draw(self) -> list[list[Any]]:
+        return [[self.rng.choice(self.prompts), self.rng.randrange(2**31)] for _ in range(self.batch)]
+
+    def warm_up(self, rounds: int) -> None:
+        for _ in range(rounds):
+            reqs = self.draw()
+            for side in SIDES:
+                self.warm[side].append(timed(self.pair, side, reqs, self.resolution, self.watch)[0].seconds)
+
+    def play_round(self) -> None:
+        done = len(self.orders)
+        order = clean_rounds.balanced_orders(done + 1, self.cand_first)[-1]
+        reqs = self.draw()
         got: dict[str, Generated] = {}
         timing: dict[str, SideTiming] = {}
         for side in (("cand", "best") if order == "CB" else ("best", "cand")):
-            got[side], timing[side] = timed(pair, side, reqs, resolution, watch)
-            times[side].append(got[side].seconds)
-            memory[side] = got[side].memory
-        records.append(RoundRecord(done, order, timing))
+            got[side], timing[side] = timed(self.pair, side, reqs, self.resolution, self.watch)
+            self.times[side].append(got[side].seconds)
+            self.memory[side] = got[side].memory
+        self.records.append(RoundRecord(done, order, timing))
         for side in SIDES:
             for req, image in zip(reqs, got[side].images):
                 fp = hashlib.sha256(image.numpy().tobytes()).hexdigest()
-                if fp in seen[side] and seen[side][fp] != tuple(req):
-                    collisions[side].append((seen[side][fp], tuple(req)))
-                seen[side][fp] = tuple(req)
-        if check is not None:
-            problems += [f"round {done + 1}: {p}" for p in check(got["cand"], got["best"])]
-        seeds.append([s for _, s in reqs])
+                if fp in self.seen[side] and self.seen[side][fp] != tuple(req):
+                    self.collisions[side].append((self.seen[side][fp], tuple(req)))
+                self.seen[side][fp] = tuple(req)
+        if self.check is not None:
+            self.problems += [f"round {done + 1}: {p}" for p in self.check(got["cand"], got["best"])]
+        self.seeds.append([s for _, s in reqs])
+        self.orders.append(order)
+
+    def record(self) -> SegmentRecord:
+        pair = self.pair
+        problems = self.problems + [
+            f"{side}: identical outputs for different requests in {len(found)} cases, e.g. {found[0][0]} and "
+            f"{found[0][1]}" for side, found in self.collisions.items() if found]
+        mem = {side: _memory(pair.worker(side), self.memory[side]) for side in SIDES}
+        return SegmentRecord(self.index, list(self.times["cand"]), list(self.times["best"]), list(self.seeds),
+                             list(self.orders), {k: list(v) for k, v in self.warm.items()}, dict(pair.build_s), mem,
+                             problems[:20], fresh=pair.fresh, rounds=list(self.records), ready_s=pair.ready_s(),
+                             forked=pair.forked)
+
+
+def run_segment(pair: Pair, index: int, prompts: tuple[str, ...], batch: int, rounds: int, warmup: int,
+                rng: random.Random, on_round: RoundCallback | None = None, resolution: int | None = None,
+                check: RoundCheck | None = None, watch: GpuWatch | None = None) -> SegmentRecord:
+    """Warm up both sides, then time `rounds` paired rounds in balanced orders with fresh seeds (SegmentRun)."""
+    run = SegmentRun(pair, index, prompts, batch, rng, resolution, check, watch)
+    pair.freeze()
+    run.warm_up(warmup)
+    for done in range(rounds):
+        run.play_round()
         if on_round:
             on_round(index, done + 1, rounds)
     pair.cand.thaw()
     pair.best.thaw()
-    problems += [f"{side}: identical outputs for different requests in {len(found)} cases, e.g. {found[0][0]} and "
-                 f"{found[0][1]}" for side, found in collisions.items() if found]
-    mem = {side: _memory(pair.worker(side), memory[side]) for side in SIDES}
-    return SegmentRecord(index, times["cand"], times["best"], seeds, orders, warm, dict(pair.build_s), mem,
-                         problems[:20], fresh=pair.fresh, rounds=records, ready_s=pair.ready_s(),
-                         forked=pair.forked)
+    return run.record()
 
 
 def timed_cores(protocol: PerfProtocol, is_cuda: bool) -> tuple[int, ...] | None:
@@ -389,7 +417,7 @@ class PairSource:
         self.pool = PoolPlan(1, 2, None, None)
         self.started = 0
 
-    def size_from(self, seg: SegmentRecord) -> None:
+    def size_from(self, seg: SegmentRecord, most: int | None = None) -> None:
         """Size the pool from the sides' measured peaks and the lane's budget (device memory on GPUs,
         the host's available memory on CPUs)."""
         g = self.plan.guardrails
@@ -397,14 +425,15 @@ class PairSource:
         if not self.plan.is_cuda:
             budget = _available_mb()
         self.pool = pairs_that_fit(seg.peak_memory_mb("cand"), seg.peak_memory_mb("best"), budget,
-                                   self.plan.protocol.concurrent_pairs)
+                                   most or self.plan.protocol.concurrent_pairs)
 
     def take(self, index: int, left: int) -> Pair:
         if not self.waiting:
-            self.waiting = self._start(index, max(1, min(self.pool.pairs, left)))
+            self.waiting = self.start(index, max(1, min(self.pool.pairs, left)))
         return self.waiting.pop(0)
 
-    def _start(self, index: int, n: int) -> list[Pair]:
+    def start(self, index: int, n: int) -> list[Pair]:
+        """Fork (or spawn) and build `n` pairs outside timed rounds; each is frozen once built."""
         plan = self.plan
         if self.forks is not None:
             spawned = [Pair(*self.forks.fork_pair(f"segment{index + i}")) for i in range(n)]
@@ -481,6 +510,11 @@ def measure(plan: MeasurementPlan, launcher: WorkerLauncher, first_pair: Pair | 
     def outcome(keep: bool, reasons: list[str]) -> PerfOutcome:
         return PerfOutcome(keep, reasons, segments, seconds, guard_info, source.as_dict())
 
+    if getattr(test.design, "concurrent", False):  # performance.pairs > 1 (perf_suite.sequential)
+        try:
+            return measure_concurrent(plan, test, source, first_pair, forks, on_round, on_look, seconds)
+        finally:
+            source.kill()
     try:
         for index in range(plan.segments_allowed()):
             t0 = time.perf_counter()
@@ -524,3 +558,81 @@ def measure(plan: MeasurementPlan, launcher: WorkerLauncher, first_pair: Pair | 
         if pair is not None:
             pair.kill()
         source.kill()
+
+
+def measure_concurrent(plan: MeasurementPlan, test: Any, source: PairSource, first_pair: Pair | None,
+                       forks: ForkServers | None, on_round: RoundCallback | None,
+                       on_look: Callable[[Look], None] | None, seconds: dict[str, float]) -> PerfOutcome:
+    """The concurrent layout (review §4): `design.pairs` pairs started and warmed before any timed round,
+    then rounds dealt round-robin over them (each pair alternating CB/BC), a look whenever the test's
+    next look point is reached (`test.next_look()`: pairs and rounds per pair; `test.update`)."""
+    m = int(test.design.pairs)
+    p = plan.protocol
+    pairs: list[Pair] = [first_pair] if first_pair is not None else []
+    runs: list[SegmentRun] = []
+    rng = random.SystemRandom()
+    try:
+        t0 = time.perf_counter()
+        if forks is not None:
+            forks.ready()
+        if pairs:
+            _refuse_unless_fits(plan, source, pairs[0], m)
+        while len(pairs) < m:
+            pairs += source.start(len(pairs), m - len(pairs))
+        for pair in pairs:
+            pair.pin(source.cores)
+            pair.freeze()
+        watch = gpu_watch(pairs[0], plan.is_cuda)
+        runs = [SegmentRun(pair, i, plan.prompts, plan.batch, rng, plan.resolution, plan.check, watch)
+                for i, pair in enumerate(pairs)]
+        seconds["startup"] += time.perf_counter() - t0
+        for run in runs:
+            run.warm_up(p.warmup_rounds)
+            seconds["warmup"] += sum(run.warm["cand"]) + sum(run.warm["best"])
+        while (point := test.next_look()) is not None:
+            while min(len(r.orders) for r in runs[:point.pairs]) < point.rounds:
+                for run in runs[:point.pairs]:
+                    if len(run.orders) < point.rounds:
+                        run.play_round()
+                        seconds["timed"] += run.times["cand"][-1] + run.times["best"][-1]
+                if on_round:
+                    on_round(0, min(len(r.orders) for r in runs[:point.pairs]), point.rounds)
+            segments = [r.record() for r in runs[:point.pairs]]
+            look = test.update([s.cand_s for s in segments], [s.best_s for s in segments])
+            segments[-1].look = look
+            if on_look:
+                on_look(look)
+            done = PerfOutcome(False, [], segments, seconds, {}, source.as_dict())
+            unfaithful = [f"pair {s.index + 1}: {msg}" for s in segments for msg in s.unfaithful]
+            if unfaithful:
+                done.reasons = unfaithful[:5]
+                return done
+            problems, done.guardrails = _guardrails(plan, segments, final=look.final)
+            if problems:
+                done.reasons = problems
+                return done
+            if look.final:
+                done.keep, done.reasons = look.decision == "keep", [look.reason]
+                return done
+        raise AssertionError("the sequential test always decides by its last look")
+    except BaseException:
+        for pair in pairs:
+            pair.kill()
+        raise
+    finally:
+        for pair in pairs:
+            pair.close()
+
+
+def _refuse_unless_fits(plan: MeasurementPlan, source: PairSource, pair: Pair, m: int) -> None:
+    """Concurrent pairs hold their memory together: refuse when `m` pairs of the first pair's size do not
+    fit the budget (the measured peaks so far: the quality run's corpus)."""
+    from dit_ar_contract.errors import Refused
+
+    seg = SegmentRecord(0, [], [], [], [], {"cand": [], "best": []}, {},
+                        {side: _memory(pair.worker(side), {}) for side in SIDES}, [])
+    source.size_from(seg, most=m)
+    if source.pool.pairs < m and source.pool.per_pair_mb:
+        raise Refused(f"performance.pairs = {m} concurrent pairs need {m * source.pool.per_pair_mb:.0f} MB but "
+                      f"{source.pool.budget_mb:.0f} MB fit {source.pool.pairs}: set performance.pairs to "
+                      f"{max(1, source.pool.pairs)}")

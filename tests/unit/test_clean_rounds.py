@@ -7,6 +7,7 @@ import random
 import sys
 import types
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -206,3 +207,75 @@ def test_spare_cores_leave_out_the_timed_ones() -> None:
     assert spare_cores(tuple(allowed)) is None
     if len(allowed) > 1:
         assert spare_cores((allowed[0],)) == tuple(allowed[1:])
+
+
+# -- concurrent pairs, rounds dealt round-robin (the layout perf_suite.sequential calls `pairs > 1`) ----------
+class FakeLook:
+    def __init__(self, final: bool):
+        self.final, self.decision, self.reason = final, "keep" if final else "continue", "fake look"
+
+
+class FakeTest:
+    """The sequential test's interface for concurrent pairs: next_look() -> (pairs, rounds), update()."""
+
+    def __init__(self, pairs: int, looks: list[int]):
+        self.design = types.SimpleNamespace(pairs=pairs, concurrent=True)
+        self.looks, self.updates = list(looks), []
+
+    def next_look(self):
+        return types.SimpleNamespace(pairs=self.design.pairs, rounds=self.looks[0]) if self.looks else None
+
+    def update(self, cand_s, best_s):
+        self.updates.append(([len(c) for c in cand_s], [len(b) for b in best_s]))
+        self.looks.pop(0)
+        return FakeLook(final=not self.looks)
+
+
+class PinnableWorker(FakeWorker):
+    def __init__(self, name: str, *args):
+        super().__init__(*args)
+        self.name = name
+
+    def generate(self, requests: list, resolution: int | None = None) -> Generated:
+        self.log.append((self.name, self.side))
+        return super().generate(requests, resolution)
+
+    def pin(self, cores) -> None:
+        pass
+
+    def close(self) -> None:
+        self.log.append((self.name, "closed"))
+
+    def kill(self) -> None:
+        self.log.append((self.name, "killed"))
+
+
+def test_concurrent_pairs_are_built_first_then_dealt_rounds_round_robin(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dit_ar_contract.config import Guardrails
+    from pytest_dit_ar.loop.measurement import MeasurementPlan, PairSource, Side, measure_concurrent
+
+    log: list[tuple[str, str]] = []
+
+    def make(name: str) -> Pair:
+        frozen = {"cand": False, "best": False}
+        return Pair(PinnableWorker(name, "cand", log, frozen, 0.1),  # type: ignore[arg-type]
+                    PinnableWorker(name, "best", log, frozen, 0.2), {"cand": 0.1, "best": 0.1})  # type: ignore[arg-type]
+
+    side = Side("x", Path("."), {})
+    plan = MeasurementPlan(side, side, replace(PerfProtocol(), warmup_rounds=1), ("p",), 1, "latency_ms",
+                           Guardrails(memory_growth_pct=None, startup_growth_pct=None))
+    source = PairSource(plan, None, None, None)  # type: ignore[arg-type]
+    started: list[int] = []
+    monkeypatch.setattr(source, "start", lambda index, n: started.append(n) or [make(f"p{index + i}")
+                                                                                  for i in range(n)])
+    test = FakeTest(3, [4, 8])
+    seconds = {"startup": 0.0, "warmup": 0.0, "timed": 0.0}
+    out = measure_concurrent(plan, test, source, make("p0"), None, None, None, seconds)
+    assert started == [2] and test.updates == [([4, 4, 4], [4, 4, 4]), ([8, 8, 8], [8, 8, 8])]
+    assert out.keep and len(out.segments) == 3 and all(len(s.cand_s) == 8 for s in out.segments)
+    timed_pairs = [name for name, what in log if what in ("cand", "best")][2 * 3:]  # after each pair's warm-up
+    assert timed_pairs[:12] == ["p0", "p0", "p1", "p1", "p2", "p2"] * 2  # one round per pair in turn
+    for seg in out.segments:
+        assert all(a != b for a, b in zip(seg.orders, seg.orders[1:]))
+    assert sorted(name for name, what in log if what == "closed") == ["p0", "p0", "p1", "p1", "p2", "p2"]
+    assert seconds["timed"] == pytest.approx(3 * 8 * 0.3)
