@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dit_ar_contract.errors import CandidateCrash
+from dit_ar_contract.errors import CandidateCrash, Refused
 
 from . import protocol
 from .client import PATH_VARIABLE, WorkerLauncher, WorkerProcess, log_tail
@@ -128,9 +128,9 @@ class Zygote(WorkerProcess):
 
     def handshake(self) -> "Zygote":
         hello = self._receive(self.timeout_s)
-        if not hello.get("ok"):
-            raise CandidateCrash(f"the {self.side} fork server failed to start: {hello.get('error')}",
-                                 log_tail(self.log_path))
+        if not hello.get("ok"):  # only fixed code ran: the harness's or the machine's problem
+            raise Refused(f"the {self.side} fork server failed to start ({hello.get('error')}; see "
+                          f"{self.log_path}): set performance.fork_server to false to time exec'd pairs")
         self.inner_pid = int(hello["pid"])
         self.prelude_s = float(hello.get("prelude_s", 0.0))
         found = host_pid(self._candidates(), self.inner_pid) if self.namespace else self.proc.pid

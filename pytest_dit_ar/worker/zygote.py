@@ -121,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     os.open(os.devnull, os.O_RDONLY)  # fd 0 again, so a child's dup2 finds the usual layout
     try:
         prelude()
+        if "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized():
+            raise RuntimeError("the prelude initialised CUDA, which does not survive fork")
     except BaseException as exc:  # reported to the harness, which refuses the fork server
         send(sock, {"ok": False, "error": f"{type(exc).__name__}: {exc}"})
         return 1
