@@ -3,8 +3,12 @@
 * Orders: within a segment the sides alternate CB, BC, CB, ... from a random first order, so each side
   goes first in half the rounds (an order effect cancels within the segment instead of by chance).
 * Before a side is timed the other side is frozen and its worker has synchronised every GPU before its
-  reply (worker/server.py `settle`); `GpuWatch.wait_idle` then checks with NVML that the GPU shows no
-  work in flight (utilisation 0) and waits a little if it does. On CPU lanes the watch is `NoGpu`.
+  reply (worker/server.py `settle`), so its own work is done. What a sync in the worker cannot cover is a
+  helper process of the frozen side with a CUDA context of its own (kernels it queued keep running after
+  SIGSTOP): when NVML lists such a process (`GpuWatch.helpers`), `GpuWatch.wait_idle` waits until the GPU
+  shows no utilisation (at most `IDLE_WAIT_S`), else the side is flagged as timed on a busy GPU. Without
+  helpers nothing is waited for (NVML's utilisation lags by its sample period, up to a second, so waiting
+  on it every round would cost more than the rounds). On CPU lanes the watch is `NoGpu`.
 * Every timed side gets a `GpuSample` (SM clock, power, temperature, throttle reasons) right after its
   generate; a round in which either side's sample names a slowdown (power cap, thermal, power brake,
   hardware slowdown) is flagged. Flagged rounds are kept in the verdict and said in the summary: dropping
@@ -48,6 +52,8 @@ class GpuSample:
 class GpuWatch(Protocol):
     def sample(self) -> list[GpuSample]: ...
 
+    def helpers(self, pids: set[int]) -> list[int]: ...
+
     def wait_idle(self, max_wait_s: float) -> tuple[float, bool]: ...
 
 
@@ -55,6 +61,9 @@ class NoGpu:
     """The watch of a CPU lane: nothing to read, nothing to wait for."""
 
     def sample(self) -> list[GpuSample]:
+        return []
+
+    def helpers(self, pids: set[int]) -> list[int]:
         return []
 
     def wait_idle(self, max_wait_s: float) -> tuple[float, bool]:
@@ -91,6 +100,15 @@ class NvmlWatch:
                                  self._read("nvmlDeviceGetTemperature", h, n.NVML_TEMPERATURE_GPU),
                                  int(reasons or 0), util.gpu if util is not None else None))
         return out
+
+    def helpers(self, pids: set[int]) -> list[int]:
+        """Which of `pids` hold a CUDA context on the pair's GPUs (NVML's compute processes)."""
+        found = []
+        for h in self.handles:
+            for proc in self._read("nvmlDeviceGetComputeRunningProcesses", h) or []:
+                if proc.pid in pids:
+                    found.append(int(proc.pid))
+        return sorted(set(found))
 
     def busy(self) -> bool:
         for h in self.handles:

@@ -203,10 +203,13 @@ RoundCheck = Callable[[Generated, Generated], list[str]]  # candidate vs best ou
 
 def timed(pair: Pair, side: str, requests: list[list[Any]], resolution: int | None,
           watch: GpuWatch | None = None) -> tuple[Generated, SideTiming]:
-    """One timed generate of `side` while the other side's whole sandbox stays frozen: the GPU is first
-    checked for work in flight (NVML; nothing on CPU lanes), its state read right after."""
+    """One timed generate of `side` while the other side's whole sandbox stays frozen: when a helper of the
+    frozen side holds a CUDA context, the GPU is first checked for work in flight (NVML; nothing on CPU
+    lanes); the GPU's state is read right after."""
     watch = watch or NoGpu()
-    waited, idle = watch.wait_idle(IDLE_WAIT_S)
+    other = pair.worker("best" if side == "cand" else "cand")
+    helpers = watch.helpers(set(other.processes()) - {other.pid})
+    waited, idle = watch.wait_idle(IDLE_WAIT_S) if helpers else (0.0, True)
     worker = pair.worker(side)
     worker.thaw()
     start = time.time()

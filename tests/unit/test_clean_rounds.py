@@ -53,6 +53,11 @@ class FakeWorker:
     def peak_rss_mb(self) -> float:
         return 10.0
 
+    pid = 100
+
+    def processes(self) -> list[int]:
+        return [self.pid, 101 if self.side == "cand" else 201]  # the worker and one helper
+
     def gpu_memory_mb(self) -> None:
         return None
 
@@ -66,8 +71,13 @@ def fake_pair(cand_s: float = 0.1, best_s: float = 0.2) -> tuple[Pair, list]:
 
 
 class FakeWatch:
-    def __init__(self, samples: list[list[GpuSample]], busy: bool = False):
-        self.samples, self.busy = list(samples), busy
+    def __init__(self, samples: list[list[GpuSample]], busy: bool = False, helpers: bool = True):
+        self.samples, self.busy, self.with_helpers = list(samples), busy, helpers
+        self.asked: list[set[int]] = []
+
+    def helpers(self, pids: set[int]) -> list[int]:
+        self.asked.append(pids)
+        return sorted(pids) if self.with_helpers else []
 
     def sample(self) -> list[GpuSample]:
         return self.samples.pop(0) if self.samples else []
@@ -110,10 +120,19 @@ def test_a_throttled_side_flags_its_round_and_the_summary_says_so() -> None:
 
 def test_a_side_timed_with_the_gpu_still_busy_is_flagged() -> None:
     pair, _ = fake_pair()
-    seg = run_segment(pair, 0, ("p",), 1, 4, 0, random.Random(0), watch=FakeWatch([], busy=True))
+    watch = FakeWatch([], busy=True)
+    seg = run_segment(pair, 0, ("p",), 1, 4, 0, random.Random(0), watch=watch)
     assert clean_rounds.flagged(seg.rounds) == [0, 1, 2, 3]
     assert all(t.idle_wait_s > 0 and not t.idle for r in seg.rounds for t in r.sides.values())
     assert "GPU busy before timing" in (clean_rounds.summary(seg.rounds) or "")
+    assert {101, 201} == set().union(*watch.asked)  # the frozen side's helpers, never its worker
+
+
+def test_without_a_helper_of_the_frozen_side_nothing_is_waited_for() -> None:
+    pair, _ = fake_pair()
+    seg = run_segment(pair, 0, ("p",), 1, 4, 0, random.Random(0), watch=FakeWatch([], busy=True, helpers=False))
+    assert clean_rounds.flagged(seg.rounds) == []
+    assert all(t.idle_wait_s == 0 and t.idle for r in seg.rounds for t in r.sides.values())
 
 
 def test_slowdown_bits_are_named_and_idle_or_boost_bits_are_not() -> None:
@@ -137,6 +156,7 @@ def fake_pynvml(reasons: int, util: list[int]) -> types.ModuleType:
     nvml.nvmlDeviceGetClockInfo = lambda h, kind: 1830
     nvml.nvmlDeviceGetTemperature = lambda h, kind: 71
     nvml.nvmlDeviceGetCurrentClocksEventReasons = lambda h: reasons
+    nvml.nvmlDeviceGetComputeRunningProcesses = lambda h: [types.SimpleNamespace(pid=7), types.SimpleNamespace(pid=9)]
     readings = iter(util)
     nvml.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=next(readings, 0))
     return nvml
@@ -148,6 +168,7 @@ def test_nvml_watch_reads_clock_power_temperature_and_reasons(monkeypatch: pytes
     (sample,) = watch.sample()
     assert sample == GpuSample(1830, 312.5, 71, 0x4, 37)
     assert sample.slowdowns == ["power cap"]
+    assert watch.helpers({9, 11}) == [9]
 
 
 def test_the_idle_wait_stops_when_the_gpu_is_idle_or_the_time_is_up(monkeypatch: pytest.MonkeyPatch) -> None:
