@@ -31,6 +31,7 @@ from dit_ar_contract.config import load_config
 from pytest_dit_ar.loop.measurement import Pair, Side, gpu_watch, run_segment, spawn_pair
 from pytest_dit_ar.worker.client import SandboxPolicy, WorkerLauncher
 from pytest_dit_ar.worker.forkserver import ForkServers
+from quality_suite.corpora import load_corpus
 
 
 def mean_log_ratio(seg) -> float:
@@ -78,7 +79,7 @@ def main() -> None:
     launcher = WorkerLauncher(target, lane.performance.threads, 300.0, policy)
     root = config.root
     spec = {**lane.workload(launcher.model_root(root), root), "steps": a.steps}
-    prompts = tuple(json.loads(line)["prompt"] for line in (root / lane.corpus).read_text().splitlines() if line)
+    prompts = tuple(c.prompt for c in load_corpus(root / lane.corpus))
     logs = Path(tempfile.mkdtemp(prefix="wave4-fs-"))
     side = Side("x", root, spec)
     result: dict = {"lane": a.lane, "steps": a.steps, "sandboxed": policy is not None,
