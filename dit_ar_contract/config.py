@@ -64,10 +64,15 @@ class PerfProtocol:
     threads: int = 2
     cpu_affinity: tuple[int, ...] | None = None
     fork_server: bool = True  # pairs after the quality run's are forked from each side's fork servers
-    fork_servers_per_side: int = 2  # separately exec'd fork servers per side, dealt round-robin (layouts)
+    fork_servers_per_side: int | None = None  # exec'd fork servers per side, dealt round-robin (layouts);
+    # None: 2 on CUDA lanes (their imports run in parallel beside the quality run), 1 on CPU lanes
     pair_cores: str = "auto"  # "one": both workers of a timed pair on one core; "affinity": cpu_affinity as is;
     # "auto": "one" on CUDA lanes (H200: pair spread 3.4% vs 9-12% on two cores), "affinity" on CPU lanes
     concurrent_pairs: int = 1  # pairs built together and alive at once, at most (capped by the measured memory)
+
+    def fork_servers(self, is_cuda: bool) -> int:
+        """Fork servers per side (docs/design-notes.md 34)."""
+        return self.fork_servers_per_side or (2 if is_cuda else 1)
 
 
 PAIR_CORES = ("auto", "one", "affinity")

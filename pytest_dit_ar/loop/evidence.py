@@ -223,7 +223,7 @@ class Evidence:
         if self.best_root is None or not self.prefetch_best or not p.fork_server:
             return
         self._forks = ForkServers(self.launcher, self.candidate_root, self.best_root, self.run_dir,
-                                  p.fork_servers_per_side).spawn()
+                                  p.fork_servers(self.session.lane.is_cuda)).spawn()
 
     def _close_forks(self) -> None:
         if self._forks is not None:

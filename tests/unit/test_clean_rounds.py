@@ -300,3 +300,8 @@ def test_concurrent_pairs_are_built_first_then_dealt_rounds_round_robin(monkeypa
         assert all(a != b for a, b in zip(seg.orders, seg.orders[1:]))
     assert sorted(name for name, what in log if what == "closed") == ["p0", "p0", "p1", "p1", "p2", "p2"]
     assert seconds["timed"] == pytest.approx(3 * 8 * 0.3)
+
+
+def test_fork_servers_per_side_default_two_on_cuda_one_on_cpu() -> None:
+    assert PerfProtocol().fork_servers(is_cuda=True) == 2 and PerfProtocol().fork_servers(is_cuda=False) == 1
+    assert replace(PerfProtocol(), fork_servers_per_side=3).fork_servers(is_cuda=False) == 3
