@@ -179,8 +179,15 @@ class Zygote(WorkerProcess):
             os.close(from_child)
             raise CandidateCrash(f"the {self.side} worker forked by the fork server died at once",
                                  log_tail(log_path))
+        try:
+            handle = _ForkedHandle(pid, to_child, from_child)
+        except ProcessLookupError:
+            os.close(to_child)
+            os.close(from_child)
+            raise CandidateCrash(f"the {self.side} worker forked by the fork server died at once",
+                                 log_tail(log_path)) from None
         self.forks += 1
-        return ForkedWorker(self, _ForkedHandle(pid, to_child, from_child), log_path, started)
+        return ForkedWorker(self, handle, log_path, started)
 
     def freeze(self) -> None:
         if self.group is not None:
