@@ -536,8 +536,10 @@ def measure(plan: MeasurementPlan, launcher: WorkerLauncher, first_pair: Pair | 
             source.spawn_ahead(index + 1)
             seg = run_segment(pair, index, plan.prompts, plan.batch, p.rounds, p.warmup_rounds, rng, on_round,
                               plan.resolution, plan.check, watch)
+            t_close = time.perf_counter()
             pair.close()
             pair = None
+            seconds["teardown"] = seconds.get("teardown", 0.0) + time.perf_counter() - t_close
             seconds["warmup"] += sum(seg.warmup_s["cand"]) + sum(seg.warmup_s["best"])
             seconds["timed"] += sum(seg.cand_s) + sum(seg.best_s)
             seg.look = test.add(seg.cand_s, seg.best_s)
