@@ -534,9 +534,13 @@ def measure(plan: MeasurementPlan, launcher: WorkerLauncher, first_pair: Pair | 
                 watch = gpu_watch(pair, plan.is_cuda)
             seconds["startup"] += time.perf_counter() - t0
             source.spawn_ahead(index + 1)
+            t_seg = time.perf_counter()
             seg = run_segment(pair, index, plan.prompts, plan.batch, p.rounds, p.warmup_rounds, rng, on_round,
                               plan.resolution, plan.check, watch)
             t_close = time.perf_counter()
+            # between the round trips: reading, hashing and checking the outputs, freezing, the GPU watch
+            seconds["round_checks"] = seconds.get("round_checks", 0.0) + (t_close - t_seg) - sum(
+                seg.warmup_s["cand"] + seg.warmup_s["best"] + seg.cand_s + seg.best_s)
             pair.close()
             pair = None
             seconds["teardown"] = seconds.get("teardown", 0.0) + time.perf_counter() - t_close
