@@ -129,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     send(sock, {"ok": True, "protocol": protocol.VERSION, "pid": os.getpid(),
                 "prelude_s": time.perf_counter() - started})
     serve(sock, args)
-    return 0
+    sys.stderr.flush()
+    os._exit(0)  # nothing to finalise: the interpreter's shutdown of torch took seconds under load
 
 
 if __name__ == "__main__":
