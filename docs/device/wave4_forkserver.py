@@ -8,8 +8,9 @@
 2. `--pairs` pairs forked from the fork servers (round-robin over `--per-side` servers a side), each timed
    like a segment (`--warmup` rounds, then `--rounds` rounds in balanced order) with the GPU watch on:
    fork-to-hello, build, per-round order/times/NVML clock, power, temperature, throttle reasons, idle wait.
-   Pairs alternate between both workers pinned to one core (`--one`) and to two cores (`--two`): the
-   spread of the pairs' mean log ratios under each.
+   Pairs alternate (one, two, two, one, ...) between both workers pinned to one core (`--one`) and to two
+   cores (`--two`), so that each fork server serves both settings: the spread of the pairs' mean log ratios
+   under each, and each pair's fork server (`zygote`: pair i from server i mod per-side).
 3. The exec'd pair timed once the same way (a cold pair's segment beside the forked ones).
 No verdict is taken; every figure is a harness measurement (no worker-reported time is used).
 """
@@ -112,7 +113,7 @@ def main() -> None:
         if time.perf_counter() - started > a.deadline_s - 20:
             result["stopped_early"] = f"deadline after {i} forked pairs"
             break
-        cores = a.one if i % 2 == 0 else a.two
+        cores = a.one if i % 4 in (0, 3) else a.two  # ABBA: each fork server serves both core settings
         tf = time.perf_counter()
         c, b = forks.fork_pair(f"p{i}")
         pair = Pair(c, b)
@@ -129,6 +130,7 @@ def main() -> None:
         seg = run_segment(pair, i, prompts, lane.batch, a.rounds, a.warmup, rng, watch=watch_for(pair, lane.is_cuda))
         d = segment_data(seg, pair, cores)
         d["pair_ready_s"] = ready
+        d["zygote"] = i % a.per_side
         result["forked"].append(d)
         print("pair", i, cores, f"ready {ready:.2f} s", f"lr {d['mean_log_ratio']:+.4f}", flush=True)
         pair.close()
