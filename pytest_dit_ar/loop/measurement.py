@@ -24,8 +24,9 @@ from typing import Any
 import numpy as np
 
 from dit_ar_contract.config import Guardrails, PerfProtocol
+from dit_ar_contract.errors import Refused
 from perf_suite import guardrails as guard
-from perf_suite.sequential import Design, Look, SequentialTest
+from perf_suite.sequential import Design, Look, OffsetBound, PairSpread, SequentialTest
 
 from ..worker.client import Generated, WorkerLauncher, WorkerProcess
 
@@ -58,13 +59,13 @@ class MeasurementPlan:
     max_segments: int | None = None  # overrides the protocol's (the baseline's A/A run takes one)
     resolution: int | None = None  # the lane's: outputs of another size break the seam
     check: RoundCheck | None = None  # candidate vs best outputs of every timed round
+    bound: OffsetBound | None = None  # the session's bound on the between-process sd (state.noise)
 
     def design(self) -> Design:
-        p = self.protocol
-        return Design(alpha=p.alpha, min_improvement_pct=p.min_improvement_pct,
-                      min_segments=min(p.min_segments, self.segments_allowed()),
-                      max_segments=self.segments_allowed(), offset_floor_pct=p.offset_floor_pct,
-                      spending_gamma=p.spending_gamma, futility_z=p.futility_z, metric=self.metric)
+        return Design.from_protocol(self.protocol, self.metric, self.max_segments)
+
+    def offset_bound(self) -> OffsetBound:
+        return self.bound or OffsetBound.default("cuda" if self.is_cuda else "cpu")
 
     def segments_allowed(self) -> int:
         return self.max_segments or self.protocol.max_segments
@@ -242,6 +243,7 @@ class PerfOutcome:
     segments: list[SegmentRecord]
     seconds: dict[str, float]
     guardrails: dict[str, Any]
+    spread: PairSpread | None = None  # the pairs' spread, for the session's pool (state.noise)
 
     @property
     def unfaithful(self) -> list[str]:
@@ -277,7 +279,7 @@ class PerfOutcome:
 
     def as_dict(self) -> dict[str, Any]:
         return {"keep": self.keep, "reasons": self.reasons, "seconds": self.seconds, "rounds": self.rounds,
-                "guardrails": self.guardrails, "look": self.look.as_dict() if self.look else None,
+                "guardrails": self.guardrails, "spread": self.spread.as_dict() if self.spread else None, "look": self.look.as_dict() if self.look else None,
                 "segments": [s.as_dict() for s in self.segments]}
 
 
@@ -308,7 +310,10 @@ def measure(plan: MeasurementPlan, launcher: WorkerLauncher, first_pair: Pair | 
     """The whole performance verdict: segments in fresh worker pairs until the sequential test decides."""
     p = plan.protocol
     rng = random.SystemRandom()
-    test = SequentialTest(plan.design())
+    test = SequentialTest(plan.design(), plan.offset_bound())
+    if test.design.concurrent:
+        raise Refused("performance.pairs > 1 needs the concurrent pair pool; this harness times successive "
+                      "fresh pairs: set pairs to 1")
     segments: list[SegmentRecord] = []
     seconds = {"startup": 0.0, "warmup": 0.0, "timed": 0.0}
     guard_info: dict[str, Any] = {}
@@ -347,7 +352,8 @@ def measure(plan: MeasurementPlan, launcher: WorkerLauncher, first_pair: Pair | 
                 return PerfOutcome(False, [f"segment {index + 1}: {msg}" for msg in problems], segments, seconds,
                                    guard_info)
             if seg.look.final:
-                return PerfOutcome(seg.look.decision == "keep", [seg.look.reason], segments, seconds, guard_info)
+                return PerfOutcome(seg.look.decision == "keep", [seg.look.reason], segments, seconds, guard_info,
+                                   test.spread())
         raise AssertionError("the sequential test always decides by its last segment")
     finally:
         for left in (pair, ahead):
