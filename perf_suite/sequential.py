@@ -248,12 +248,27 @@ def boundaries(alpha: float, looks: tuple[float, ...], gamma: float, grid: float
 # -- the statistic, vectorised over experiments (the simulations run exactly this code) ----------------
 def trimmed(r: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """(20%-trimmed means, their variance estimates, df per pair) along the last axis."""
-    loc, var, df, _ = _trimmed(r)
-    return loc, var, df
+    parts = pair_parts(r)
+    return parts.loc, parts.var, parts.df
 
 
-def _trimmed(r: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
-    """trimmed() plus the lag-1 autocorrelation of the winsorized rounds, pooled over the pairs (axis -2)."""
+@dataclass(frozen=True)
+class PairParts:
+    """Per pair (arrays of shape (N, k)): trimmed mean, its variance, and the lag-1 sums of the winsorized
+    rounds (pooled over pairs into one autocorrelation: rounds that dwell in one machine mode are not
+    independent, and W is inflated by (1 + rho) / (1 - rho) for it)."""
+
+    loc: np.ndarray
+    var: np.ndarray
+    df: int
+    lag: np.ndarray
+    sq: np.ndarray
+
+    def first(self, k: int) -> PairParts:
+        return PairParts(self.loc[:, :k], self.var[:, :k], self.df, self.lag[:, :k], self.sq[:, :k])
+
+
+def pair_parts(r: np.ndarray) -> PairParts:
     n = r.shape[-1]
     g = int(math.floor(TRIM * n))
     ordered = np.sort(r, axis=-1)
@@ -261,9 +276,8 @@ def _trimmed(r: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
     wins = np.clip(r, ordered[..., g:g + 1], ordered[..., n - g - 1:n - g])
     var = wins.var(-1, ddof=1) / ((1 - 2 * g / n) ** 2 * n)
     centred = wins - wins.mean(-1, keepdims=True)
-    lag = (centred[..., 1:] * centred[..., :-1]).sum(-1).sum(-1)
-    rho = lag / np.maximum((centred ** 2).sum(-1).sum(-1), 1e-300)
-    return loc, var, n - 2 * g - 1, rho
+    lag = (centred[..., 1:] * centred[..., :-1]).sum(-1)
+    return PairParts(loc, var, n - 2 * g - 1, lag, (centred ** 2).sum(-1))
 
 
 @dataclass(frozen=True)
@@ -281,17 +295,21 @@ class LookStats:
 
 def look_stats(r: np.ndarray, bound_sd: np.ndarray | float) -> LookStats:
     """r: (N, k, n) log ratios (k pairs of n rounds); bound_sd: B per experiment (log scale)."""
-    N, k, _ = r.shape
-    loc, var, dfpair, rho = _trimmed(r)
-    est = loc.mean(1)
-    rho = np.clip(rho, 0.0, 0.6)  # rounds that dwell in one machine mode are not independent
-    W = var.mean(1) * (1 + rho) / (1 - rho)
-    s2 = loc.var(1, ddof=1) if k >= 2 else np.full(N, np.nan)
+    return combine(pair_parts(r), bound_sd)
+
+
+def combine(parts: PairParts, bound_sd: np.ndarray | float) -> LookStats:
+    """The estimate over the pairs, SE^2 = (max(B^2, s^2 - W) + W)/k and its Satterthwaite df."""
+    N, k = parts.loc.shape
+    est = parts.loc.mean(1)
+    rho = np.clip(parts.lag.sum(1) / np.maximum(parts.sq.sum(1), 1e-300), 0.0, 0.6)
+    W = parts.var.mean(1) * (1 + rho) / (1 - rho)
+    s2 = parts.loc.var(1, ddof=1) if k >= 2 else np.full(N, np.nan)
     B2 = np.broadcast_to(np.asarray(bound_sd, float) ** 2, (N,))
     guard = np.where(np.isfinite(s2), s2 - W, -np.inf)
     b = np.maximum(B2, guard)
     se = np.sqrt((b + W) / k)
-    nu_w = max(k * dfpair, 1)
+    nu_w = max(k * parts.df, 1)
     df = np.where(guard > B2, max(k - 1, 1), (B2 + W) ** 2 / np.maximum(W ** 2 / nu_w, 1e-300))
     z = est / np.maximum(se, 1e-12)
     return LookStats(est, se, z, np.minimum(df, 1e7), b, s2, W)
@@ -337,8 +355,9 @@ def run_experiments(r: np.ndarray, design: Design, bound_sd: np.ndarray | float)
     look = np.zeros(N, int)
     s2 = np.full(N, np.nan)
     W = np.full(N, np.nan)
+    whole = None if design.concurrent else pair_parts(r[:, :points[-1].pairs, :design.rounds])
     for j, p in enumerate(points):
-        st = look_stats(r[:, :p.pairs, :p.rounds], bound_sd)
+        st = combine(whole.first(p.pairs) if whole else pair_parts(r[:, :p.pairs, :p.rounds]), bound_sd)
         d = decide(st, design, zb.get(j), j == len(points) - 1)
         new = (decision == CONTINUE) & (d != CONTINUE)
         decision[new], rounds[new], look[new] = d[new], p.pairs * p.rounds, j
