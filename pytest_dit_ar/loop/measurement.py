@@ -279,7 +279,8 @@ class PerfOutcome:
 
     def as_dict(self) -> dict[str, Any]:
         return {"keep": self.keep, "reasons": self.reasons, "seconds": self.seconds, "rounds": self.rounds,
-                "guardrails": self.guardrails, "spread": self.spread.as_dict() if self.spread else None, "look": self.look.as_dict() if self.look else None,
+                "guardrails": self.guardrails, "spread": self.spread.as_dict() if self.spread else None,
+                "look": self.look.as_dict() if self.look else None,
                 "segments": [s.as_dict() for s in self.segments]}
 
 

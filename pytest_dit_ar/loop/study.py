@@ -40,8 +40,16 @@ from scipy.stats import t as student
 
 from dit_ar_contract import device
 from dit_ar_contract.config import PerfProtocol, load_config
-from perf_suite.sequential import (Design, OffsetBound, PairSpread, SequentialTest, improvement_pct, look_stats,
-                                   pooled_bound, trimmed)
+from perf_suite.sequential import (
+    Design,
+    OffsetBound,
+    PairSpread,
+    SequentialTest,
+    improvement_pct,
+    look_stats,
+    pooled_bound,
+    trimmed,
+)
 from perf_suite.stats import decide_block
 from quality_suite.corpora import load_corpus
 
@@ -254,7 +262,10 @@ class PairPool:
 def run_study(config_path: Path, lane_name: str, null_segments: int, speedups: list[float],
               segments_per_speedup: int, steps: int | None, rounds: int | None, old_rounds: int, pool_size: int,
               load: int, affinity: tuple[int, ...] | None, deadline_s: float | None,
-              out: Path | None, sandboxed: bool = True, overhead_segments: int = 0) -> dict[str, Any]:
+              out: Path | None, sandboxed: bool = True, overhead_segments: int = 0, tree: Path | None = None,
+              quiet: bool = False) -> dict[str, Any]:
+    """Collect the arms (see the module docstring); `tree`: the folder whose model_under_test is timed (default
+    the project root; `dit-ar calibrate` passes the best worktree)."""
     config = load_config(config_path)
     lane = config.lane(lane_name)
     target = device.resolve_lane(config, lane)
@@ -264,8 +275,9 @@ def run_study(config_path: Path, lane_name: str, null_segments: int, speedups: l
                                    cpu_affinity=affinity or lane.performance.cpu_affinity)
     policy = SandboxPolicy((), lane.is_cuda) if sandboxed else None
     launcher = WorkerLauncher(target, protocol.threads, protocol.round_timeout_s, policy)
-    root = config.root
-    prompts = tuple(c.prompt for c in load_corpus(root / lane.corpus))
+    project = config.root
+    root = tree or project
+    prompts = tuple(c.prompt for c in load_corpus(project / lane.corpus))
     tmp = Path(tempfile.mkdtemp(prefix="dit-ar-study-"))
     started = time.perf_counter()
     spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(load)]
@@ -273,11 +285,11 @@ def run_study(config_path: Path, lane_name: str, null_segments: int, speedups: l
         s.start()
 
     def spec_for(side_root: Path) -> dict[str, Any]:
-        spec = lane.workload(launcher.model_root(side_root), root)
+        spec = lane.workload(launcher.model_root(side_root), project)
         return {**spec, "steps": steps} if steps else spec
 
     def pool(cand_root: Path, best_root: Path, tag: str, best_launcher: WorkerLauncher | None = None) -> PairPool:
-        best_spec = lane.workload((best_launcher or launcher).model_root(best_root), root)
+        best_spec = lane.workload((best_launcher or launcher).model_root(best_root), project)
         best_spec = {**best_spec, "steps": steps} if steps else best_spec
         return PairPool(Side(tag, cand_root, spec_for(cand_root)), Side(tag, best_root, best_spec),
                         launcher, tmp / "logs", pool_size, protocol.cpu_affinity, best_launcher)
@@ -320,7 +332,8 @@ def run_study(config_path: Path, lane_name: str, null_segments: int, speedups: l
                 pair.close()
             results["arms"][arm].append(_segment_data(seg))
             _save(results, protocol, lane.primary_metric, old_rounds, out, started)
-            print(" ".join(f"{a}:{len(s)}" for a, s in results["arms"].items()), flush=True)
+            if not quiet:
+                print(" ".join(f"{a}:{len(s)}" for a, s in results["arms"].items()), flush=True)
     except TimeoutError:
         results["stopped"] = f"deadline of {deadline_s:.0f} s reached"
     finally:

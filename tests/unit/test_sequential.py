@@ -9,8 +9,17 @@ import numpy as np
 import pytest
 from scipy.stats import chi2
 
-from perf_suite.sequential import (Design, OffsetBound, PairSpread, SequentialTest, boundaries, improvement_pct,
-                                   pooled_bound, spent, trimmed)
+from perf_suite.sequential import (
+    Design,
+    OffsetBound,
+    PairSpread,
+    SequentialTest,
+    boundaries,
+    improvement_pct,
+    pooled_bound,
+    spent,
+    trimmed,
+)
 
 DESIGN = Design(alpha=0.01, min_improvement_pct=2.0, min_segments=2, max_segments=6, rounds=8)
 BOUND = OffsetBound.of_pct(1.0, "test")

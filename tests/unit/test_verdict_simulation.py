@@ -43,7 +43,8 @@ def keep_rate(regime: Regime, design: Design, bound_pct: float, effect: float, n
 ])
 def test_no_op_keeps_stay_below_alpha_over_all_looks(regime: str, design: str, bound_pct: float) -> None:
     regs, designs = setting()
-    rate = keep_rate(regs[regime], designs[design], bound_pct, 0.0, 1500, seed=zlib.crc32(f"{regime}{bound_pct}".encode()))
+    seed = zlib.crc32(f"{regime}{bound_pct}".encode())
+    rate = keep_rate(regs[regime], designs[design], bound_pct, 0.0, 1500, seed=seed)
     assert rate <= ALPHA, f"{regime}: {100 * rate:.2f}% of no-ops kept with B = {bound_pct}%"
 
 
