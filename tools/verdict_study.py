@@ -26,8 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from dit_ar_contract.config import load_config  # noqa: E402
-from perf_suite.sequential import (KEEP, Design, OffsetBound, boundaries, pair_parts,  # noqa: E402
-                                   run_experiments)
+from perf_suite.sequential import KEEP, Design, OffsetBound, boundaries, pair_parts, run_experiments  # noqa: E402
 from perf_suite.simulation import Regime, regimes, simulate_session  # noqa: E402
 
 EFFECTS = (0.0, 2.5, 3.0, 5.0, 10.0)
