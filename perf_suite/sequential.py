@@ -63,11 +63,12 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 from scipy.special import chdtri, ndtr, stdtrit
 from scipy.stats import norm
+
+from dit_ar_contract.config import PerfProtocol
 
 TRIM = 0.2  # the fraction trimmed from each end of a pair's log ratios
 KEEP, NOT_FASTER, INCONCLUSIVE, CONTINUE = 0, 1, 2, 3
@@ -80,25 +81,28 @@ DEFAULT_BOUND_PCT = {"cpu": 2.5, "cuda": 2.5}
 MIN_BOUND_PCT = 0.1  # B never falls below this (a quiet CUDA-graph pair still differs by ~0.1%)
 
 
+_P = PerfProtocol()  # the defaults live in one place: the contract's PerfProtocol
+
+
 @dataclass(frozen=True)
 class Design:
     """The sequential design (built from the lane's PerfProtocol by `from_protocol`, in one place)."""
 
-    alpha: float = 0.01
-    min_improvement_pct: float = 2.0
-    spending_gamma: float = 1.0
-    futility_z: float = 2.0
-    futility_target_pct: float = 2.0
+    alpha: float = _P.alpha
+    min_improvement_pct: float = _P.min_improvement_pct
+    spending_gamma: float = _P.spending_gamma
+    futility_z: float = _P.futility_z
+    futility_target_pct: float = _P.futility_target_pct
     metric: str = "latency_ms"
-    pairs: int = 1  # 1: successive fresh pairs (segments); m > 1: m concurrent pairs, rounds round-robin
-    rounds: int = 8  # segments: rounds per pair; concurrent: rounds per pair at the last look
-    min_segments: int = 2
-    max_segments: int = 6
-    first_look_rounds: int = 4
-    look_every_rounds: int = 2
+    pairs: int = _P.pairs  # 1: successive fresh pairs (segments); m > 1: m concurrent pairs, rounds round-robin
+    rounds: int = _P.rounds  # segments: rounds per pair; concurrent: rounds per pair at the last look
+    min_segments: int = _P.min_segments
+    max_segments: int = _P.max_segments
+    first_look_rounds: int = _P.first_look_rounds
+    look_every_rounds: int = _P.look_every_rounds
 
     @classmethod
-    def from_protocol(cls, protocol: Any, metric: str, max_segments: int | None = None) -> Design:
+    def from_protocol(cls, protocol: PerfProtocol, metric: str, max_segments: int | None = None) -> Design:
         """The design of a lane's PerfProtocol (dit_ar_contract.config); `max_segments` caps the segments
         (the baseline's A/A run takes one)."""
         p = protocol

@@ -96,7 +96,7 @@ def test_a_slower_candidate_stops_after_one_segment() -> None:
 def test_an_unclear_small_effect_ends_inconclusive_with_its_interval() -> None:
     look = run(np.random.default_rng(5), 0.03, noise=0.30, offset_sd=0.02)
     assert look.decision in ("inconclusive", "not-faster", "keep")
-    noisy = SequentialTest(Design(max_segments=2, min_segments=2, futility_z=5.0), BOUND)
+    noisy = SequentialTest(Design(max_segments=2, min_segments=2, futility_z=5.0, rounds=8), BOUND)
     rng = np.random.default_rng(6)
     noisy.add(*segment(rng, 0.03, noise=0.4))
     look = noisy.add(*segment(rng, 0.03, noise=0.4))
