@@ -26,6 +26,7 @@ from quality_suite.metrics import fidelity_batch
 from ..state import gitops
 from ..state.baseline import BaselineSummary, cases_dir
 from ..state.files import write_json_atomic
+from ..state.noise import read_noise, record_spread
 from ..state.paths import STATE_DIR
 from ..state.session import Session
 from ..worker import sandbox
@@ -298,7 +299,24 @@ class Evidence:
             for phase, spent in self._perf.seconds.items():
                 self._seconds[f"timing_{phase}"] = spent
             write_json_atomic(self.run_dir / "perf.json", self._perf.as_dict())
+            self._learn_noise(self._perf)
         return self._perf
+
+    def _best_commit(self) -> str | None:
+        best = self.session.best()
+        return best.commit if best else None
+
+    def _offset_bound(self):
+        """B for this experiment: the session's noise state against the current best (state.noise)."""
+        lane = self.session.lane
+        noise = read_noise(self.session.paths, self.session.lane_id).against(self._best_commit())
+        return noise.bound(lane.performance, lane.device)
+
+    def _learn_noise(self, perf: PerfOutcome) -> None:
+        """Pool this experiment's between-pair spread against the same best (a faithful timing only)."""
+        if perf.spread is not None and not perf.unfaithful and self.session.record is not None:
+            record_spread(self.session.paths, self.session.lane_id, self._best_commit(), self.run_dir.name,
+                          perf.spread)
 
     def _plan(self) -> MeasurementPlan:
         assert self.best_root is not None
@@ -308,7 +326,8 @@ class Evidence:
             best=Side("best", self.best_root, self.spec(self.best_root)),
             protocol=lane.performance, prompts=tuple(c.prompt for c in self.cases()), batch=lane.batch,
             metric=lane.primary_metric, guardrails=lane.guardrails, is_cuda=lane.is_cuda, log_dir=self.run_dir,
-            roofline_ms=self.roofline_ms(), resolution=lane.resolution, check=self._round_check())
+            roofline_ms=self.roofline_ms(), resolution=lane.resolution, check=self._round_check(),
+            bound=self._offset_bound())
 
     def _round_check(self) -> RoundCheck:
         """Candidate vs best outputs of the same timed requests under the effective class's per-case gate."""

@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 
 from dit_ar_contract.config import Guardrails, PerfProtocol
+from dit_ar_contract.errors import Refused
 from perf_suite import guardrails as guard
-from perf_suite.sequential import Design, Look, SequentialTest
+from perf_suite.sequential import Design, Look, OffsetBound, PairSpread, SequentialTest
 
 from ..worker.client import Generated, WorkerLauncher, WorkerProcess
 from ..worker.forkserver import ForkedWorker, ForkServers
@@ -64,13 +65,13 @@ class MeasurementPlan:
     max_segments: int | None = None  # overrides the protocol's (the baseline's A/A run takes one)
     resolution: int | None = None  # the lane's: outputs of another size break the seam
     check: RoundCheck | None = None  # candidate vs best outputs of every timed round
+    bound: OffsetBound | None = None  # the session's bound on the between-process sd (state.noise)
 
     def design(self) -> Design:
-        p = self.protocol
-        return Design(alpha=p.alpha, min_improvement_pct=p.min_improvement_pct,
-                      min_segments=min(p.min_segments, self.segments_allowed()),
-                      max_segments=self.segments_allowed(), offset_floor_pct=p.offset_floor_pct,
-                      spending_gamma=p.spending_gamma, futility_z=p.futility_z, metric=self.metric)
+        return Design.from_protocol(self.protocol, self.metric, self.max_segments)
+
+    def offset_bound(self) -> OffsetBound:
+        return self.bound or OffsetBound.default("cuda" if self.is_cuda else "cpu")
 
     def segments_allowed(self) -> int:
         return self.max_segments or self.protocol.max_segments
@@ -341,6 +342,7 @@ class PerfOutcome:
     seconds: dict[str, float]
     guardrails: dict[str, Any]
     pool: dict[str, Any] = field(default_factory=dict)  # fork servers' start and fork times, the pool plan
+    spread: PairSpread | None = None  # the pairs' spread, for the session's pool (state.noise)
 
     @property
     def rounds_flagged(self) -> str | None:
@@ -382,6 +384,7 @@ class PerfOutcome:
     def as_dict(self) -> dict[str, Any]:
         return {"keep": self.keep, "reasons": self.reasons, "seconds": self.seconds, "rounds": self.rounds,
                 "guardrails": self.guardrails, "pool": self.pool, "rounds_flagged": self.rounds_flagged,
+                "spread": self.spread.as_dict() if self.spread else None,
                 "look": self.look.as_dict() if self.look else None,
                 "segments": [s.as_dict() for s in self.segments]}
 
@@ -409,8 +412,9 @@ def _guardrails(plan: MeasurementPlan, segments: list[SegmentRecord], final: boo
 
 
 class PairSource:
-    """Where the segments' pairs come from: the fork servers (after the quality run's pair), else fresh
-    exec'd pairs; built `PoolPlan.pairs` at a time outside timed rounds, the ones waiting frozen."""
+    """Where the pairs come from: the fork servers (after the quality run's pair), else fresh exec'd
+    pairs; built outside timed rounds (one at a time for segments, all of them for concurrent pairs), the
+    ones waiting frozen. `pool` is the memory plan (loop/pool.py) from the first pair's measured peaks."""
 
     def __init__(self, plan: MeasurementPlan, launcher: WorkerLauncher, forks: ForkServers | None,
                  cores: tuple[int, ...] | None):
@@ -420,15 +424,14 @@ class PairSource:
         self.pool = PoolPlan(1, 2, None, None)
         self.started = 0
 
-    def size_from(self, seg: SegmentRecord, most: int | None = None) -> None:
+    def size_from(self, seg: SegmentRecord, most: int = 1) -> None:
         """Size the pool from the sides' measured peaks and the lane's budget (device memory on GPUs,
         the host's available memory on CPUs)."""
         g = self.plan.guardrails
         budget = g.peak_vram_gb * 1024.0 if self.plan.is_cuda and g.peak_vram_gb else None
         if not self.plan.is_cuda:
             budget = _available_mb()
-        self.pool = pairs_that_fit(seg.peak_memory_mb("cand"), seg.peak_memory_mb("best"), budget,
-                                   most or self.plan.protocol.concurrent_pairs)
+        self.pool = pairs_that_fit(seg.peak_memory_mb("cand"), seg.peak_memory_mb("best"), budget, most)
 
     def take(self, index: int, left: int) -> Pair:
         if not self.waiting:
@@ -501,7 +504,7 @@ def measure(plan: MeasurementPlan, launcher: WorkerLauncher, first_pair: Pair | 
     when given, else from fresh exec'd workers. No pair starts or builds during timed rounds."""
     p = plan.protocol
     rng = random.SystemRandom()
-    test = SequentialTest(plan.design())
+    test = SequentialTest(plan.design(), plan.offset_bound())
     segments: list[SegmentRecord] = []
     seconds = {"startup": 0.0, "warmup": 0.0, "timed": 0.0}
     guard_info: dict[str, Any] = {}
@@ -510,10 +513,10 @@ def measure(plan: MeasurementPlan, launcher: WorkerLauncher, first_pair: Pair | 
     pair: Pair | None = first_pair  # workers already booted (the quality run's candidate and a best)
     watch: GpuWatch | None = None
 
-    def outcome(keep: bool, reasons: list[str]) -> PerfOutcome:
-        return PerfOutcome(keep, reasons, segments, seconds, guard_info, source.as_dict())
+    def outcome(keep: bool, reasons: list[str], spread: PairSpread | None = None) -> PerfOutcome:
+        return PerfOutcome(keep, reasons, segments, seconds, guard_info, source.as_dict(), spread)
 
-    if getattr(test.design, "concurrent", False):  # performance.pairs > 1 (perf_suite.sequential)
+    if test.design.concurrent:  # performance.pairs > 1: rounds dealt over concurrent pairs
         try:
             return measure_concurrent(plan, test, source, first_pair, forks, on_round, on_look, seconds)
         finally:
@@ -561,7 +564,7 @@ def measure(plan: MeasurementPlan, launcher: WorkerLauncher, first_pair: Pair | 
             if problems:
                 return outcome(False, [f"segment {index + 1}: {msg}" for msg in problems])
             if seg.look.final:
-                return outcome(seg.look.decision == "keep", [seg.look.reason])
+                return outcome(seg.look.decision == "keep", [seg.look.reason], test.spread())
         raise AssertionError("the sequential test always decides by its last segment")
     finally:
         if pair is not None:
@@ -621,7 +624,7 @@ def measure_concurrent(plan: MeasurementPlan, test: Any, source: PairSource, fir
                 done.reasons = problems
                 return done
             if look.final:
-                done.keep, done.reasons = look.decision == "keep", [look.reason]
+                done.keep, done.reasons, done.spread = look.decision == "keep", [look.reason], test.spread()
                 return done
         raise AssertionError("the sequential test always decides by its last look")
     except BaseException:
@@ -636,8 +639,6 @@ def measure_concurrent(plan: MeasurementPlan, test: Any, source: PairSource, fir
 def _refuse_unless_fits(plan: MeasurementPlan, source: PairSource, pair: Pair, m: int) -> None:
     """Concurrent pairs hold their memory together: refuse when `m` pairs of the first pair's size do not
     fit the budget (the measured peaks so far: the quality run's corpus)."""
-    from dit_ar_contract.errors import Refused
-
     seg = SegmentRecord(0, [], [], [], [], {"cand": [], "best": []}, {},
                         {side: _memory(pair.worker(side), {}) for side in SIDES}, [])
     source.size_from(seg, most=m)
