@@ -46,8 +46,9 @@ class FakeWorker:
         other = "best" if self.side == "cand" else "cand"
         assert not self.frozen[self.side] and self.frozen[other], "the other side must be frozen while timed"
         self.log.append((self.side, "generate"))
-        seeds = torch.tensor([float(s % 997) for _, s in requests])
-        images = seeds.view(-1, 1, 1, 1).expand(len(requests), 3, 4, 4).contiguous() / 997
+        images = torch.zeros(len(requests), 3, 4, 4)
+        for i, (_, seed) in enumerate(requests):  # the seed's bytes in the first pixels: one image per request
+            images[i, 0, 0] = torch.tensor([(seed >> (8 * k)) & 255 for k in range(4)], dtype=torch.float32) / 255
         return Generated(self.seconds, images, images[:, :1].clone(), 1.0, {"peak_rss_mb": 10.0})
 
     def peak_rss_mb(self) -> float:
@@ -251,6 +252,9 @@ class FakeTest:
         self.looks.pop(0)
         return FakeLook(final=not self.looks)
 
+    def spread(self) -> None:
+        return None
+
 
 class PinnableWorker(FakeWorker):
     def __init__(self, name: str, *args):
@@ -269,6 +273,39 @@ class PinnableWorker(FakeWorker):
 
     def kill(self) -> None:
         self.log.append((self.name, "killed"))
+
+
+def concurrent_setup(monkeypatch: pytest.MonkeyPatch, protocol: PerfProtocol):
+    from dit_ar_contract.config import Guardrails
+    from pytest_dit_ar.loop.measurement import MeasurementPlan, PairSource, Side
+
+    log: list[tuple[str, str]] = []
+
+    def make(name: str) -> Pair:
+        frozen = {"cand": False, "best": False}
+        return Pair(PinnableWorker(name, "cand", log, frozen, 0.1),  # type: ignore[arg-type]
+                    PinnableWorker(name, "best", log, frozen, 0.2), {"cand": 0.1, "best": 0.1})  # type: ignore[arg-type]
+
+    side = Side("x", Path("."), {})
+    plan = MeasurementPlan(side, side, protocol, ("p",), 1, "latency_ms",
+                           Guardrails(memory_growth_pct=None, startup_growth_pct=None))
+    source = PairSource(plan, None, None, None)  # type: ignore[arg-type]
+    monkeypatch.setattr(source, "start", lambda index, n: [make(f"p{index + i}") for i in range(n)])
+    return plan, source, make, log
+
+
+def test_concurrent_pairs_reach_a_verdict_of_the_real_sequential_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    from perf_suite.sequential import SequentialTest
+    from pytest_dit_ar.loop.measurement import measure_concurrent
+
+    protocol = replace(PerfProtocol(), pairs=3, rounds=8, warmup_rounds=0)
+    plan, source, make, _ = concurrent_setup(monkeypatch, protocol)
+    test = SequentialTest(plan.design(), plan.offset_bound())
+    seconds = {"startup": 0.0, "warmup": 0.0, "timed": 0.0}
+    out = measure_concurrent(plan, test, source, make("p0"), None, None, None, seconds)
+    assert out.keep and out.look is not None and out.look.final  # 0.1 s against 0.2 s in every round
+    lengths = {len(s.cand_s) for s in out.segments}
+    assert len(out.segments) == 3 and len(lengths) == 1 and lengths.pop() >= protocol.first_look_rounds
 
 
 def test_concurrent_pairs_are_built_first_then_dealt_rounds_round_robin(monkeypatch: pytest.MonkeyPatch) -> None:
