@@ -18,7 +18,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from . import protocol
 
@@ -274,7 +274,20 @@ def run(root: Path, device: str, threads: int, cap_gb: float | None, started: fl
                                  "identity": worker.identity, "prelude_s": time.perf_counter() - started}).decode())
     proto.flush()
     serve(worker, proto, sys.stdin)
-    return 0
+    leave()
+
+
+def leave() -> NoReturn:
+    """Exit after the harness's exit request: the candidate's atexit handlers run (a helper rank it started
+    is closed there), the interpreter's own teardown does not (with torch loaded it took several seconds
+    under load, between segments: the harness waited for it)."""
+    import atexit
+
+    atexit._run_exitfuncs()  # noqa: SLF001 - what sys.exit would run, without the module teardown
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
