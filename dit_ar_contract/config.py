@@ -81,7 +81,7 @@ class PerfProtocol:
     # "auto": "one" on CUDA lanes (H200: pair spread 3.4% vs 9-12% on two cores), "affinity" on CPU lanes
 
     def fork_servers(self, is_cuda: bool) -> int:
-        """Fork servers per side (docs/design-notes.md 34)."""
+        """Fork servers per side (docs/design-notes.md 36)."""
         return self.fork_servers_per_side or (2 if is_cuda else 1)
 
 
