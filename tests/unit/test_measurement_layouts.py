@@ -26,6 +26,7 @@ class FakeWorker:
     def __init__(self, side: str, times: list[float]):
         self.side, self.times, self.calls = side, list(times), 0
         self.target = SimpleNamespace(device="cpu")
+        self.pid = -1
         self.cache_warm: bool | None = True
         self.started: list[float] = []
 
@@ -74,7 +75,7 @@ class FakeLauncher:
 
 def plan(tmp_path: Path, **kw: object) -> m.MeasurementPlan:
     protocol = PerfProtocol(warmup_rounds=1, rounds=4, min_segments=2, max_segments=2, warmup_window=2,
-                            warmup_steady_pct=5.0, warmup_max_rounds=6, offset_floor_pct=1.0)
+                            warmup_steady_pct=5.0, warmup_max_rounds=6, fork_server=False)
     kw.setdefault("guardrails", Guardrails(startup_budget_s=None))
     return m.MeasurementPlan(cand=m.Side("candidate", tmp_path, {}), best=m.Side("best", tmp_path, {}),
                              protocol=protocol, prompts=("a", "b"), batch=1, metric="latency_ms", log_dir=tmp_path,
