@@ -256,7 +256,8 @@ class PluginSession:
     def summary(self, tr: Any) -> None:
         evidence = self.experiment.evidence if self.experiment else self._plain
         if evidence is not None:
-            failures_section(tr, evidence, self.failed_ids)
+            # a re-run judges the working tree: the same one in a plain run, the parent after an experiment's reset
+            failures_section(tr, evidence, [] if self.experiment_mode else self.failed_ids)
             if not self.experiment_mode:
                 speed_section(tr, evidence)
         exp = self.experiment
