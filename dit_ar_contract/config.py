@@ -74,6 +74,18 @@ class PerfProtocol:
     round_timeout_s: float = 600.0
     threads: int = 2
     cpu_affinity: tuple[int, ...] | None = None
+    fork_server: bool = True  # pairs after the quality run's are forked from each side's fork servers
+    fork_servers_per_side: int | None = None  # exec'd fork servers per side, dealt round-robin (layouts);
+    # None: 2 on CUDA lanes (their imports run in parallel beside the quality run), 1 on CPU lanes
+    pair_cores: str = "auto"  # "one": both workers of a timed pair on one core; "affinity": cpu_affinity as is;
+    # "auto": "one" on CUDA lanes (H200: pair spread 3.4% vs 9-12% on two cores), "affinity" on CPU lanes
+
+    def fork_servers(self, is_cuda: bool) -> int:
+        """Fork servers per side (docs/design-notes.md 36)."""
+        return self.fork_servers_per_side or (2 if is_cuda else 1)
+
+
+PAIR_CORES = ("auto", "one", "affinity")
 
 
 @dataclass(frozen=True)
@@ -361,6 +373,9 @@ def _check_perf(r: _Reader, p: PerfProtocol, where: str) -> None:
         raise r.fail(f"{where}.alpha", p.alpha, "a significance level in (0, 0.5)")
     if p.cpu_affinity is not None and (not p.cpu_affinity or min(p.cpu_affinity) < 0):
         raise r.fail(f"{where}.cpu_affinity", list(p.cpu_affinity), "null or a non-empty list of CPU core numbers")
+    if p.pair_cores not in PAIR_CORES:
+        raise r.fail(f"{where}.pair_cores", p.pair_cores, " or ".join(f'"{c}"' for c in PAIR_CORES))
+    _positive(r, where, fork_servers_per_side=p.fork_servers_per_side)
 
 
 def _check_quality(r: _Reader, q: QualityContract, where: str) -> None:

@@ -31,6 +31,7 @@ from ..state.paths import STATE_DIR
 from ..state.session import Session
 from ..worker import sandbox
 from ..worker.client import Generated, SandboxPolicy, WorkerLauncher, WorkerProcess
+from ..worker.forkserver import ForkServers
 from .generation import CorpusOutputs, audit_evidence, generate_corpus
 from .live import Live
 from .measurement import MeasurementPlan, Pair, PerfOutcome, RoundCheck, Side, boot, measure
@@ -99,6 +100,7 @@ class Evidence:
         self._perf: PerfOutcome | None = None
         self._baseline: BaselineSummary | None = None
         self._first_pair: Pair | None = None
+        self._forks: ForkServers | None = None  # both sides' fork servers, started beside the quality run
         self._seconds: dict[str, float] = {}
 
     @property
@@ -166,12 +168,14 @@ class Evidence:
             worker = self.launcher.worker("candidate", self.candidate_root,
                                           self.run_dir / "worker-candidate-quality.log").spawn()
             best = self._spawn_best()
+            self._spawn_forks()
             try:
                 self._run = self._quality_run(worker, best)
             except CandidateCrash as exc:
                 for w in (worker, best):
                     if w is not None:
                         w.kill()
+                self._close_forks()
                 self.record_crash(exc)
                 raise
         return self._run
@@ -213,11 +217,26 @@ class Evidence:
             return None
         return self.launcher.worker("best", self.best_root, self.run_dir / "worker-best-block0.log").spawn()
 
+    def _spawn_forks(self) -> None:
+        """Start both sides' fork servers (their imports run beside the quality run, never beside timed
+        rounds): the pairs after the first are forked from them (lane setting performance.fork_server)."""
+        p = self.session.lane.performance
+        if self.best_root is None or not self.prefetch_best or not p.fork_server:
+            return
+        self._forks = ForkServers(self.launcher, self.candidate_root, self.best_root, self.run_dir,
+                                  p.fork_servers(self.session.lane.is_cuda)).spawn()
+
+    def _close_forks(self) -> None:
+        if self._forks is not None:
+            self._forks.close()
+            self._forks = None
+
     def close(self) -> None:
         """Stop workers that are still up (a discard before timing leaves the first pair unused)."""
         if self._first_pair is not None:
             self._first_pair.close()
             self._first_pair = None
+        self._close_forks()
 
     # -- quality --------------------------------------------------------------------------------
     def quality(self) -> QualityAssessment:
@@ -268,11 +287,15 @@ class Evidence:
                 on_round = self.progress.on_round if self.progress else None
                 on_look = self.progress.on_look if self.progress else None
                 self._perf = measure(self._plan(), self.launcher, first_pair=self._first_pair, on_round=on_round,
-                                     on_look=on_look)
+                                     on_look=on_look, forks=self._forks)
                 self._first_pair = None  # measure() closed it
             except CandidateCrash as exc:
                 self.record_crash(exc)
                 raise
+            finally:
+                t = time.perf_counter()
+                self._close_forks()
+                self._spent("timing_fork_servers_close", t)
             for phase, spent in self._perf.seconds.items():
                 self._seconds[f"timing_{phase}"] = spent
             write_json_atomic(self.run_dir / "perf.json", self._perf.as_dict())

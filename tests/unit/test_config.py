@@ -99,6 +99,8 @@ def test_renaming_guardrails_no_longer_drops_them_silently(tmp_path: Path) -> No
     ({"mutable_paths": ["pytest_dit_ar/"]}, "mutable_paths", "no overlap"),
     ({"fixed_paths": ["/etc"]}, "fixed_paths[0]", "relative path"),
     ({"performance__cpu_affinity": []}, "performance.cpu_affinity", "non-empty"),
+    ({"performance__pair_cores": "two"}, "performance.pair_cores", '"one"'),
+    ({"performance__fork_servers_per_side": 0}, "performance.fork_servers_per_side", "positive"),
     ({"performance__offset_floor_pct": 3.4}, "performance.offset_floor_pct", "offset_bound_pct"),
     ({"lanes__dit-xl2-256__performance__offset_floor_pct": 7.0}, "lanes.dit-xl2-256.performance.offset_floor_pct",
      "offset_bound_pct"),
