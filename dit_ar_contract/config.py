@@ -74,6 +74,14 @@ class PerfProtocol:
     round_timeout_s: float = 600.0
     threads: int = 2
     cpu_affinity: tuple[int, ...] | None = None
+    # warm-up until steady (perf_suite.warmup): warmup_rounds at least, the last warmup_window rounds within
+    # warmup_steady_pct of each other or no faster than before them, warmup_max_rounds at most
+    warmup_window: int = 3
+    warmup_steady_pct: float = 10.0
+    warmup_max_rounds: int = 8
+    # compile caches per tree (worker/compile_cache.py): total size kept, and how many recent trees are never evicted
+    compile_cache_gb: float = 20.0
+    compile_cache_keep: int = 4
     fork_server: bool = True  # pairs after the quality run's are forked from each side's fork servers
     fork_servers_per_side: int | None = None  # exec'd fork servers per side, dealt round-robin (layouts);
     # None: 2 on CUDA lanes (their imports run in parallel beside the quality run), 1 on CPU lanes
@@ -96,7 +104,9 @@ class Guardrails:
     peak_memory_mb: float | None = None
     p95_regression_pct: float | None = None
     memory_growth_pct: float | None = 10.0  # peak memory may grow this much over the best's (plus 64 MB)
-    startup_growth_pct: float | None = 100.0  # build + warm-up (compile) may grow this much (plus 2 s)
+    startup_growth_pct: float | None = 100.0  # reported: the warm start's growth over the best's (decides nothing)
+    startup_budget_s: float | None = 120.0  # the candidate's warm start (build + warm-up, cache present) at most
+    emulated_vram_gb: float | None = None  # judge as on a card of this size: the sum of live workers (loop/memory_plan)
 
 
 @dataclass(frozen=True)
@@ -365,6 +375,12 @@ def _check_perf(r: _Reader, p: PerfProtocol, where: str) -> None:
         raise r.fail(f"{where}.first_look_rounds", p.first_look_rounds, f"4 to rounds ({p.rounds}) rounds per pair")
     if p.warmup_rounds < 0:
         raise r.fail(f"{where}.warmup_rounds", p.warmup_rounds, "zero or more warm-up rounds")
+    if p.warmup_max_rounds < p.warmup_rounds:
+        raise r.fail(f"{where}.warmup_max_rounds", p.warmup_max_rounds, f"at least warmup_rounds ({p.warmup_rounds})")
+    _positive(r, where, warmup_window=p.warmup_window, warmup_steady_pct=p.warmup_steady_pct,
+              compile_cache_gb=p.compile_cache_gb)
+    if p.compile_cache_keep < 0:
+        raise r.fail(f"{where}.compile_cache_keep", p.compile_cache_keep, "zero or more recent trees kept")
     if p.rounds < 4:
         raise r.fail(f"{where}.rounds", p.rounds, "at least 4 timed rounds per segment")
     if p.max_segments < p.min_segments:
@@ -403,7 +419,8 @@ def _check_lane(r: _Reader, lane: Lane, root: Path) -> None:
     g = lane.guardrails
     _positive(r, f"{where}.guardrails", peak_vram_gb=g.peak_vram_gb, peak_memory_mb=g.peak_memory_mb,
               p95_regression_pct=g.p95_regression_pct, memory_growth_pct=g.memory_growth_pct,
-              startup_growth_pct=g.startup_growth_pct)
+              startup_growth_pct=g.startup_growth_pct, startup_budget_s=g.startup_budget_s,
+              emulated_vram_gb=g.emulated_vram_gb)
     _check_perf(r, lane.performance, f"{where}.performance")
     _check_quality(r, lane.quality, f"{where}.quality")
 

@@ -28,10 +28,12 @@ from dit_ar_contract.config import Guardrails, PerfProtocol
 from dit_ar_contract.errors import Refused
 from perf_suite import guardrails as guard
 from perf_suite.sequential import Design, Look, OffsetBound, PairSpread, SequentialTest
+from perf_suite.warmup import WarmupRule
 
 from ..worker.client import Generated, WorkerLauncher, WorkerProcess
 from ..worker.forkserver import ForkedWorker, ForkServers
-from . import clean_rounds
+from ..worker.gpu_memory import MemorySampler, nvml_reader
+from . import clean_rounds, memory_plan
 from .clean_rounds import GpuWatch, NoGpu, RoundRecord, SideTiming
 from .pool import PoolPlan, pairs_that_fit
 
@@ -66,6 +68,13 @@ class MeasurementPlan:
     resolution: int | None = None  # the lane's: outputs of another size break the seam
     check: RoundCheck | None = None  # candidate vs best outputs of every timed round
     bound: OffsetBound | None = None  # the session's bound on the between-process sd (state.noise)
+    memory: memory_plan.MemoryBudget | None = None  # what live workers may hold together (None: not limited)
+    known_peaks_mb: dict[str, float | None] = field(default_factory=dict)  # measured before timing (per side)
+    cold_start_s: float | None = None  # the candidate tree's first worker: build + first generate (recorded only)
+
+    def warmup_rule(self) -> WarmupRule:
+        p = self.protocol
+        return WarmupRule(p.warmup_rounds, p.warmup_window, p.warmup_steady_pct, p.warmup_max_rounds)
 
     def design(self) -> Design:
         return Design.from_protocol(self.protocol, self.metric, self.max_segments)
@@ -95,6 +104,10 @@ class SegmentRecord:
     rounds: list[RoundRecord] = field(default_factory=list)  # per round: order, times, GPU state
     ready_s: dict[str, float] = field(default_factory=dict)  # forked workers: fork request to hello
     forked: bool = False  # the pair came from the fork servers
+    warmup_state: dict[str, str] = field(default_factory=dict)  # per side: "steady" or "capped" (perf_suite.warmup)
+    warm_cache: dict[str, bool] = field(default_factory=dict)  # per side: its tree's compile cache was filled before
+    layout: str = "pair"  # "pair" (both alive, interleaved) or "alternate" (one side at a time: loop/memory_plan)
+    live_peak_mb: float | None = None  # device memory of all live workers together, sampled (NVML)
 
     def as_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if k not in ("look", "rounds")}
@@ -113,7 +126,7 @@ class SegmentRecord:
     def peak_memory_mb(self, side: str) -> float | None:
         """The side's peak memory as trusted by the harness: device memory on GPUs, resident set on CPUs."""
         mem = self.memory[side]
-        gpu = [v for v in (mem.get("gpu_nvml_mb"), mem.get("peak_reserved_mb")) if v]
+        gpu = [v for v in (mem.get("gpu_nvml_mb"), mem.get("gpu_sampled_mb"), mem.get("peak_reserved_mb")) if v]
         return max(gpu) if gpu else mem.get("peak_rss_mb")
 
 
@@ -191,11 +204,40 @@ def start_pair(launcher: WorkerLauncher, cand: Side, best: Side, log_dir: Path, 
     return build_pair(spawn_pair(launcher, cand, best, log_dir, tag), cand, best, affinity)
 
 
-def _memory(worker: WorkerProcess, reported: dict[str, Any]) -> dict[str, float | None]:
-    """Peak memory: RSS and device memory read by the harness; the worker's own figure kept for reference."""
-    return {"peak_rss_mb": worker.peak_rss_mb(), "gpu_nvml_mb": worker.gpu_memory_mb(),
+def _memory(worker: WorkerProcess, reported: dict[str, Any], sampled: float | None = None) -> dict[str, float | None]:
+    """Peak memory: RSS and device memory read by the harness (NVML at the end, and sampled while it ran);
+    the worker's own figures kept for reference."""
+    return {"peak_rss_mb": worker.peak_rss_mb(), "gpu_nvml_mb": worker.gpu_memory_mb(), "gpu_sampled_mb": sampled,
             "peak_reserved_mb": reported.get("peak_reserved_mb"),
             "peak_allocated_mb": reported.get("peak_allocated_mb")}
+
+
+def _sampler(workers: dict[str, WorkerProcess]) -> MemorySampler | None:
+    """An NVML sampler over the workers on a CUDA lane (None on CPU lanes)."""
+    if not any(str(getattr(getattr(w, "target", None), "device", "cpu")).startswith("cuda") for w in workers.values()):
+        return None
+    return MemorySampler(nvml_reader(workers)).start()
+
+
+def warm_up(worker: WorkerProcess, side: str, draw: Callable[[], list[list[Any]]], rule: WarmupRule,
+            resolution: int | None, run: Callable[[str, list[list[Any]]], Generated] | None = None
+            ) -> tuple[list[float], str]:
+    """Warm-up rounds of one worker until `rule` says steady or capped; their times and the final state."""
+    times: list[float] = []
+    state = rule.state(times)
+    while state == "warming":
+        reqs = draw()
+        got = run(side, reqs) if run else worker.generate(reqs, resolution=resolution)
+        times.append(got.seconds)
+        state = rule.state(times)
+    return times, state
+
+
+def _as_rule(warmup: int | WarmupRule) -> WarmupRule:
+    """A fixed count (the study's and older callers' form) is a rule that stops at exactly that count."""
+    if isinstance(warmup, WarmupRule):
+        return warmup
+    return WarmupRule(min_rounds=warmup, window=max(warmup, 1), tolerance_pct=0.0, max_rounds=warmup)
 
 
 RoundCallback = Callable[[int, int, int], None]  # (segment index, rounds done in it, rounds per segment)
@@ -244,15 +286,24 @@ class SegmentRun:
         self.seen: dict[str, dict[str, tuple]] = {"cand": {}, "best": {}}
         self.collisions: dict[str, list[tuple]] = {"cand": [], "best": []}
         self.memory: dict[str, dict[str, Any]] = {"cand": {}, "best": {}}
+        self.warmup_state: dict[str, str] = {}
+        self.sampler: MemorySampler | None = None
 
     def draw(self) -> list[list[Any]]:
         return [[self.rng.choice(self.prompts), self.rng.randrange(2**31)] for _ in range(self.batch)]
 
-    def warm_up(self, rounds: int) -> None:
-        for _ in range(rounds):
+    def warm_up(self, warmup: int | WarmupRule) -> None:
+        """Each side until its own round time is steady (perf_suite.warmup; a count is a fixed rule), on the
+        same requests for both."""
+        rule = _as_rule(warmup)
+        state = {side: rule.state([]) for side in SIDES}
+        while any(v == "warming" for v in state.values()):
             reqs = self.draw()
             for side in SIDES:
-                self.warm[side].append(timed(self.pair, side, reqs, self.resolution, self.watch)[0].seconds)
+                if state[side] == "warming":
+                    self.warm[side].append(timed(self.pair, side, reqs, self.resolution, self.watch)[0].seconds)
+                    state[side] = rule.state(self.warm[side])
+        self.warmup_state = state
 
     def play_round(self) -> None:
         done = len(self.orders)
@@ -281,27 +332,117 @@ class SegmentRun:
         problems = self.problems + [
             f"{side}: identical outputs for different requests in {len(found)} cases, e.g. {found[0][0]} and "
             f"{found[0][1]}" for side, found in self.collisions.items() if found]
-        mem = {side: _memory(pair.worker(side), self.memory[side]) for side in SIDES}
+        s = self.sampler
+        mem = {side: _memory(pair.worker(side), self.memory[side], s.peak(side) if s else None) for side in SIDES}
         return SegmentRecord(self.index, list(self.times["cand"]), list(self.times["best"]), list(self.seeds),
                              list(self.orders), {k: list(v) for k, v in self.warm.items()}, dict(pair.build_s), mem,
                              problems[:20], fresh=pair.fresh, rounds=list(self.records), ready_s=pair.ready_s(),
-                             forked=pair.forked)
+                             forked=pair.forked, warmup_state=dict(self.warmup_state),
+                             warm_cache={side: getattr(pair.worker(side), "cache_warm", None) for side in SIDES},
+                             live_peak_mb=s.peak_sum_mb if s else None)
 
 
-def run_segment(pair: Pair, index: int, prompts: tuple[str, ...], batch: int, rounds: int, warmup: int,
-                rng: random.Random, on_round: RoundCallback | None = None, resolution: int | None = None,
-                check: RoundCheck | None = None, watch: GpuWatch | None = None) -> SegmentRecord:
-    """Warm up both sides, then time `rounds` paired rounds in balanced orders with fresh seeds (SegmentRun)."""
+def run_segment(pair: Pair, index: int, prompts: tuple[str, ...], batch: int, rounds: int,
+                warmup: int | WarmupRule, rng: random.Random, on_round: RoundCallback | None = None,
+                resolution: int | None = None, check: RoundCheck | None = None,
+                watch: GpuWatch | None = None) -> SegmentRecord:
+    """Warm up both sides (each until steady: perf_suite.warmup), then time `rounds` paired rounds in balanced
+    orders with fresh seeds (SegmentRun). On CUDA lanes the harness samples both sides' device memory (NVML)."""
     run = SegmentRun(pair, index, prompts, batch, rng, resolution, check, watch)
-    pair.freeze()
-    run.warm_up(warmup)
-    for done in range(rounds):
-        run.play_round()
-        if on_round:
-            on_round(index, done + 1, rounds)
-    pair.cand.thaw()
-    pair.best.thaw()
+    run.sampler = _sampler({side: pair.worker(side) for side in SIDES})
+    try:
+        pair.freeze()
+        run.warm_up(warmup)
+        for done in range(rounds):
+            run.play_round()
+            if on_round:
+                on_round(index, done + 1, rounds)
+        pair.cand.thaw()
+        pair.best.thaw()
+    finally:
+        if run.sampler is not None:
+            run.sampler.stop()
+    if pair.fresh:
+        for side in SIDES:
+            note = getattr(pair.worker(side), "note_start", None)
+            if note is not None:
+                note(pair.build_s.get(side, 0.0) + sum(run.warm[side]))
     return run.record()
+
+
+def _collisions(side: str, reqs_by_round: list[list[list[Any]]], outputs: list[Generated]) -> list[str]:
+    """Outputs that repeat for different requests (a cached or fake result)."""
+    seen: dict[str, tuple] = {}
+    found: list[tuple] = []
+    for reqs, got in zip(reqs_by_round, outputs):
+        for req, image in zip(reqs, got.images):
+            fp = hashlib.sha256(image.numpy().tobytes()).hexdigest()
+            if fp in seen and seen[fp] != tuple(req):
+                found.append((seen[fp], tuple(req)))
+            seen[fp] = tuple(req)
+    return [f"{side}: identical outputs for different requests in {len(found)} cases, e.g. {found[0][0]} and "
+            f"{found[0][1]}"] if found else []
+
+
+def run_alternating_segment(launcher: WorkerLauncher, plan: MeasurementPlan, index: int, first: str,
+                            rng: random.Random, on_round: RoundCallback | None = None) -> SegmentRecord:
+    """One segment with one worker alive at a time (loop/memory_plan: the pair does not fit the card).
+
+    The sides run in `memory_plan.order(index, first)`: a fresh worker of the first side is built, warms up
+    (until steady) and runs the segment's requests, then exits; a fresh worker of the other side runs the
+    same requests. Round i of each side is paired (same requests, different processes, `rounds` rounds
+    apart in time); the sequential test's between-segment term carries what separates the two processes,
+    and swapping the order every segment cancels a drift in time (docs/perf-harness.md)."""
+    rule = plan.warmup_rule()
+    requests = [[[rng.choice(plan.prompts), rng.randrange(2**31)] for _ in range(plan.batch)]
+                for _ in range(plan.protocol.rounds)]
+    sides = memory_plan.order(index, first)
+    got: dict[str, list[Generated]] = {}
+    warm: dict[str, list[float]] = {}
+    state: dict[str, str] = {}
+    build_s: dict[str, float] = {}
+    mem: dict[str, dict[str, float | None]] = {}
+    warm_cache: dict[str, bool] = {}
+    live_peak = 0.0
+    for k, side in enumerate(sides):
+        cfg = plan.cand if side == "cand" else plan.best
+        worker = launcher.worker(cfg.name, cfg.root, plan.log_dir / f"worker-{cfg.name}-segment{index}.log").spawn()
+        try:
+            sampler = _sampler({side: worker})
+            try:
+                build_s[side] = boot(worker, cfg.spec)
+                worker.pin(plan.protocol.cpu_affinity)
+                warm[side], state[side] = warm_up(worker, side, lambda: [[rng.choice(plan.prompts),
+                                                                          rng.randrange(2**31)]
+                                                                         for _ in range(plan.batch)],
+                                                  rule, plan.resolution)
+                worker.note_start(build_s[side] + sum(warm[side]))
+                got[side] = []
+                for done, reqs in enumerate(requests):
+                    got[side].append(worker.generate(reqs, resolution=plan.resolution))
+                    if on_round:
+                        on_round(index, k * len(requests) // 2 + (done + 1) // 2, len(requests))
+            finally:
+                if sampler is not None:
+                    sampler.stop()
+            mem[side] = _memory(worker, got[side][-1].memory if got[side] else {},
+                                sampler.peak(side) if sampler else None)
+            worker.note_peak(mem[side].get("gpu_sampled_mb") or mem[side].get("gpu_nvml_mb"))
+            live_peak = max(live_peak, sampler.peak_sum_mb if sampler else 0.0)
+            warm_cache[side] = worker.cache_warm
+        finally:
+            worker.close()
+    problems: list[str] = []
+    for side in SIDES:
+        problems += _collisions(side, requests, got[side])
+    if plan.check is not None:
+        for done, (c, b) in enumerate(zip(got["cand"], got["best"])):
+            problems += [f"round {done + 1}: {p}" for p in plan.check(c, b)]
+    order_tag = "CB" if sides[0] == "cand" else "BC"
+    return SegmentRecord(index, [g.seconds for g in got["cand"]], [g.seconds for g in got["best"]],
+                         [[s for _, s in reqs] for reqs in requests], [order_tag] * len(requests), warm, build_s,
+                         mem, problems[:20], fresh=True, warmup_state=state, warm_cache=warm_cache,
+                         layout="alternate", live_peak_mb=live_peak or None)
 
 
 def timed_cores(protocol: PerfProtocol, is_cuda: bool) -> tuple[int, ...] | None:
@@ -381,8 +522,44 @@ class PerfOutcome:
         peaks = [m for m in (s.peak_memory_mb(side) for s in self.segments) if m is not None]
         return max(peaks) if peaks else None
 
+    def startup(self) -> dict[str, Any]:
+        """Warm-up rounds per side and segment, warm and cold start-up, and how the workers shared the memory."""
+        g = self.guardrails
+        return {"warmup_rounds": {side: [len(s.warmup_s[side]) for s in self.segments] for side in SIDES},
+                "warmup_state": {side: [s.warmup_state.get(side, "") for s in self.segments] for side in SIDES},
+                "cand_warm_startup_s": g.get("cand_warm_startup_s"), "best_startup_s": g.get("best_startup_s"),
+                "startup_growth_pct": g.get("startup_growth_pct"), "startup_budget_s": g.get("startup_budget_s"),
+                "cand_cold_start_s": g.get("cand_cold_start_s"), "layouts": [s.layout for s in self.segments],
+                "memory_layout": g.get("memory_layout"),
+                "live_peak_mb": max((s.live_peak_mb for s in self.segments if s.live_peak_mb), default=None)}
+
+    def startup_line(self) -> str:
+        """The summary's line: warm-up rounds each side needed, warm start against the budget, cold compile."""
+        st = self.startup()
+
+        def rounds(side: str) -> str:
+            counts, states = st["warmup_rounds"][side], st["warmup_state"][side]
+            capped = sum(1 for x in states if x == "capped")
+            return "/".join(map(str, counts)) + (f" ({capped} capped)" if capped else "")
+
+        parts = [f"warm-up rounds per segment: candidate {rounds('cand')}, best {rounds('best')}"]
+        if st["cand_warm_startup_s"] is not None:
+            text = f"warm start {st['cand_warm_startup_s']:.1f} s"
+            if st["startup_budget_s"]:
+                text += f" (budget {st['startup_budget_s']:g} s)"
+            if st["best_startup_s"] is not None and st["startup_growth_pct"] is not None:
+                text += f", best {st['best_startup_s']:.1f} s ({st['startup_growth_pct']:+.0f}%)"
+            parts.append(text)
+        if st["cand_cold_start_s"] is not None:
+            parts.append(f"cold start {st['cand_cold_start_s']:.1f} s (the tree's first worker: build + first "
+                         "generate, where a compile happens; recorded, not judged)")
+        if "alternate" in st["layouts"]:
+            parts.append("one side at a time: " + str(st["memory_layout"]))
+        return "; ".join(parts)
+
     def as_dict(self) -> dict[str, Any]:
-        return {"keep": self.keep, "reasons": self.reasons, "seconds": self.seconds, "rounds": self.rounds,
+        return {"startup": self.startup(), "keep": self.keep, "reasons": self.reasons, "seconds": self.seconds,
+                "rounds": self.rounds,
                 "guardrails": self.guardrails, "pool": self.pool, "rounds_flagged": self.rounds_flagged,
                 "spread": self.spread.as_dict() if self.spread else None,
                 "look": self.look.as_dict() if self.look else None,
@@ -390,25 +567,31 @@ class PerfOutcome:
 
 
 def _guardrails(plan: MeasurementPlan, segments: list[SegmentRecord], final: bool) -> tuple[list[str], dict]:
-    """Memory (every segment) and tail latency (all segments' samples, judged at the end)."""
+    """Memory (every segment), the warm start-up and tail latency (all segments' figures, judged at the end)."""
     peaks = {side: max((m for m in (s.peak_memory_mb(side) for s in segments) if m is not None), default=None)
              for side in SIDES}
     g = plan.guardrails
     if plan.is_cuda:
         budget = g.peak_vram_gb * 1024.0 if g.peak_vram_gb else None
+        if g.emulated_vram_gb and plan.memory is not None and plan.memory.mb is not None:
+            budget = min(budget or plan.memory.mb, plan.memory.mb)  # one worker may not exceed the emulated card
     else:
         budget = g.peak_memory_mb
     mem = guard.memory(peaks["cand"], peaks["best"], budget)
     growth = guard.memory_growth(peaks["cand"], peaks["best"], g.memory_growth_pct)
     fresh = [s for s in segments if s.fresh]
-    startup = guard.startup_growth([s.startup_s("cand") for s in fresh], [s.startup_s("best") for s in fresh],
-                                   g.startup_growth_pct)
+    warm = [s for s in fresh if s.warm_cache.get("cand") is not False]  # cache filled (or no caches at all)
+    starts = {side: [s.startup_s(side) for s in warm if s.warm_cache.get(side) is not False] for side in SIDES}
+    startup = guard.startup_growth(starts["cand"], starts["best"], g.startup_growth_pct)
+    start_budget = guard.startup_budget(starts["cand"], g.startup_budget_s)
     tail = guard.tail_latency([t for s in segments for t in s.cand_s], [t for s in segments for t in s.best_s],
                               g.p95_regression_pct)
     problems = [r.problem for r in (mem, growth) if r.problem]
     if final:  # judged on every segment's figures: one slow start or one tail is noise until the end
-        problems += [r.problem for r in (startup, tail) if r.problem]
-    return problems, {**mem.figures, **growth.figures, **startup.figures, **tail.figures}
+        problems += [r.problem for r in (start_budget, tail) if r.problem]
+    cold = {"cand_cold_start_s": plan.cold_start_s} if plan.cold_start_s is not None else {}
+    return problems, {**mem.figures, **growth.figures, **startup.figures, **start_budget.figures, **cold,
+                      **tail.figures}
 
 
 class PairSource:
@@ -521,8 +704,36 @@ def measure(plan: MeasurementPlan, launcher: WorkerLauncher, first_pair: Pair | 
             return measure_concurrent(plan, test, source, first_pair, forks, on_round, on_look, seconds)
         finally:
             source.kill()
+    peaks = {side: plan.known_peaks_mb.get(side) for side in SIDES}
+    first_alone = rng.choice(SIDES)  # alternating segments: which side goes first in even segments
     try:
         for index in range(plan.segments_allowed()):
+            layout = memory_plan.layout(plan.memory, peaks["cand"], peaks["best"]) if plan.memory else None
+            if layout is not None and layout.mode == "refuse":
+                raise Refused(layout.reason)
+            if layout is not None:
+                guard_info["memory_layout"] = layout.reason
+            if layout is not None and layout.mode == "alternate":
+                if pair is not None:  # the card cannot hold the first pair
+                    pair.close()
+                    pair = None
+                seg = run_alternating_segment(launcher, plan, index, first_alone, rng, on_round)
+                seconds["startup"] += sum(seg.build_s.values())
+                seconds["warmup"] += sum(seg.warmup_s["cand"]) + sum(seg.warmup_s["best"])
+                seconds["timed"] += sum(seg.cand_s) + sum(seg.best_s)
+                seg.look = test.add(seg.cand_s, seg.best_s)
+                segments.append(seg)
+                if on_look:
+                    on_look(seg.look)
+                if seg.unfaithful:
+                    return outcome(False, [f"segment {index + 1}: {msg}" for msg in seg.unfaithful[:5]])
+                problems, figures = _guardrails(plan, segments, final=seg.look.final)
+                guard_info.update(figures)
+                if problems:
+                    return outcome(False, [f"segment {index + 1}: {msg}" for msg in problems])
+                if seg.look.final:
+                    return outcome(seg.look.decision == "keep", [seg.look.reason], test.spread())
+                continue
             t0 = time.perf_counter()
             if pair is None:
                 pair = source.take(index, plan.segments_allowed() - index)
@@ -538,8 +749,15 @@ def measure(plan: MeasurementPlan, launcher: WorkerLauncher, first_pair: Pair | 
             seconds["startup"] += time.perf_counter() - t0
             source.spawn_ahead(index + 1)
             t_seg = time.perf_counter()
-            seg = run_segment(pair, index, plan.prompts, plan.batch, p.rounds, p.warmup_rounds, rng, on_round,
+            seg = run_segment(pair, index, plan.prompts, plan.batch, p.rounds, plan.warmup_rule(), rng, on_round,
                               plan.resolution, plan.check, watch)
+            for side in SIDES:
+                seen = seg.peak_memory_mb(side) if plan.is_cuda else None
+                if seen:
+                    peaks[side] = max(peaks[side] or 0.0, seen)
+                note_peak = getattr(pair.worker(side), "note_peak", None)
+                if note_peak is not None:
+                    note_peak(seen)
             t_close = time.perf_counter()
             # between the round trips: reading, hashing and checking the outputs, freezing, the GPU watch
             seconds["round_checks"] = seconds.get("round_checks", 0.0) + (t_close - t_seg) - sum(
@@ -557,7 +775,8 @@ def measure(plan: MeasurementPlan, launcher: WorkerLauncher, first_pair: Pair | 
                 on_look(seg.look)
             if seg.unfaithful:
                 return outcome(False, [f"segment {index + 1}: {msg}" for msg in seg.unfaithful[:5]])
-            problems, guard_info = _guardrails(plan, segments, final=seg.look.final)
+            problems, figures = _guardrails(plan, segments, final=seg.look.final)
+            guard_info.update(figures)
             if plan.roofline_ms and seg.median_ms("cand") < plan.roofline_ms:
                 problems.append(f"candidate median {seg.median_ms('cand'):.2f} ms is below the roofline "
                                 f"floor {plan.roofline_ms:.2f} ms: the measurement cannot be right")

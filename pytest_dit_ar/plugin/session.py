@@ -274,6 +274,7 @@ class PluginSession:
         if perf is not None and perf.look is not None:
             for line in speed_lines(perf, exp.session.lane):
                 tr.write_line(line)
+            tr.write_line(f"start-up: {perf.startup_line()}")
             if perf.rounds_flagged:
                 tr.write_line(f"rounds: {perf.rounds_flagged}")
             forked = perf.pool.get("fork_times")
@@ -366,6 +367,7 @@ def speed_section(tr: Any, evidence: Any) -> None:
     tr.section("dit-ar speed against the best")
     for line in speed_lines(perf, evidence.session.lane):
         tr.write_line(line)
+    tr.write_line(f"start-up: {perf.startup_line()}")
     if perf.reasons:
         tr.write_line(f"verdict of the speed test: {perf.reasons[0]}")
 
