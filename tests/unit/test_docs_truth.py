@@ -611,7 +611,7 @@ def test_number_checks_catch_stale_figures(tmp_path):
             "The contract is one A5500 (`target.gpu_count: 1`); the shipped lane has 25 steps and 20 rounds.\n")
     found = number_problems(_page(tmp_path, page))
     assert len(found) == 7, found
-    history = "The superseded two-block protocol timed `rounds` (16) per block at alpha 0.05.\n"
+    history = "The superseded two-block protocol timed `rounds` (20) per block at alpha 0.05.\n"
     assert number_problems(_page(tmp_path, history)) == []
 
 
