@@ -4,8 +4,9 @@ A venv made from the running interpreter (`python -m venv --without-pip`) sees t
 (torch, diffusers, ...) through one .pth line naming that environment's site-packages folder: the packages are
 found, but that folder's own .pth files (this checkout's editable install) are not processed. The harness itself
 is then installed into the venv (`--ignore-installed`: the test environment's own install of it is visible
-through that line, and must be neither taken for this one nor removed): the wheel (`pip install --no-deps --no-index WHEEL`), or an editable install of
-a checkout (`pip install --no-deps --no-index --no-build-isolation -e CHECKOUT`). No PYTHONPATH anywhere.
+through that line, and must be neither taken for this one nor removed): the wheel
+(`pip install --no-deps --no-index WHEEL`), or an editable install of a checkout
+(`pip install --no-deps --no-index --no-build-isolation -e CHECKOUT`). No PYTHONPATH anywhere.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ class Venv:
         return subprocess.Popen(list(argv), cwd=cwd, env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
 
-    def dit_ar(self, cwd: Path, *args: str, expect: int | None = 0, timeout: float = 600) -> subprocess.CompletedProcess:
+    def dit_ar(self, cwd: Path, *args: str, expect: int | None = 0,
+               timeout: float = 600) -> subprocess.CompletedProcess:
         start = time.monotonic()
         proc = self.run(cwd, str(self.root / "bin" / "dit-ar"), *args, timeout=timeout)
         print(f"dit-ar {args[0]}: {time.monotonic() - start:.1f} s")

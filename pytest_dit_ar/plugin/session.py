@@ -144,7 +144,10 @@ class PluginSession:
         if verdict is not None:  # scope discard before anything ran
             self.last_line = verdict.line
             pytest.exit("dit-ar: " + "; ".join(verdict.reasons), returncode=verdict.exit_code)
-        self.experiment.evidence.progress = self._progress(self.experiment.session.lane.performance)
+        from ..state.live import Tee
+
+        self.experiment.evidence.progress = Tee(self._progress(self.experiment.session.lane.performance),
+                                                self.experiment.live)
 
     def _progress(self, protocol: Any) -> Any:
         from ..loop.progress import TimingProgress
