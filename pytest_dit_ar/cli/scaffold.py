@@ -201,7 +201,6 @@ def slug(text: str, words: int = 3) -> str:
     return "-".join(re.findall(r"[a-z0-9]+", text.lower())[:words]) or "case"
 
 
-_slug = slug
 
 
 def corpus_cases(family: Family, folder: Path, count: int) -> list[dict[str, Any]]:
@@ -216,7 +215,7 @@ def corpus_cases(family: Family, folder: Path, count: int) -> list[dict[str, Any
                if line.strip()]
     if count > len(prompts):
         raise Refused(f"--cases {count}: the prompt set has {len(prompts)} prompts")
-    return [{"id": f"{_slug(prompt)}-s{seed}", "prompt": prompt, "seed": seed}
+    return [{"id": f"{slug(prompt)}-s{seed}", "prompt": prompt, "seed": seed}
             for prompt, seed in zip(prompts[:count], seeds)]
 
 
