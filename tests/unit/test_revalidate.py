@@ -17,6 +17,7 @@ from perf_suite.sequential import Design, improvement_pct
 from pytest_dit_ar.cli import summary as summary_verb
 from pytest_dit_ar.cli import watch
 from pytest_dit_ar.loop import holdout
+from pytest_dit_ar.loop.measurement import SegmentRecord
 from pytest_dit_ar.loop.revalidate import (
     RECORD,
     Interval,
@@ -28,7 +29,6 @@ from pytest_dit_ar.loop.revalidate import (
     latest_of,
     log_ratio_of,
 )
-from pytest_dit_ar.loop.measurement import SegmentRecord
 from pytest_dit_ar.report.summary import markdown
 from pytest_dit_ar.state import ledger
 from pytest_dit_ar.state.best import BestRecord
