@@ -212,3 +212,34 @@ def test_tee_sends_the_timing_callbacks_to_both_listeners(tmp_path: Path) -> Non
     tee.on_round(0, 1, 8)
     tee.on_look("L")
     assert calls == [("round", 0, 1, 8), ("round", 0, 1, 8), ("look", "L"), ("look", "L")]
+
+
+def test_the_holdout_is_judged_case_by_case_against_the_baseline_s_outputs(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    import torch
+    from loop_helpers import PROJECT
+
+    from dit_ar_contract.config import load_config
+    from pytest_dit_ar.loop.generation import CorpusOutputs
+    from quality_suite.artifacts import save_case
+    from quality_suite.corpora import load_corpus
+
+    lane = load_config(PROJECT / "config" / "autoresearch.json").lanes[LANE]
+    cases = load_corpus(PROJECT / lane.holdout_corpus)[:3]
+    session = SimpleNamespace(baseline_dir=tmp_path / "baseline", lane=lane)
+    assert holdout.judge(session, cases, CorpusOutputs(), "exact", {}).note  # no holdout in the baseline yet
+    gen = torch.Generator().manual_seed(0)
+    base = CorpusOutputs({c.id: torch.rand(3, 32, 32, generator=gen) for c in cases},
+                         {c.id: torch.randn(4, 4, 4, generator=gen) for c in cases})
+    for c in cases:
+        save_case(holdout.holdout_dir(session.baseline_dir), c.id, base.images[c.id], base.latents[c.id])
+    envelope = {"latent_rel_l2": 0.0, "latent_max_abs": 0.0, "psnr_db": float("inf"), "ssim": 1.0}
+    same = holdout.judge(session, cases, base, "exact", envelope)
+    assert (same.cases, same.passed, same.ok) == (3, 3, True)
+    changed = CorpusOutputs(dict(base.images), dict(base.latents))
+    changed.images[cases[1].id] = (base.images[cases[1].id] + 0.2).clamp(0, 1)
+    changed.latents[cases[1].id] = base.latents[cases[1].id] * 1.5
+    found = holdout.judge(session, cases, changed, "exact", envelope)
+    assert (found.passed, found.ok) == (2, False) and cases[1].id in found.failures[0]
+    assert "FAILS 2/3" in found.headline()
