@@ -76,6 +76,7 @@ def test_the_skeleton_is_written_loads_and_keeps_the_seam(tmp_path: Path) -> Non
     assert len(load_corpus(repo / lane.corpus)) == 4  # checksummed like any frozen corpus
     assert "tests/" in config.fixed_paths and "model_under_test/" in config.mutable_paths
     assert any("pytest tests/test_seam_contract.py" in line for line in lines)
+    assert {".venv/", "venv/"} <= set((repo / ".gitignore").read_text().splitlines())  # a venv is never committed
     module = import_skeleton(repo, "skeleton_ok")
     spec = spec_from_config(repo / "config" / "autoresearch.json", "custom-32")
     assert check_seam(module.build_pipeline, spec) == []
