@@ -13,13 +13,10 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..loop.evidence import launcher_for
-from ..state import gitops
-from ..state.files import write_json_atomic
-from ..state.paths import now
-from ..state.session import Session, open_session
+if TYPE_CHECKING:  # the verb's own imports are lazy: `dit-ar --version` and `search` must not pay for them
+    from ..state.session import Session
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -38,6 +35,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def _commit(root: Path) -> str:
+    from ..state import gitops
+
     try:
         repo = gitops.open_repo(root)
         return gitops.head_sha(repo)[:10] + ("+dirty" if gitops.dirty_entries(repo) else "")
@@ -60,6 +59,10 @@ def profile(session: Session, batch: int, repeats: int, run_dir: Path) -> dict[s
     run_dir.mkdir(parents=True, exist_ok=True)
     trace = run_dir / "trace.json"
     # unsandboxed: profiling decides nothing, and its trace is written outside a scratch folder
+    from ..loop.evidence import launcher_for  # torch and the suites: only when profiling
+    from ..state.files import write_json_atomic
+    from ..state.paths import now
+
     launcher = launcher_for(session, sandboxed=False)
     with launcher.worker("profile", session.root, run_dir / "worker-profile.log") as worker:
         build = worker.request("build", spec=session.lane.workload(session.root))
@@ -91,6 +94,8 @@ def once(session: Session, batch: int, warmup: int) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..state.session import open_session
+
     session = open_session(args.config, args.lane, need_session=False)
     batch = args.batch or session.lane.batch
     if args.once:

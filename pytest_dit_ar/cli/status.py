@@ -110,7 +110,9 @@ def _print(info: dict[str, Any]) -> None:
     if reval and reval.get("warning"):
         print(reval["warning"])
     if info["recent"]:
-        print("recent:")
+        print("recent (candidate: its median batch latency or images/s, the ledger's `candidate`; paired %: the "
+              "verdict's paired estimate, the ledger's `improvement_pct`):")
+        print(f"  {'time':<19}  {'status':<20} {'commit':<8}  {'candidate':>10}  {'paired %':>8}  description")
         for r in info["recent"]:
             print(f"  {r['timestamp'][:19]}  {r['status']:<20} {r['commit'][:8]}  {_num(r['candidate']):>10}  "
                   f"{_num(r['improvement_pct'], 3):>8}  {r['description'][:60]}")

@@ -37,12 +37,13 @@ def holdout_dir(baseline_dir: Path) -> Path:
     return baseline_dir / HOLDOUT_DIR
 
 
-def generate(worker: WorkerProcess, session: Session, cases: list[Case], progress: bool = False,
-             desc: str = "holdout") -> CorpusOutputs:
-    """The holdout cases through a built worker, with the session's keyed seeds (like the main corpus)."""
+def generate(worker: WorkerProcess, session: Session, cases: list[Case], desc: str = "holdout",
+             live: Any = None) -> CorpusOutputs:
+    """The holdout cases through a built worker, with the session's keyed seeds (like the main corpus); `live`
+    shows the phase on the terminal (loop.live.Live)."""
     lane = session.lane
-    return generate_corpus(worker, cases, lane.batch, session.started.seed_key, lane.resolution,
-                           progress=progress, desc=desc)
+    return generate_corpus(worker, cases, lane.batch, session.started.seed_key, lane.resolution, desc=desc,
+                           live=live)
 
 
 def save(baseline_dir: Path, cases: list[Case], outputs: CorpusOutputs) -> None:

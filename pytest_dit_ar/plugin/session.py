@@ -45,7 +45,7 @@ class PluginSession:
     """What one pytest run of the plugin knows: its options, the experiment (if any) and the outcomes."""
 
     def __init__(self, config: pytest.Config):
-        from ..loop.experiment import TestOutcomes
+        from ..loop.outcomes import TestOutcomes
 
         self.config = config
         self.config_path = Path(option(config, "dit_ar_config") or DEFAULT_CONFIG)
@@ -66,7 +66,17 @@ class PluginSession:
         self.selected_cases: set[str] | None = None  # plain runs generate only the cases their tests need
         self._plain = None
         self.suites: SuiteFiles = suite_files()
+        self.failed_ids: list[str] = []  # failing suite tests, as node ids that can be pasted back
+        self._resolve_node_ids()
         self._add_installed_suites()
+
+    def _resolve_node_ids(self) -> None:
+        """A pasted suite node id that is not a path here (`test_quality.py::...` printed in a wheel-installed
+        project) names the installed suite module."""
+        from .node_ids import resolve_suite_args
+
+        self.config.args[:] = resolve_suite_args(list(self.config.args), Path(self.config.invocation_params.dir),
+                                                 self.suites)
 
     def _add_installed_suites(self) -> None:
         """Suites installed outside the rootdir (a user's repository) are never found by collecting it: an
@@ -144,18 +154,25 @@ class PluginSession:
         if verdict is not None:  # scope discard before anything ran
             self.last_line = verdict.line
             pytest.exit("dit-ar: " + "; ".join(verdict.reasons), returncode=verdict.exit_code)
+        self._show_progress(self.experiment.evidence, self.experiment.session.lane.performance)
         from ..state.live import Tee
 
-        self.experiment.evidence.progress = Tee(self._progress(self.experiment.session.lane.performance),
-                                                self.experiment.live)
+        # the timed rounds also go to live.json, for `dit-ar watch` in another terminal
+        self.experiment.evidence.progress = Tee(self.experiment.evidence.progress, self.experiment.live)
 
-    def _progress(self, protocol: Any) -> Any:
+    def _show_progress(self, evidence: Any, protocol: Any) -> None:
+        """The evidence's phases and timed rounds on the terminal while the tests run (a bar on a terminal, one
+        line per phase in a pipe), written past pytest's output capture."""
+        from ..loop.live import Live
         from ..loop.progress import TimingProgress
 
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        stream = _ReporterStream(reporter) if reporter is not None else None
-        return TimingProgress(stream, bool(reporter is not None and reporter.isatty), protocol.rounds,
-                              protocol.max_segments)
+        if reporter is None:
+            return
+        stream = _ReporterStream(reporter, self.config.pluginmanager.get_plugin("capturemanager"))
+        tty = bool(reporter.isatty)
+        evidence.live = Live(stream, tty)
+        evidence.progress = TimingProgress(stream, tty, protocol.rounds, protocol.max_segments)
 
     def _check_request(self, session: pytest.Session) -> None:
         """Refuse an experiment that is not exactly the whole required test set, or lacks its inputs."""
@@ -194,6 +211,10 @@ class PluginSession:
             return
         if self.harness_error is None:
             self.harness_error = harness_error(item.nodeid, call)
+        if call.excinfo is not None and call.excinfo.errisinstance(AssertionError) and len(self.failed_ids) < 50:
+            from .node_ids import pasteable
+
+            self.failed_ids.append(pasteable(item.path, item.nodeid, self.config.invocation_params.dir))
 
     def reported(self, report: pytest.TestReport) -> None:
         marker = next((m for m in MARKERS if m in report.keywords), None)
@@ -217,8 +238,10 @@ class PluginSession:
         best_root = session.paths.best_worktree if session.paths.best_worktree.is_dir() else None
         run_dir = session.paths.run(new_run_id("plain"))
         sandboxed = not self.unsandboxed and sandbox_problem() is None  # a plain run decides nothing
-        return Evidence(session, self.classification or "exact", run_dir, best_root, sandboxed=sandboxed,
-                        case_ids=self.selected_cases)
+        evidence = Evidence(session, self.classification or "exact", run_dir, best_root, sandboxed=sandboxed,
+                            case_ids=self.selected_cases)
+        self._show_progress(evidence, session.lane.performance)
+        return evidence
 
     # -- finishing ---------------------------------------------------------------------------------
     def finish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -244,7 +267,7 @@ class PluginSession:
     def summary(self, tr: Any) -> None:
         evidence = self.experiment.evidence if self.experiment else self._plain
         if evidence is not None:
-            failures_section(tr, evidence)
+            failures_section(tr, evidence, self.failed_ids)
             if not self.experiment_mode:
                 speed_section(tr, evidence)
         exp = self.experiment
@@ -260,12 +283,15 @@ class PluginSession:
             tr.write_line(f"quality: {quality.headline()}")
         perf = exp.evidence.performance_result if exp.evidence else None
         if perf is not None and perf.look is not None:
-            tr.write_line(f"speed: {latencies(perf, exp.session.lane)}")
+            for line in speed_lines(perf, exp.session.lane):
+                tr.write_line(line)
         for reason in exp.verdict.reasons[:10]:
             tr.write_line(f"- {reason}")
         spent = exp.seconds()
         tr.write_line("time: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in spent.items()))
-        action = "kept as the new best" if exp.verdict.exit_code == 0 else f"reset to {exp.parent[:10]}"
+        action = "kept as the new best" if exp.verdict.exit_code == 0 else \
+            f"reset to {exp.parent[:10]} (your commit {exp.commit[:10]} stays in `git reflog`: " \
+            f"`git cherry-pick -n {exp.commit[:10]}` brings its changes back)"
         tr.write_line(f"{action}; evidence in {exp.run_dir}")
 
     def unconfigure(self) -> None:
@@ -317,8 +343,9 @@ def _last_line(text: str) -> None:
     print(text, flush=True)
 
 
-def failures_section(tr: Any, evidence: Any) -> None:
-    """The failing cases with metric, value, threshold and the path of their baseline | candidate | diff picture."""
+def failures_section(tr: Any, evidence: Any, failed_ids: list[str] | None = None) -> None:
+    """The failing cases with metric, value, threshold and the path of their baseline | candidate | diff picture,
+    and the failing tests as node ids to paste back (`pytest '<id>'`)."""
     quality = evidence.quality_result
     if quality is None or quality.passed:
         return
@@ -330,6 +357,8 @@ def failures_section(tr: Any, evidence: Any) -> None:
                           f"{pictures / (case_id + '.png')}")
     for check in (c for c in quality.aggregate if not c.passed):
         tr.write_line(f"corpus: {check.describe()}")
+    for nodeid in (failed_ids or [])[:10]:
+        tr.write_line(f"re-run: pytest '{nodeid}'")
 
 
 def speed_section(tr: Any, evidence: Any) -> None:
@@ -337,32 +366,52 @@ def speed_section(tr: Any, evidence: Any) -> None:
     perf = evidence.performance_result
     if perf is None or perf.look is None:
         return
-    look = perf.look
     tr.section("dit-ar speed against the best")
-    tr.write_line(f"{latencies(perf, evidence.session.lane)}: "
-                  f"{look.estimate_pct:+.2f}% [{look.lower_pct:+.2f}%, {look.upper_pct:+.2f}%] over {look.rounds} "
-                  f"rounds in {look.segments} fresh worker pairs; {perf.reasons[0] if perf.reasons else ''}")
+    for line in speed_lines(perf, evidence.session.lane):
+        tr.write_line(line)
+    if perf.reasons:
+        tr.write_line(f"verdict of the speed test: {perf.reasons[0]}")
 
 
-def latencies(perf: Any, lane: Any) -> str:
-    """Both sides' median batch latency, and on GPU lanes what an image costs in GPU-seconds."""
+def speed_lines(perf: Any, lane: Any) -> list[str]:
+    """One speed figure per line, each named by its statistic: the paired estimate the verdict uses, then each
+    side's median batch latency (unpaired: the machine's drift between rounds is in it), and a note when the
+    two disagree in direction."""
+    look = perf.look
+    lines = [f"speed: {look.estimate_pct:+.2f}% [{look.lower_pct:+.2f}%, {look.upper_pct:+.2f}%] paired estimate "
+             f"(the verdict's figure: trimmed mean of each round's candidate/best time ratio, {look.rounds} rounds in "
+             f"{look.segments} fresh worker pair{'s' if look.segments != 1 else ''}; + is faster)"]
     cand, best = perf.median_ms("cand"), perf.median_ms("best")
-    if cand is None or best is None:
-        return "no timed rounds"
-    text = f"candidate {cand:.1f} ms vs best {best:.1f} ms per batch"
-    gpu_s = lane.gpu_seconds_per_image(cand), lane.gpu_seconds_per_image(best)
-    if None not in gpu_s:
-        text += f" ({gpu_s[0]:.3g} vs {gpu_s[1]:.3g} GPU-s per image on {lane.gpus} GPU{'s' if lane.gpus > 1 else ''})"
-    return text
+    for side, ms in (("candidate", cand), ("best", best)):
+        if ms is None:
+            continue
+        gpu_s = lane.gpu_seconds_per_image(ms)
+        cost = f"; {gpu_s:.3g} GPU-s per image on {lane.gpus} GPU{'s' if lane.gpus > 1 else ''}" if gpu_s else ""
+        lines.append(f"{side} latency: {ms:.1f} ms per batch (median of its own timed rounds{cost})")
+    if cand is not None and best is not None and (cand < best) != (look.estimate_pct > 0) and cand != best:
+        lines.append("note: the medians and the paired estimate disagree in direction: the machine's speed drifted "
+                     "between rounds; the paired estimate compares each round's candidate with the best timed "
+                     "next to it, the medians do not")
+    return lines
 
 
 class _ReporterStream:
-    """A file-like view of pytest's terminal reporter (the real terminal while tests capture output)."""
+    """A file-like view of pytest's terminal reporter that writes past the output capture (as pytest's live
+    logging does): a test's own capture would otherwise hold the progress until the test ends."""
 
-    def __init__(self, reporter: Any):
+    def __init__(self, reporter: Any, capman: Any = None):
         self.reporter = reporter
+        self.capman = capman
 
     def write(self, text: str) -> None:
+        if self.capman is None:
+            self._write(text)
+            return
+        with self.capman.global_and_fixture_disabled():
+            self._write(text)
+
+    def _write(self, text: str) -> None:
+        self.reporter.ensure_newline()  # not after a test file's dots: pytest starts its line again afterwards
         self.reporter.write(text, flush=True)
 
     def flush(self) -> None:
