@@ -90,7 +90,10 @@ def frame(root: Path, count: int, now: float | None = None) -> Group:
     now = time.time() if now is None else now
     session = read_json_object(paths.session)
     lane = session.get("lane_id", "")
-    rows = session_rows(ledger.read(paths.ledger), lane) if lane else []
+    try:
+        rows = session_rows(ledger.read(paths.ledger), lane) if lane else []
+    except Refused:  # a ledger that is not one: the frame shows the rest
+        rows = []
     try:
         best = read_best(paths).get(lane)
     except (ValueError, TypeError, KeyError):  # a state file being repaired: the next frame reads it again

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -381,7 +381,7 @@ def _row(session: Session, result: Revalidation, perf: PerfOutcome, run_dir: Pat
     best = require_best(session.best(), session.lane_id)
     product = result.product.describe() if result.product else "no kept steps"
     agree = {True: "agrees with", False: "DISAGREES with", None: "not compared with"}[result.agree]
-    return replace(LedgerRow(
+    return LedgerRow(
         timestamp=now(), run_id=result.run_id, lane=session.lane_id, commit=result.best_commit,
         parent=result.baseline_commit, status=Status.REVALIDATE, effective_class=best.effective_class,
         metric=lane.primary_metric, best_before=lane.metric_value(perf.median_ms("best")),
@@ -391,4 +391,4 @@ def _row(session: Session, result: Revalidation, perf: PerfOutcome, run_dir: Pat
         description=f"re-validation of the best against the original baseline {result.baseline_commit[:10]}",
         run_dir=str(run_dir.relative_to(session.root)),
         reason=f"measured {result.measured.describe() if result.measured else 'nothing'} {agree} the product of "
-               f"{len(result.steps)} kept steps {product}"), flags="" if sandboxed else "unsandboxed")
+               f"{len(result.steps)} kept steps {product}", flags="" if sandboxed else "unsandboxed")
