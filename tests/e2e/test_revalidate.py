@@ -7,11 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
-from loop_helpers import experiment as run_experiment
 from loop_helpers import last_line, ledger_rows, run, set_slow
+
+SLOW_MACHINE_S = 1800  # a loaded 2-core machine: a keep and a re-validation each take minutes there
 
 
 @pytest.mark.slow
+@pytest.mark.extended
 def test_revalidate_after_a_keep(loop_repo: Path) -> None:
     state = loop_repo / ".autoresearch"
     assert (state / "baseline" / "embedded-cpu" / "holdout").is_dir()  # generated at baseline time
@@ -20,11 +22,12 @@ def test_revalidate_after_a_keep(loop_repo: Path) -> None:
     assert len(ledger_rows(loop_repo)) == 1  # a refused command changes nothing
 
     kept = set_slow(loop_repo, 0.0, "drop the sleep")
-    proc = run_experiment(loop_repo, "exact", "drop the sleep")
+    proc = run(loop_repo, "experiment", "--classification", "exact", "--description", "drop the sleep",
+               timeout=SLOW_MACHINE_S)
     assert last_line(proc) == "VERDICT: KEEP", proc.stdout[-3000:]
     best_before = json.loads((state / "best.json").read_text())
 
-    proc = run(loop_repo, "revalidate")
+    proc = run(loop_repo, "revalidate", timeout=SLOW_MACHINE_S)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "re-validated" in proc.stdout and "holdout: passes" in proc.stdout, proc.stdout[-3000:]
     rows = ledger_rows(loop_repo)
