@@ -11,7 +11,7 @@ from dit_ar_contract.config import CLASSES, DEFAULT_CONFIG, repo_root_for
 from dit_ar_contract.errors import EXIT_REFUSED, Refused
 
 from .. import __version__
-from . import demo, profile, report, scaffold, search, summary, watch
+from . import calibrate, demo, profile, report, scaffold, search, summary, watch
 
 UNSANDBOXED = ("run the workers without the bubblewrap sandbox (a candidate can then reach the harness's files; "
                "recorded in the ledger and the report)")
@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = verb("revalidate", "time the best against the original baseline again (fresh workers) and judge the holdout; "
                            "never moves the best", _revalidate)
     p.add_argument("--unsandboxed", action="store_true", help=UNSANDBOXED)
-    for module in (search, profile, report, demo, watch, summary):
+    for module in (search, profile, report, demo, calibrate, watch, summary):
         _config_arg(module.add_parser(sub), top=False)
     scaffold.add_parser(sub)  # writes config/autoresearch.json at the git root: takes no --config
     return parser

@@ -121,6 +121,8 @@ class Experiment:
         gitops.sync_worktree(repo, session.paths.best_worktree, best.commit)
         if self.sandboxed:
             gitops.sync_worktree(repo, session.paths.candidate_worktree, self.commit)
+        evidence.protect_best_cache()
+        evidence.refuse_unless_best_fits()  # one line, exit 2, before any candidate code runs
         paths = session.paths
         self._state_bytes = {p: p.read_bytes() for p in (paths.session, paths.best, paths.integrity) if p.exists()}
         self._fingerprint = tamper.fingerprint(repo, self._worktrees())
@@ -219,7 +221,8 @@ class Experiment:
         measurements = Measurements(perf.median_ms("cand"), perf.p95_ms("cand")) if perf else None
         records.record_experiment(session, repo, self._row(verdict), self.run_dir, list(verdict.reasons),
                                   time.time() - self.started, measurements,
-                                  {"seconds": self.seconds(), "software": self.stack})
+                                  {"seconds": self.seconds(), "software": self.stack,
+                                   "startup": perf.startup() if perf else None})
         if verdict.status is not Status.KEEP:
             gitops.reset_to(repo, self.parent, session.config.mutable_paths)
             gitops.clean_untracked(repo, session.config.fixed_paths)

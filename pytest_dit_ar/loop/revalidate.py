@@ -27,7 +27,7 @@ from dit_ar_contract import versions
 from dit_ar_contract.config import Guardrails
 from dit_ar_contract.errors import CandidateCrash, Refused
 from dit_ar_contract.status import Status
-from perf_suite.sequential import Design, Look, SequentialTest, improvement_pct
+from perf_suite.sequential import Look, improvement_pct
 from quality_suite.corpora import load_corpus
 
 from ..state import gitops, ledger
@@ -35,29 +35,23 @@ from ..state.best import require_best
 from ..state.files import read_json_object, write_json_atomic
 from ..state.ledger import LedgerRow
 from ..state.live import LiveFile
+from ..state.noise import read_noise
 from ..state.paths import new_run_id, now
 from ..state.session import Session, open_session, verify_integrity
 from . import gpu_locks, holdout
 from .evidence import launcher_for
-from .measurement import MeasurementPlan, PerfOutcome, SegmentRecord, Side, measure
+from .measurement import MeasurementPlan, PerfOutcome, Side, measure
 
 RECORD = "revalidate.json"
 Z95 = 1.959963984540054  # both intervals compared at the same two-sided 95% level
 
 
-# -- the statistics: the one place that names the verdict's test ---------------------------------------------
-def verdict_test(design: Design) -> SequentialTest:
-    """The sequential test the experiments' verdict uses (perf_suite.sequential): re-validation reads the same
-    estimate and standard error, so a better verdict engine changes both at once."""
-    return SequentialTest(design)
-
-
-def cumulative_look(segments: list[SegmentRecord], design: Design) -> Look | None:
-    """The verdict's look over all segments of a re-validation."""
-    test, look = verdict_test(design), None
-    for seg in segments:
-        look = test.add(seg.cand_s, seg.best_s)
-    return look
+# -- the statistics: the one place that reads the verdict's look ----------------------------------------------
+def cumulative_look(perf: Any) -> Look | None:
+    """The verdict's own last look over every segment of the re-validation: `measure()` runs the experiments'
+    sequential test (perf_suite.sequential) with the session's offset bound, so a better verdict engine changes
+    both at once."""
+    return perf.look
 
 
 def log_ratio_of(pct: float, metric: str) -> float:
@@ -298,7 +292,14 @@ def plan_for(session: Session, launcher: Any, run_dir: Path) -> MeasurementPlan:
     return MeasurementPlan(cand=cand, best=origin, protocol=lane.performance, prompts=tuple(c.prompt for c in cases),
                            batch=lane.batch, metric=lane.primary_metric,
                            guardrails=Guardrails(memory_growth_pct=None, startup_growth_pct=None),
-                           is_cuda=lane.is_cuda, log_dir=run_dir, resolution=lane.resolution)
+                           is_cuda=lane.is_cuda, log_dir=run_dir, resolution=lane.resolution,
+                           bound=read_noise(paths, session.lane_id).against(paths_origin_commit(session))
+                           .bound(lane.performance, lane.device))
+
+
+def paths_origin_commit(session: Session) -> str:
+    """The lane's original baseline commit (what the noise state is pooled against for this comparison)."""
+    return session.started.baselines[session.lane_id].commit
 
 
 def _holdout(session: Session, launcher: Any, run_dir: Path, effective_class: str) -> holdout.HoldoutResult:
@@ -368,7 +369,7 @@ def _result(session: Session, run_id: str, best_commit: str, baseline_commit: st
             perf: PerfOutcome, held: holdout.HoldoutResult, seconds: dict[str, float],
             history: tuple[str, ...]) -> Revalidation:
     metric = session.lane.primary_metric
-    look = cumulative_look(perf.segments, plan.design())
+    look = cumulative_look(perf)
     measured = Interval.from_look(look, metric) if look is not None else None
     steps = chain_steps(session, ledger.read(session.paths.ledger), history + (best_commit,))
     return Revalidation(run_id, session.lane_id, best_commit, baseline_commit, metric, measured,

@@ -285,6 +285,15 @@ class PluginSession:
         if perf is not None and perf.look is not None:
             for line in speed_lines(perf, exp.session.lane):
                 tr.write_line(line)
+            tr.write_line(f"start-up: {perf.startup_line()}")
+            if perf.rounds_flagged:
+                tr.write_line(f"rounds: {perf.rounds_flagged}")
+            forked = perf.pool.get("fork_times")
+            if forked:
+                ready = [t for side in forked.values() for t in side["fork_ready_s"]]
+                starts = [t for side in forked.values() for t in side["zygote_ready_s"]]
+                tr.write_line(f"workers: {len(ready)} forked, ready in {max(ready, default=0):.2f} s at most; "
+                              f"fork servers started in {max(starts, default=0):.1f} s")
         for reason in exp.verdict.reasons[:10]:
             tr.write_line(f"- {reason}")
         spent = exp.seconds()
@@ -369,6 +378,7 @@ def speed_section(tr: Any, evidence: Any) -> None:
     tr.section("dit-ar speed against the best")
     for line in speed_lines(perf, evidence.session.lane):
         tr.write_line(line)
+    tr.write_line(f"start-up: {perf.startup_line()}")
     if perf.reasons:
         tr.write_line(f"verdict of the speed test: {perf.reasons[0]}")
 

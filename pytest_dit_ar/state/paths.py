@@ -51,6 +51,11 @@ class StatePaths:
         return self.dir / "worktrees" / "candidate"
 
     @property
+    def compile_cache(self) -> Path:
+        """Compile caches, one folder per tree of the mutable paths (worker/compile_cache.py)."""
+        return self.dir / "compile-cache"
+
+    @property
     def handbook_index(self) -> Path:
         return self.dir / "handbook_index.json"
 

@@ -24,6 +24,7 @@ from dit_ar_contract.errors import CandidateCrash, Refused
 
 from . import protocol
 from . import sandbox as sandbox_mod
+from .compile_cache import CompileCaches, cache_env, tree_digest
 
 HELLO_TIMEOUT_S = 300.0
 HARNESS_ROOT = Path(__file__).resolve().parents[2]  # the folder holding dit_ar_contract/ and pytest_dit_ar/
@@ -87,10 +88,14 @@ class WorkerProcess:
     """One worker subprocess serving one side (candidate or best) of an experiment."""
 
     def __init__(self, side: str, root: Path, target: LaneTarget, threads: int, log_path: Path,
-                 timeout_s: float = 600.0, sandbox: SandboxPolicy | None = None):
+                 timeout_s: float = 600.0, sandbox: SandboxPolicy | None = None,
+                 caches: CompileCaches | None = None, mutable: tuple[str, ...] = ("model_under_test/",)):
         self.side, self.root, self.target = side, root, target
         self.threads, self.log_path, self.timeout_s = threads, log_path, timeout_s
         self.sandbox = sandbox
+        self.caches, self.mutable = caches, (sandbox.mutable if sandbox else mutable)
+        self.cache_digest: str | None = None  # the tree's compile cache (set at spawn)
+        self.cache_warm: bool | None = None  # an earlier worker of the same tree filled the cache (None: no caches)
         # outputs land in the scratch folder (host side); a sandboxed worker's names are random, so that the
         # paths a sandbox can see (its mounts) are alike for both sides
         stage = log_path.parent / "stage" / secrets.token_hex(8) if sandbox else None
@@ -102,6 +107,7 @@ class WorkerProcess:
         self.prelude_s = 0.0  # the worker's own start: imports, CUDA context (from its hello)
         self._buf = b""
         self._outputs = 0
+        self._token = secrets.token_hex(4)  # output names of workers sharing one scratch folder stay apart
 
     @property
     def model_root(self) -> Path:
@@ -117,27 +123,45 @@ class WorkerProcess:
 
     def spawn(self) -> "WorkerProcess":
         """Start the process. Call from the main thread: the child dies with the thread that spawned it."""
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.scratch.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-I", "-c", BOOTSTRAP, "--root", str(self.model_root),
+        self._launch(self.argv(BOOTSTRAP), subprocess.PIPE, subprocess.PIPE)
+        return self
+
+    def argv(self, bootstrap: str) -> list[str]:
+        """The command line of a worker (or of a fork server, with its own bootstrap) for this side."""
+        argv = [sys.executable, "-I", "-c", bootstrap, "--root", str(self.model_root),
                 "--device", self.target.device, "--threads", str(self.threads)]
         if self.target.memory_cap_gb:
             argv += ["--cap-gb", str(self.target.memory_cap_gb)]
-        env = {**self.target.env, "PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": "PASSIVE",
-               PATH_VARIABLE: os.pathsep.join(worker_sys_path(self.root))}
+        return argv
+
+    def environment(self) -> dict[str, str]:
+        """The variables a worker gets on top of the lane's (the same for both sides)."""
+        return {**self.target.env, "PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": "PASSIVE",
+                PATH_VARIABLE: os.pathsep.join(worker_sys_path(self.root))}
+
+    def _launch(self, argv: list[str], stdin: Any, stdout: Any) -> None:
+        """Popen `argv` for this side, in its sandbox unless the policy says none."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        env = self.environment()
         with open(self.log_path, "ab") as log:
+            stdout = log if stdout is None else stdout
             if self.sandbox is None:
-                self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                cache = self._open_cache(self.root)
+                if cache is not None:
+                    env.update(cache_env(cache))
+                self.proc = subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=log,
                                              cwd=self.root, env={**os.environ, **env}, bufsize=0,
                                              preexec_fn=_die_with_parent)
-                return self
+                return
             read_end, write_end = os.pipe()
             expose = (*self.sandbox.expose, *(Path(p) for p in worker_sys_path(self.root)))
             tree = self._stage_tree()
-            spec = sandbox_mod.SandboxSpec(tree, self.scratch, self.sandbox.hide, self.sandbox.gpu, env, expose)
+            spec = sandbox_mod.SandboxSpec(tree, self.scratch, self.sandbox.hide, self.sandbox.gpu, env, expose,
+                                           self._open_cache(tree))
             try:
-                self.proc = subprocess.Popen(sandbox_mod.command(spec, argv, write_end), stdin=subprocess.PIPE,
-                                             stdout=subprocess.PIPE, stderr=log, bufsize=0, pass_fds=(write_end,),
+                self.proc = subprocess.Popen(sandbox_mod.command(spec, argv, write_end), stdin=stdin,
+                                             stdout=stdout, stderr=log, bufsize=0, pass_fds=(write_end,),
                                              preexec_fn=_die_with_parent)
             finally:
                 os.close(write_end)
@@ -149,7 +173,24 @@ class WorkerProcess:
                               "`dit-ar doctor` checks the sandbox") from None
             finally:
                 os.close(read_end)
-        return self
+
+    def _open_cache(self, tree: Path) -> Path | None:
+        """The compile-cache folder of the tree this worker runs (None without caches)."""
+        if self.caches is None:
+            return None
+        self.cache_digest = tree_digest(tree, self.mutable)
+        folder, self.cache_warm = self.caches.open(self.cache_digest)
+        return folder
+
+    def note_start(self, seconds: float) -> None:
+        """Record this worker's start-up (build + warm-up) in its tree's record, as cold or warm."""
+        if self.caches is not None and self.cache_digest is not None:
+            self.caches.note_start(self.cache_digest, seconds, bool(self.cache_warm))
+
+    def note_peak(self, peak_mb: float | None) -> None:
+        """Record the device memory this worker was seen to use in its tree's record (the memory plan reads it)."""
+        if self.caches is not None and self.cache_digest is not None:
+            self.caches.note_peak(self.cache_digest, peak_mb)
 
     def _stage_tree(self) -> Path:
         """A copy of the side's mutable paths in the staging folder: all the sandbox shows of its tree."""
@@ -213,7 +254,7 @@ class WorkerProcess:
         """One timed generate. The worker writes its outputs to its scratch folder; the harness reads and
         checks them itself (shape, resolution, finite values): nothing the worker reports about them counts."""
         self._outputs += 1
-        name = f"out-{self._outputs}.safetensors"
+        name = f"out-{self._token}-{self._outputs}.safetensors"
         fields: dict[str, Any] = {"requests": requests, "out": self._inside(name)}
         if perturb:
             fields["perturb"] = perturb
@@ -381,12 +422,19 @@ class WorkerProcess:
 class WorkerLauncher:
     """Makes the workers of one lane: same device, environment, threads, memory cap, timeout and sandbox."""
 
-    def __init__(self, target: LaneTarget, threads: int, timeout_s: float, sandbox: SandboxPolicy | None = None):
+    def __init__(self, target: LaneTarget, threads: int, timeout_s: float, sandbox: SandboxPolicy | None = None,
+                 caches: CompileCaches | None = None, mutable: tuple[str, ...] = ("model_under_test/",)):
         self.target, self.threads, self.timeout_s, self.sandbox = target, threads, timeout_s, sandbox
+        self.caches, self.mutable = caches, mutable  # compile caches per tree (None: each worker's own scratch)
 
     def worker(self, side: str, root: Path, log_path: Path) -> WorkerProcess:
         """A worker for `side` running the model found under `root` (not started yet)."""
-        return WorkerProcess(side, root, self.target, self.threads, log_path, self.timeout_s, self.sandbox)
+        return WorkerProcess(side, root, self.target, self.threads, log_path, self.timeout_s, self.sandbox,
+                             self.caches, self.mutable)
+
+    def tree_digest(self, root: Path) -> str:
+        """The compile-cache key of the tree at `root` (what its workers' cache folder is named by)."""
+        return tree_digest(root, self.sandbox.mutable if self.sandbox else self.mutable)
 
     def model_root(self, root: Path) -> Path:
         """The path a worker of this launcher sees `root` at (what the workload's spec must name)."""

@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .compile_cache import CACHE_MOUNT, cache_env
+
 MOUNT = Path("/tmp/dit-ar/side")  # under the sandbox's own /tmp: bubblewrap cannot create folders in a read-only /
 SCRATCH = Path("/tmp/dit-ar/scratch")
 ENV_PASSED = ("PATH", "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
@@ -50,6 +52,7 @@ class SandboxSpec:
     gpu: bool = False
     env: dict[str, str] = field(default_factory=dict)
     expose: tuple[Path, ...] = ()  # folders under /tmp the worker needs (the harness, the project's weights)
+    cache: Path | None = None  # the side's own tree's compile-cache folder (worker/compile_cache.py), read-write
 
 
 def available() -> str | None:
@@ -102,16 +105,27 @@ def command(spec: SandboxSpec, argv: list[str], info_fd: int) -> list[str]:
     for hidden in (*spec.hide, *_private_home()):
         cmd += _mask(hidden)
     cmd += ["--ro-bind", str(spec.side_root), str(MOUNT), "--bind", str(spec.scratch), str(SCRATCH)]
+    cache_args, cache_vars = compile_cache_mount(spec.cache)
+    cmd += cache_args
     if spec.gpu:
         for node in sorted(glob.glob("/dev/nvidia*")):
             cmd += ["--dev-bind", node, node]
     cmd += ["--clearenv"]
     env = {k: os.environ[k] for k in ENV_PASSED if k in os.environ}
     env.update(spec.env)
+    env.update(cache_vars)
     env.update(HOME=str(SCRATCH), TMPDIR=str(SCRATCH), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     for key, value in sorted(env.items()):
         cmd += ["--setenv", key, value]
     return cmd + ["--info-fd", str(info_fd), "--chdir", str(MOUNT), *argv]
+
+
+def compile_cache_mount(cache: Path | None) -> tuple[list[str], dict[str, str]]:
+    """The bind mount and environment of a side's compile cache: its own tree's folder, read-write at
+    CACHE_MOUNT, and nothing of any other tree's (the state folder holding them is hidden)."""
+    if cache is None:
+        return [], {}
+    return ["--bind", str(cache), str(CACHE_MOUNT)], cache_env(CACHE_MOUNT)
 
 
 @dataclass
