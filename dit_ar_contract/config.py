@@ -74,6 +74,7 @@ class PerfProtocol:
     round_timeout_s: float = 600.0
     threads: int = 2
     cpu_affinity: tuple[int, ...] | None = None
+    revalidate_every: int = 5  # `dit-ar experiment` re-validates the best after this many keeps (0: never)
     # warm-up until steady (perf_suite.warmup): warmup_rounds at least, the last warmup_window rounds within
     # warmup_steady_pct of each other or no faster than before them, warmup_max_rounds at most
     warmup_window: int = 3
@@ -199,6 +200,7 @@ class Lane:
     options: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
     gpus: int = 1  # GPUs the worker sees (cuda:0 .. cuda:gpus-1); a multi-GPU candidate may use them all
+    holdout_corpus: str | None = None  # frozen cases only `dit-ar revalidate` judges (never `experiment`)
 
     @property
     def is_cuda(self) -> bool:
@@ -387,6 +389,9 @@ def _check_perf(r: _Reader, p: PerfProtocol, where: str) -> None:
         raise r.fail(f"{where}.max_segments", p.max_segments, f"at least min_segments ({p.min_segments})")
     if not 0 < p.alpha < 0.5:
         raise r.fail(f"{where}.alpha", p.alpha, "a significance level in (0, 0.5)")
+    if p.revalidate_every < 0:
+        raise r.fail(f"{where}.revalidate_every", p.revalidate_every, "0 (never) or the number of keeps between "
+                     "automatic re-validations")
     if p.cpu_affinity is not None and (not p.cpu_affinity or min(p.cpu_affinity) < 0):
         raise r.fail(f"{where}.cpu_affinity", list(p.cpu_affinity), "null or a non-empty list of CPU core numbers")
     if p.pair_cores not in PAIR_CORES:
@@ -410,6 +415,10 @@ def _check_lane(r: _Reader, lane: Lane, root: Path) -> None:
         raise r.fail(f"{where}.device", lane.device, '"cpu", "cuda" or "cuda:N"')
     if not (root / lane.corpus).is_file():
         raise r.fail(f"{where}.corpus", lane.corpus, f"an existing corpus file relative to {root}")
+    if lane.holdout_corpus is not None and (lane.holdout_corpus == lane.corpus or
+                                            not (root / lane.holdout_corpus).is_file()):
+        raise r.fail(f"{where}.holdout_corpus", lane.holdout_corpus, f"an existing corpus file relative to {root}, "
+                     "other than the lane's corpus (or leave the key out)")
     if lane.primary_metric not in PRIMARY_METRICS:
         raise r.fail(f"{where}.primary_metric", lane.primary_metric, f"one of {list(PRIMARY_METRICS)}")
     _positive(r, where, resolution=lane.resolution, steps=lane.steps, batch=lane.batch, gpus=lane.gpus)

@@ -27,7 +27,7 @@ from ..state.ledger import LedgerRow
 from ..state.paths import new_run_id, now
 from ..state.session import Session, open_session, verify_integrity
 from ..worker.client import WorkerLauncher, WorkerProcess
-from . import gpu_locks, memory_plan
+from . import gpu_locks, holdout, memory_plan
 from .evidence import launcher_for, memory_budget
 from .generation import CorpusOutputs, audit_evidence, generate_corpus
 from .live import Live
@@ -137,6 +137,8 @@ def _baseline(session: Session, out: Callable[[str], None], progress: bool, sand
                                   desc="baseline corpus")
         evidence = audit_evidence(worker, build, default, cases, lane.batch, key)
         envelope_runs, task_envelope = _envelope_runs(session, worker, cases, default, live)
+        held_out = holdout.holdout_cases(session)  # generated now, judged only by `dit-ar revalidate`
+        held_outputs = holdout.generate(worker, session, held_out, live=live) if held_out else None
         roof = profiling.roofline_evidence(worker, [list(c.keyed_request(key)) for c in cases[:lane.batch]])
         identity = dict(worker.identity)
         worker.note_start(build["build_s"] + default.first_s)
@@ -149,6 +151,8 @@ def _baseline(session: Session, out: Callable[[str], None], progress: bool, sand
 
     for case in cases:
         save_case(cases_dir(session.baseline_dir), case.id, default.images[case.id], default.latents[case.id])
+    if held_out and held_outputs:
+        holdout.save(session.baseline_dir, held_out, held_outputs)
     scores = task_metrics.compute(lane.task_metrics, default.images, cases, session.root, lane.quality)
     envelope = envelope_of(envelope_runs)
     out(f"noise envelope over {len(envelope_runs)} perturbations: " +

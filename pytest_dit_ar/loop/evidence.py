@@ -46,7 +46,8 @@ def sandbox_policy(session: Session) -> SandboxPolicy:
     root = session.root
     hide = [root / ".git", root / STATE_DIR, *(root / m.rstrip("/") for m in session.config.mutable_paths)]
     hide += gitops.private_paths(root)  # sessions side by side: other worktrees' state and the shared git folder
-    hide += [(root / lane.corpus).parent for lane in session.config.lanes.values()]
+    hide += [(root / corpus).parent for lane in session.config.lanes.values()
+             for corpus in (lane.corpus, lane.holdout_corpus) if corpus]  # the holdout, like the corpus
     hide.append(Path(quality_suite.__file__).resolve().parent / "corpus")
     weights = session.lane.workload(root)["weights"]  # a pipeline folder outside the project (under /tmp, say)
     expose = (root.resolve(), *([Path(weights)] if weights else []))

@@ -64,6 +64,17 @@ class StatePaths:
         return self.dir / "report"
 
     @property
+    def live(self) -> Path:
+        """The running experiment's progress (phase, segments, estimate), rewritten atomically; `dit-ar watch`
+        reads it."""
+        return self.dir / "live.json"
+
+    @property
+    def origin_worktree(self) -> Path:
+        """A clean checkout of the lane's original baseline commit (`dit-ar revalidate` times the best against it)."""
+        return self.dir / "worktrees" / "origin"
+
+    @property
     def halt(self) -> Path:
         """Written when a run changed the environment the harness relies on; experiments refuse while it exists."""
         return self.dir / "HALT"
