@@ -15,6 +15,9 @@ class Status(Enum):
     DISCARD_PERFORMANCE = ("discard-performance", "DISCARD-PERFORMANCE", EXIT_DISCARD, "#7d5bbf")
     DISCARD_SCOPE = ("discard-scope", "DISCARD-SCOPE", EXIT_DISCARD, "#c0392b")
     CRASH = ("crash", "CRASH", EXIT_DISCARD, "#555555")
+    # `dit-ar revalidate`: the best against the original baseline in fresh workers; a row of its own kind that
+    # never moves the best (loop/revalidate.py)
+    REVALIDATE = ("revalidate", "REVALIDATED", EXIT_OK, "#0a7d8c")
 
     def __init__(self, word: str, verdict_word: str, exit_code: int, colour: str):
         self.word = word
@@ -31,6 +34,11 @@ class Status(Enum):
     def is_failure(self) -> bool:
         """A discard or a crash (what `dit-ar status` lists as recent failures)."""
         return self.exit_code == EXIT_DISCARD
+
+    @property
+    def is_experiment(self) -> bool:
+        """The verdict of one candidate commit (not a baseline, not a re-validation)."""
+        return self not in (Status.BASELINE, Status.REVALIDATE)
 
     @classmethod
     def from_word(cls, word: str) -> Status:

@@ -8,6 +8,13 @@ The fixed harness calls exactly::
 
 ``spec`` keys: root, lane, preset, weights, device, resolution, steps, guidance, batch,
 options. See docs/models.md for the presets and their options.
+
+Shapes are fixed per lane: every ``generate`` gets exactly ``spec["batch"]`` requests at the lane's
+resolution and steps (the harness pads the corpus to full batches), so a CUDA graph or a compiled graph
+captured on the first call of a signature serves every later call. Capture lazily (the harness's warm-up
+rounds run until the round time is steady), copy each call's inputs into static buffers and clone the
+outputs after replay (examples/cuda-graphs/, handbook/03_single_gpu/05_cuda_graphs_and_shape_buckets.md).
+Compile caches are the harness's: each tree gets its own TORCHINDUCTOR_CACHE_DIR / TRITON_CACHE_DIR.
 """
 
 from __future__ import annotations

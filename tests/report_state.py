@@ -98,11 +98,19 @@ def state(tmp_path: Path) -> tuple[Path, list[LedgerRow]]:
         _row("r3-quality", "discard-quality", 120.0, 150.0, "bf16 everywhere"),
         _row("r4-crash", "crash", None, 150.0, "torch.compile max-autotune"),
         _row("r5-scope", "discard-scope", None, 150.0, "edited the harness"),
+        _row("r6-revalidate", "revalidate", 150.0, 200.0, "re-validation of the best against the original baseline"),
         _row("f0-baseline", "baseline", 90.0, None, "baseline", lane=FOREIGN),
     ]
     rows[-1] = dataclasses.replace(rows[-1], run_dir="")
     for row in rows:
         ledger.append(paths.ledger, row)
+    write_json_atomic(paths.run("r6-revalidate") / "revalidate.json", {  # what loop/revalidate.py writes
+        "run_id": "r6-revalidate", "best_commit": "r2-keep".ljust(40, "0"), "baseline_commit": "b" * 40,
+        "segments": 2, "rounds": 12, "steps": [{}],
+        "measured": {"estimate_pct": 3.0, "lower_pct": 1.0, "upper_pct": 5.0},
+        "product": {"estimate_pct": 25.0, "lower_pct": 20.0, "upper_pct": 30.0},
+        "holdout": {"headline": "holdout: passes 10/10 cases under the exact gate"},
+        "warning": "WARNING: the chain re-validated at +3.00% but its steps claim +25.00%"})
     keep = paths.run("r2-keep")
     write_json_atomic(keep / "experiment.json", {"reasons": ["block 1: candidate 150 ms vs best 200 ms"]})
     write_json_atomic(keep / "perf.json", {"keep": True, "reasons": ["improved"], "blocks": [_block(0, 150, 200),

@@ -22,9 +22,14 @@ from dit_ar_contract.config import repo_root_for
 from dit_ar_contract.errors import Refused
 
 PATCHES = Path(__file__).resolve().parent / "demo_patches"
-# the verdict the README documents for each candidate (tools/demo_repeat.py counts how often a fresh demo gives it)
-DOCUMENTED = {"01-exact-batch-cfg": "KEEP", "02-exact-bf16": "DISCARD-QUALITY", "03-approximate-half-steps": "KEEP",
-              "04-quantization-int8-dynamic": "DISCARD-QUALITY", "05-exact-wasted-pass": "DISCARD-PERFORMANCE"}
+# the verdicts the README documents for each candidate (tools/demo_repeat.py counts how often a fresh demo gives
+# them). The int8 candidate is discarded either way, but which gate decides depends on the session's keyed seeds:
+# its Fréchet distance moves by chance in either direction (zero regression fails when it rises); when it falls,
+# the speed gate discards it (dynamic int8 is not faster on the embedded lane's CPU).
+DOCUMENTED: dict[str, tuple[str, ...]] = {
+    "01-exact-batch-cfg": ("KEEP",), "02-exact-bf16": ("DISCARD-QUALITY",), "03-approximate-half-steps": ("KEEP",),
+    "04-quantization-int8-dynamic": ("DISCARD-QUALITY", "DISCARD-PERFORMANCE"),
+    "05-exact-wasted-pass": ("DISCARD-PERFORMANCE",)}
 
 
 @dataclass(frozen=True)

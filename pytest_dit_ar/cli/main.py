@@ -11,7 +11,7 @@ from dit_ar_contract.config import CLASSES, DEFAULT_CONFIG, repo_root_for
 from dit_ar_contract.errors import EXIT_REFUSED, Refused
 
 from .. import __version__
-from . import demo, profile, report, scaffold, search
+from . import calibrate, demo, profile, report, scaffold, search, summary, watch
 
 UNSANDBOXED = ("run the workers without the bubblewrap sandbox (a candidate can then reach the harness's files; "
                "recorded in the ledger and the report)")
@@ -68,7 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="the session of every git worktree of this repository "
                    "(sessions side by side, one per GPU)")
     verb("recover", "restore the branch to the recorded best and a damaged baseline from its git copy", _recover)
-    for module in (search, profile, report, demo):
+    p = verb("revalidate", "time the best against the original baseline again (fresh workers) and judge the holdout; "
+                           "never moves the best", _revalidate)
+    p.add_argument("--unsandboxed", action="store_true", help=UNSANDBOXED)
+    for module in (search, profile, report, demo, calibrate, watch, summary):
         _config_arg(module.add_parser(sub), top=False)
     scaffold.add_parser(sub)  # writes config/autoresearch.json at the git root: takes no --config
     return parser
@@ -115,7 +118,26 @@ def _experiment(args: argparse.Namespace) -> int:
     extra = [a for a in args.pytest_args if a != "--"]
     code = pytest.main(experiment_pytest_args(args.config, args.classification, args.description, args.lane,
                                               args.unsandboxed) + extra)
+    if int(code) == 0:  # a keep: every `revalidate_every` keeps the chain is timed again
+        _revalidate_when_due(args)
     return int(code)
+
+
+def _revalidate_when_due(args: argparse.Namespace) -> None:
+    from ..loop.revalidate import due, revalidate
+
+    try:
+        if due(args.config, args.lane):
+            print("dit-ar: re-validating the chain (every `revalidate_every` keeps; the verdict above stands)")
+            revalidate(args.config, args.lane, sandboxed=not args.unsandboxed)
+    except Refused as exc:  # the keep is recorded; say why the re-validation did not run
+        print(f"dit-ar revalidate: refused: {exc}", file=sys.stderr)
+
+
+def _revalidate(args: argparse.Namespace) -> int:
+    from ..loop.revalidate import revalidate
+
+    return revalidate(args.config, sandboxed=not args.unsandboxed)
 
 
 def _status(args: argparse.Namespace) -> int:

@@ -197,8 +197,11 @@ def workload_for(request: Request, folder: Path, family: Family) -> Workload:
 
 
 # -- the corpus ------------------------------------------------------------------------------------------
-def _slug(text: str, words: int = 3) -> str:
+def slug(text: str, words: int = 3) -> str:
+    """A case id's readable part: the first words of the prompt, lower-case, joined by '-'."""
     return "-".join(re.findall(r"[a-z0-9]+", text.lower())[:words]) or "case"
+
+
 
 
 def corpus_cases(family: Family, folder: Path, count: int) -> list[dict[str, Any]]:
@@ -213,7 +216,7 @@ def corpus_cases(family: Family, folder: Path, count: int) -> list[dict[str, Any
                if line.strip()]
     if count > len(prompts):
         raise Refused(f"--cases {count}: the prompt set has {len(prompts)} prompts")
-    return [{"id": f"{_slug(prompt)}-s{seed}", "prompt": prompt, "seed": seed}
+    return [{"id": f"{slug(prompt)}-s{seed}", "prompt": prompt, "seed": seed}
             for prompt, seed in zip(prompts[:count], seeds)]
 
 
@@ -373,11 +376,17 @@ def scaffold(request: Request, cwd: Path | None = None, out: Callable[[str], Non
 # -- the verb ----------------------------------------------------------------------------------------------
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "scaffold", help="set up this git repository around a local diffusers pipeline (config, model, corpus)",
+        "scaffold", help="set up this git repository around a local diffusers pipeline, or any PyTorch model "
+                         "(--custom): config, model, corpus",
         description="Write config/autoresearch.json, model_under_test/, a frozen corpus, program.md and AGENTS.md "
                     "for the diffusers pipeline folder PATH, in the git repository around the current folder.")
-    parser.add_argument("--pipeline", type=Path, required=True, metavar="PATH",
+    parser.add_argument("--pipeline", type=Path, metavar="PATH",
                         help="a local diffusers pipeline folder (with model_index.json)")
+    parser.add_argument("--custom", action="store_true",
+                        help="any PyTorch model without a diffusers pipeline: a working seam skeleton, a corpus "
+                             "template and the seam's contract test (tests/test_seam_contract.py)")
+    parser.add_argument("--weights", type=Path, metavar="PATH",
+                        help="with --custom: your model's local weights (default: the skeleton's seeded weights)")
     parser.add_argument("--lane", help="lane name (default: the family and resolution, e.g. pixart-sigma-1024)")
     parser.add_argument("--resolution", type=int, help="picture side in pixels (default: the transformer's)")
     parser.add_argument("--steps", type=int, help="sampling steps (default: the pipeline's)")
@@ -392,6 +401,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    if bool(args.custom) == (args.pipeline is not None):
+        raise Refused("give exactly one of --pipeline PATH (a local diffusers pipeline folder) and --custom (any "
+                      "PyTorch model: a seam skeleton to fill in)")
+    if args.weights is not None and not args.custom:
+        raise Refused("--weights goes with --custom; a diffusers pipeline folder carries its own weights")
+    if args.custom:
+        from .scaffold_custom import scaffold_custom
+
+        return scaffold_custom(Request(pipeline=Path(), lane=args.lane, resolution=args.resolution, steps=args.steps,
+                                       guidance=args.guidance, batch=args.batch, device=args.device, cases=args.cases,
+                                       force=args.force), args.weights)
     request = Request(pipeline=args.pipeline, lane=args.lane, resolution=args.resolution, steps=args.steps,
                       guidance=args.guidance, batch=args.batch, device=args.device, cases=args.cases,
                       force=args.force)

@@ -12,6 +12,7 @@ from dit_ar_contract.config import repo_root_for
 from dit_ar_contract.errors import Refused
 from dit_ar_contract.status import Status
 
+from ..report.summary import latest_revalidation, session_rows
 from ..state import backup, gitops, integrity, ledger
 from ..state.baseline import manifest_problems
 from ..state.files import read_json, read_json_object
@@ -71,7 +72,16 @@ def collect(session: Session, rows: int) -> dict[str, Any]:
                      "median_ms": timing.get("median_ms"), "noise_floor_pct": timing.get("noise_floor_pct")},
         "counts": {s.word: sum(r.status is s for r in all_rows) for s in Status},
         "recent": [r.as_dict() for r in all_rows[-rows:]], "recent_failures": _failures(session, all_rows),
+        "revalidation": _revalidation(session, all_rows),
     }
+
+
+def _revalidation(session: Session, rows: list[ledger.LedgerRow]) -> dict[str, Any] | None:
+    """The lane's latest re-validation in this session: its line and, when the chain measured again disagrees
+    with the product of its steps, the warning."""
+    data = latest_revalidation(session.root, session_rows(rows, session.lane_id))
+    return {"run_id": data.get("run_id"), "headline": data.get("headline"), "agree": data.get("agree"),
+            "warning": data.get("warning")} if data else None
 
 
 def _num(value: Any, digits: int = 4) -> str:
@@ -95,6 +105,10 @@ def _print(info: dict[str, Any]) -> None:
     print(f"baseline {state}; task metrics {metrics}; median {_num(b['median_ms'])} ms; "
           f"A/A noise {_num(b['noise_floor_pct'], 3)}%")
     print("counts: " + ", ".join(f"{k}={v}" for k, v in info["counts"].items()))
+    reval = info.get("revalidation")
+    print(f"re-validation: {reval['headline']}" if reval else "re-validation: none yet (`dit-ar revalidate`)")
+    if reval and reval.get("warning"):
+        print(reval["warning"])
     if info["recent"]:
         print("recent (candidate: its median batch latency or images/s, the ledger's `candidate`; paired %: the "
               "verdict's paired estimate, the ledger's `improvement_pct`):")

@@ -27,8 +27,8 @@ from ..state.ledger import LedgerRow
 from ..state.paths import new_run_id, now
 from ..state.session import Session, open_session, verify_integrity
 from ..worker.client import WorkerLauncher, WorkerProcess
-from . import gpu_locks
-from .evidence import launcher_for
+from . import gpu_locks, holdout, memory_plan
+from .evidence import launcher_for, memory_budget
 from .generation import CorpusOutputs, audit_evidence, generate_corpus
 from .live import Live
 from .measurement import MeasurementPlan, PerfOutcome, Side, measure
@@ -82,13 +82,15 @@ def _envelope_runs(session: Session, worker: WorkerProcess, cases: list[Case], d
 
 
 def _aa_timing(session: Session, launcher: WorkerLauncher, run_dir: Path, prompts: tuple[str, ...],
-               live: Live | None = None) -> PerfOutcome:
-    """One A/A segment: the baseline against itself, in two fresh workers (the noise floor)."""
+               live: Live | None = None, peak_mb: float | None = None) -> PerfOutcome:
+    """One A/A segment: the baseline against itself, in two fresh workers (the noise floor); one at a time
+    when two of them do not fit the lane's memory budget (loop/memory_plan)."""
     lane = session.lane
     side = Side("baseline", session.root, lane.workload(launcher.model_root(session.root), session.root))
     plan = MeasurementPlan(cand=side, best=side, protocol=lane.performance, prompts=prompts, batch=lane.batch,
                            metric=lane.primary_metric, is_cuda=lane.is_cuda, log_dir=run_dir, max_segments=1,
-                           resolution=lane.resolution)
+                           resolution=lane.resolution, memory=memory_budget(session) if lane.is_cuda else None,
+                           known_peaks_mb={"cand": peak_mb, "best": peak_mb})
     if live is None:
         return measure(plan, launcher)
     live.phase("A/A timing: the baseline against itself in two fresh workers")
@@ -135,18 +137,28 @@ def _baseline(session: Session, out: Callable[[str], None], progress: bool, sand
                                   desc="baseline corpus")
         evidence = audit_evidence(worker, build, default, cases, lane.batch, key)
         envelope_runs, task_envelope = _envelope_runs(session, worker, cases, default, live)
+        held_out = holdout.holdout_cases(session)  # generated now, judged only by `dit-ar revalidate`
+        held_outputs = holdout.generate(worker, session, held_out, live=live) if held_out else None
         roof = profiling.roofline_evidence(worker, [list(c.keyed_request(key)) for c in cases[:lane.batch]])
         identity = dict(worker.identity)
+        worker.note_start(build["build_s"] + default.first_s)
+        peak_mb = worker.gpu_memory_mb() if lane.is_cuda else None
+        worker.note_peak(peak_mb)
+    layout = memory_plan.layout(memory_budget(session), None, peak_mb)
+    if layout.mode == "refuse":
+        raise Refused(layout.reason)
     out(profiling.describe_roofline(roof))
 
     for case in cases:
         save_case(cases_dir(session.baseline_dir), case.id, default.images[case.id], default.latents[case.id])
+    if held_out and held_outputs:
+        holdout.save(session.baseline_dir, held_out, held_outputs)
     scores = task_metrics.compute(lane.task_metrics, default.images, cases, session.root, lane.quality)
     envelope = envelope_of(envelope_runs)
     out(f"noise envelope over {len(envelope_runs)} perturbations: " +
         ", ".join(f"{k}={v:.3g}" for k, v in envelope.items()))
 
-    perf = _aa_timing(session, launcher, run_dir, tuple(c.prompt for c in cases), live)
+    perf = _aa_timing(session, launcher, run_dir, tuple(c.prompt for c in cases), live, peak_mb)
     aa = perf.look
     assert aa is not None
     median_ms, p95_ms = perf.median_ms("best"), perf.p95_ms("best")

@@ -26,10 +26,14 @@ from quality_suite.metrics import fidelity_batch
 from ..state import gitops
 from ..state.baseline import BaselineSummary, cases_dir
 from ..state.files import write_json_atomic
+from ..state.noise import read_noise, record_spread
 from ..state.paths import STATE_DIR
 from ..state.session import Session
 from ..worker import sandbox
 from ..worker.client import Generated, SandboxPolicy, WorkerLauncher, WorkerProcess
+from ..worker.compile_cache import CompileCaches
+from ..worker.forkserver import ForkServers
+from . import memory_plan
 from .generation import CorpusOutputs, audit_evidence, generate_corpus
 from .live import Live
 from .measurement import MeasurementPlan, Pair, PerfOutcome, RoundCheck, Side, boot, measure
@@ -42,7 +46,8 @@ def sandbox_policy(session: Session) -> SandboxPolicy:
     root = session.root
     hide = [root / ".git", root / STATE_DIR, *(root / m.rstrip("/") for m in session.config.mutable_paths)]
     hide += gitops.private_paths(root)  # sessions side by side: other worktrees' state and the shared git folder
-    hide += [(root / lane.corpus).parent for lane in session.config.lanes.values()]
+    hide += [(root / corpus).parent for lane in session.config.lanes.values()
+             for corpus in (lane.corpus, lane.holdout_corpus) if corpus]  # the holdout, like the corpus
     hide.append(Path(quality_suite.__file__).resolve().parent / "corpus")
     weights = session.lane.workload(root)["weights"]  # a pipeline folder outside the project (under /tmp, say)
     expose = (root.resolve(), *([Path(weights)] if weights else []))
@@ -59,7 +64,15 @@ def launcher_for(session: Session, sandboxed: bool = True) -> WorkerLauncher:
         if problem:
             raise Refused(f"the workers cannot be sandboxed here: {problem}")
         policy = sandbox_policy(session)
-    return WorkerLauncher(session.target, p.threads, p.round_timeout_s, policy)
+    caches = CompileCaches(session.paths.compile_cache, p.compile_cache_gb, p.compile_cache_keep)
+    return WorkerLauncher(session.target, p.threads, p.round_timeout_s, policy, caches, session.config.mutable_paths)
+
+
+def memory_budget(session: Session) -> memory_plan.MemoryBudget:
+    """What the lane's live workers may hold together: the emulated card, the target's, or this device's."""
+    lane, target = session.lane, session.target
+    return memory_plan.budget(lane.is_cuda, session.config.target.vram_gb, target.on_target,
+                              lane.guardrails.emulated_vram_gb, target.identity.memory_gb or None)
 
 
 @lru_cache(maxsize=1)
@@ -98,7 +111,11 @@ class Evidence:
         self._perf: PerfOutcome | None = None
         self._baseline: BaselineSummary | None = None
         self._first_pair: Pair | None = None
+        self._forks: ForkServers | None = None  # both sides' fork servers, started beside the quality run
         self._seconds: dict[str, float] = {}
+        self.memory = memory_budget(session)
+        self._cand_peak_mb: float | None = None  # the quality worker's device memory (NVML)
+        self._cold_start_s: float | None = None  # the candidate tree's first worker: build + first generate
 
     @property
     def seconds(self) -> dict[str, float]:
@@ -165,12 +182,14 @@ class Evidence:
             worker = self.launcher.worker("candidate", self.candidate_root,
                                           self.run_dir / "worker-candidate-quality.log").spawn()
             best = self._spawn_best()
+            self._spawn_forks()
             try:
                 self._run = self._quality_run(worker, best)
             except CandidateCrash as exc:
                 for w in (worker, best):
                     if w is not None:
                         w.kill()
+                self._close_forks()
                 self.record_crash(exc)
                 raise
         return self._run
@@ -189,6 +208,7 @@ class Evidence:
             t = self._spent("quality_worker_start", t)
             outputs = generate_corpus(worker, cases, lane.batch, self.key, lane.resolution,
                                       desc="quality: candidate corpus", live=self.live)
+            self._note_quality_worker(worker, build_s + outputs.first_s)
             audit = audit_evidence(worker, build, outputs, cases, lane.batch, self.key)
             t = self._spent("quality_corpus", t)
             best_build = best_boot.result() if best_boot else None
@@ -198,6 +218,36 @@ class Evidence:
         else:
             worker.close()
         return CandidateRun(build_s, outputs, audit)
+
+    def _note_quality_worker(self, worker: WorkerProcess, start_s: float) -> None:
+        """The quality worker's start (build + first generate: where a compile happens) and device memory."""
+        worker.note_start(start_s)
+        if worker.cache_warm is False:
+            self._cold_start_s = start_s
+        elif worker.caches is not None and worker.cache_digest is not None:
+            self._cold_start_s = worker.caches.record(worker.cache_digest).cold_start_s
+        if self.session.lane.is_cuda:
+            self._cand_peak_mb = worker.gpu_memory_mb()
+            worker.note_peak(self._cand_peak_mb)
+
+    def best_peak_mb(self) -> float | None:
+        """The largest device memory a worker of the best's tree was seen to use (the harness's record)."""
+        caches = self.launcher.caches
+        if self.best_root is None or caches is None or not self.session.lane.is_cuda:
+            return None
+        return caches.record(self.launcher.tree_digest(self.best_root)).peak_gpu_mb
+
+    def protect_best_cache(self) -> None:
+        """The best's compile cache is never evicted while this run lasts (call once the best worktree is synced)."""
+        caches = self.launcher.caches
+        if caches is not None and self.best_root is not None:
+            caches.in_use.add(self.launcher.tree_digest(self.best_root))
+
+    def refuse_unless_best_fits(self) -> None:
+        """Refuse (one line) when one worker of the best, as measured before, cannot fit the lane's budget."""
+        layout = memory_plan.layout(self.memory, None, self.best_peak_mb())
+        if layout.mode == "refuse":
+            raise Refused(layout.reason)
 
     def _phase(self, text: str) -> None:
         if self.live is not None:
@@ -210,13 +260,30 @@ class Evidence:
     def _spawn_best(self) -> WorkerProcess | None:
         if self.best_root is None or not self.prefetch_best:
             return None
+        if not memory_plan.may_prefetch(self.memory, self.best_peak_mb()):
+            return None  # two workers of the best's size do not fit the card: the best boots when timed
         return self.launcher.worker("best", self.best_root, self.run_dir / "worker-best-block0.log").spawn()
+
+    def _spawn_forks(self) -> None:
+        """Start both sides' fork servers (their imports run beside the quality run, never beside timed
+        rounds): the pairs after the first are forked from them (lane setting performance.fork_server)."""
+        p = self.session.lane.performance
+        if self.best_root is None or not self.prefetch_best or not p.fork_server:
+            return
+        self._forks = ForkServers(self.launcher, self.candidate_root, self.best_root, self.run_dir,
+                                  p.fork_servers(self.session.lane.is_cuda)).spawn()
+
+    def _close_forks(self) -> None:
+        if self._forks is not None:
+            self._forks.close()
+            self._forks = None
 
     def close(self) -> None:
         """Stop workers that are still up (a discard before timing leaves the first pair unused)."""
         if self._first_pair is not None:
             self._first_pair.close()
             self._first_pair = None
+        self._close_forks()
 
     # -- quality --------------------------------------------------------------------------------
     def quality(self) -> QualityAssessment:
@@ -267,15 +334,36 @@ class Evidence:
                 on_round = self.progress.on_round if self.progress else None
                 on_look = self.progress.on_look if self.progress else None
                 self._perf = measure(self._plan(), self.launcher, first_pair=self._first_pair, on_round=on_round,
-                                     on_look=on_look)
+                                     on_look=on_look, forks=self._forks)
                 self._first_pair = None  # measure() closed it
             except CandidateCrash as exc:
                 self.record_crash(exc)
                 raise
+            finally:
+                t = time.perf_counter()
+                self._close_forks()
+                self._spent("timing_fork_servers_close", t)
             for phase, spent in self._perf.seconds.items():
                 self._seconds[f"timing_{phase}"] = spent
             write_json_atomic(self.run_dir / "perf.json", self._perf.as_dict())
+            self._learn_noise(self._perf)
         return self._perf
+
+    def _best_commit(self) -> str | None:
+        best = self.session.best()
+        return best.commit if best else None
+
+    def _offset_bound(self):
+        """B for this experiment: the session's noise state against the current best (state.noise)."""
+        lane = self.session.lane
+        noise = read_noise(self.session.paths, self.session.lane_id).against(self._best_commit())
+        return noise.bound(lane.performance, lane.device)
+
+    def _learn_noise(self, perf: PerfOutcome) -> None:
+        """Pool this experiment's between-pair spread against the same best (a faithful timing only)."""
+        if perf.spread is not None and not perf.unfaithful and self.session.record is not None:
+            record_spread(self.session.paths, self.session.lane_id, self._best_commit(), self.run_dir.name,
+                          perf.spread)
 
     def _plan(self) -> MeasurementPlan:
         assert self.best_root is not None
@@ -285,7 +373,10 @@ class Evidence:
             best=Side("best", self.best_root, self.spec(self.best_root)),
             protocol=lane.performance, prompts=tuple(c.prompt for c in self.cases()), batch=lane.batch,
             metric=lane.primary_metric, guardrails=lane.guardrails, is_cuda=lane.is_cuda, log_dir=self.run_dir,
-            roofline_ms=self.roofline_ms(), resolution=lane.resolution, check=self._round_check())
+            roofline_ms=self.roofline_ms(), resolution=lane.resolution, check=self._round_check(),
+            memory=self.memory if lane.is_cuda else None,
+            known_peaks_mb={"cand": self._cand_peak_mb, "best": self.best_peak_mb()},
+            cold_start_s=self._cold_start_s, bound=self._offset_bound())
 
     def _round_check(self) -> RoundCheck:
         """Candidate vs best outputs of the same timed requests under the effective class's per-case gate."""

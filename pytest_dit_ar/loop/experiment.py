@@ -22,6 +22,7 @@ from ..state import gitops, records, tamper
 from ..state.best import BestRecord, Measurements, require_best
 from ..state.files import write_bytes_atomic
 from ..state.ledger import LedgerRow
+from ..state.live import LiveFile
 from ..state.paths import StatePaths, new_run_id, now
 from ..state.session import Session, open_session, verify_integrity
 from . import gpu_locks, pregate
@@ -54,6 +55,7 @@ class Experiment:
         self.started = time.time()
         self.stack: dict[str, str | None] = {}
         self.pregate: list[pregate.Finding] = []  # the static pre-gate's findings over the diff (flags only)
+        self.live: LiveFile | None = None  # live.json for `dit-ar watch`
 
     # -- before the run -------------------------------------------------------------------
     def acquire(self) -> None:
@@ -69,6 +71,8 @@ class Experiment:
                           "(one experiment per repository and GPU at a time)") from None
 
     def release(self) -> None:
+        if self.live is not None and not self.live.state.finished:  # refused, interrupted, the harness failed
+            self.live.finish("NO VERDICT")
         gpu_locks.release(self.gpu_locks)
         if self.lock is not None:
             self.lock.release()
@@ -107,6 +111,8 @@ class Experiment:
         evidence.check_metrics_available()
         self.run_id, self.run_dir = run_dir.name, run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
+        self.live = LiveFile.start(session.paths.live, "experiment", run_dir.name, self.commit, self.description,
+                                   session.lane_id, seconds=self.seconds)
         self._ledger_bytes = session.paths.ledger.read_bytes() if session.paths.ledger.exists() else b""
         outside = gitops.out_of_scope(shape.changed, session.config.mutable_paths)
         if outside:
@@ -119,10 +125,13 @@ class Experiment:
         gitops.sync_worktree(repo, session.paths.best_worktree, best.commit)
         if self.sandboxed:
             gitops.sync_worktree(repo, session.paths.candidate_worktree, self.commit)
+        evidence.protect_best_cache()
+        evidence.refuse_unless_best_fits()  # one line, exit 2, before any candidate code runs
         paths = session.paths
         self._state_bytes = {p: p.read_bytes() for p in (paths.session, paths.best, paths.integrity) if p.exists()}
         self._fingerprint = tamper.fingerprint(repo, self._worktrees())
         self.evidence = evidence
+        self.live.update(phase="quality", max_segments=session.lane.performance.max_segments)
         return None
 
     def _check_stack(self, recorded: dict) -> None:
@@ -192,6 +201,8 @@ class Experiment:
         """The verdict from the post-run guards, the evidence and the tests' outcomes."""
         evidence = self.evidence
         assert evidence is not None
+        if self.live is not None:
+            self.live.phase("judging")
         crash = evidence.crash
         return decide(self.post_run_problems(), str(crash) if crash else None,
                       self._quality_finding(outcomes), self._performance_finding(outcomes))
@@ -226,10 +237,13 @@ class Experiment:
         records.record_experiment(session, repo, self._row(verdict), self.run_dir, list(verdict.reasons),
                                   time.time() - self.started, measurements,
                                   {"seconds": self.seconds(), "software": self.stack,
+                                   "startup": perf.startup() if perf else None,
                                    "pregate": pregate.as_records(self.pregate)})
         if verdict.status is not Status.KEEP:
             gitops.reset_to(repo, self.parent, session.config.mutable_paths)
             gitops.clean_untracked(repo, session.config.fixed_paths)
+        if self.live is not None:
+            self.live.finish(verdict.status.verdict_word)
         return verdict
 
     def seconds(self) -> dict[str, float]:

@@ -29,6 +29,7 @@ class CorpusOutputs:
     denoiser_rows_per_image: float | None = None
     memory: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
+    first_s: float = 0.0  # the first generate (a compiled model compiles here)
 
 
 def padded(group: list[Case], batch: int, key: str, rng: random.Random) -> list[list[Any]]:
@@ -51,6 +52,7 @@ def generate_corpus(worker: WorkerProcess, cases: list[Case], batch: int, key: s
         tqdm(total=len(cases), desc=desc, disable=not progress, leave=False)
     for group in batches(cases, batch):
         got = worker.generate(padded(group, batch, key, rng), perturb, resolution)
+        out.first_s = out.first_s or got.seconds
         bar.update(len(group))
         out.seconds += got.seconds
         for j, case in enumerate(group):

@@ -1,10 +1,20 @@
-"""Where the two suites' test modules are: under the project's root (this repository) or installed.
+"""Where the two suites' test modules are: the copies of the harness the user installed, wherever that is.
 
-An experiment must run every `test_*.py` of `quality_suite` and `perf_suite`. In this repository the suites
-are folders at the root, so collecting the root finds them. In a user's repository they are installed in
-site-packages with the harness, outside the root: `dit-ar experiment` then names their folders explicitly, and
-the plugin adds them to `pytest -m quality` / `-m perf` runs. The files are found through the import system
-(the packages Python would import), never by a path the project could redirect.
+An experiment must run every `test_*.py` of `quality_suite` and `perf_suite`, and always the copies Python
+imports (the installed harness), never a copy the project tree happens to hold:
+
+* in this repository with its own editable install, the suites are folders at the root: collecting the root
+  finds them and nothing is added;
+* in a user's repository they are installed in site-packages with the harness, outside the root (or inside
+  it, in a `.venv/` that pytest never recurses into): `dit-ar experiment` then names their folders
+  explicitly, and the plugin adds them to `pytest -m quality` / `-m perf` runs;
+* in a second git worktree or clone of this repository whose venv was installed from another checkout, the
+  tree's own `quality_suite/` and `perf_suite/` are *shadowed* copies: importing them would clash with the
+  installed packages of the same name ("import file mismatch"), so they are never collected, and a path
+  into them on the command line is redirected to the installed copy.
+
+The files are found through the import system (the packages Python would import), never by a path the
+project could redirect.
 """
 
 from __future__ import annotations
@@ -24,10 +34,40 @@ class SuiteFiles:
     tests: tuple[Path, ...]
 
     def outside(self, root: Path) -> tuple[Path, ...]:
-        """The suite folders not under `root`: what pytest must be given explicitly (a folder, not its files,
-        so that test ids read `test_quality.py::...`)."""
+        """The suite folders that collecting `root` does not find: what pytest must be given explicitly (a
+        folder, not its files, so that test ids read `test_quality.py::...`). Only a suite at `root/<name>`
+        is found by collecting the root; one anywhere else (site-packages, a `.venv/` inside the root,
+        another checkout) is not."""
         base = Path(root).resolve()
-        return tuple(f for f in self.folders if base not in f.parents)
+        return tuple(f for f in self.folders if f.parent != base)
+
+    def shadowed(self, root: Path) -> tuple[Path, ...]:
+        """The tree's own suite folders (`root/quality_suite`, `root/perf_suite`) that are not the installed
+        ones: a second worktree or clone whose harness is installed from elsewhere."""
+        base = Path(root).resolve()
+        return tuple(base / f.name for f in self.folders if (base / f.name).is_dir() and base / f.name != f)
+
+    def in_shadowed(self, path: Path, root: Path) -> bool:
+        """Whether `path` is a shadowed suite folder or lies inside one."""
+        resolved = Path(path).resolve()
+        return any(resolved == s or s in resolved.parents for s in self.shadowed(root))
+
+    def redirect(self, arg: str, root: Path, cwd: Path) -> str:
+        """A command-line path (or node id, relative to `cwd`) into a shadowed copy, pointed at the installed
+        copy instead; any other argument unchanged."""
+        path, sep, rest = arg.partition("::")
+        if not path or path.startswith("-"):
+            return arg
+        candidate = Path(path) if Path(path).is_absolute() else Path(cwd) / path
+        base = Path(root).resolve()
+        for installed in self.folders:
+            shadow = base / installed.name
+            if shadow == installed or not shadow.is_dir():
+                continue
+            resolved = candidate.resolve()
+            if resolved == shadow or shadow in resolved.parents:
+                return str(installed / resolved.relative_to(shadow)) + sep + rest
+        return arg
 
     def contains(self, path: Path) -> bool:
         """Whether `path` is one of the suites' folders or lies inside one."""
@@ -49,4 +89,3 @@ def suite_files() -> SuiteFiles:
     tests = tuple(sorted(p.resolve() for folder in folders for p in folder.rglob("test_*.py")
                          if "__pycache__" not in p.parts))
     return SuiteFiles(folders, tests)
-

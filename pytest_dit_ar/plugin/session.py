@@ -83,20 +83,27 @@ class PluginSession:
         """Suites installed outside the rootdir (a user's repository) are never found by collecting it: an
         experiment, and a plain run whose `-m` asks for the suites without naming paths, gets their
         folders as arguments. In this repository the suites are under the root and nothing is added."""
+        root = Path(self.config.rootpath)
+        cwd = Path(self.config.invocation_params.dir)
+        self.config.args[:] = [self.suites.redirect(arg, root, cwd) for arg in self.config.args]
         opt = self.config.option
         wanted = self.experiment_mode or (selects_suites(opt.markexpr or "") and
                                           self.config.args_source != pytest.Config.ArgsSource.ARGS)
         if not wanted:
             return
         known = {Path(arg).resolve() for arg in self.config.args if "::" not in arg}
-        self.config.args.extend(str(p) for p in self.suites.outside(Path(self.config.rootpath)) if p not in known)
+        self.config.args.extend(str(p) for p in self.suites.outside(root) if p not in known)
 
     # -- collection -------------------------------------------------------------------------------
     def ignores(self, collection_path: Path) -> bool | None:
-        """In experiment mode only the two suites are collected (the project's own tests are not)."""
+        """In experiment mode only the two suites are collected (the project's own tests are not); in any
+        mode the tree's own copies of the suites are not when the harness is installed from elsewhere (a
+        second worktree or clone: the installed copies run instead)."""
+        root = Path(self.config.rootpath)
+        if self.suites.in_shadowed(collection_path, root):
+            return True
         if not self.experiment_mode:
             return None
-        root = Path(self.config.rootpath)
         if self.suites.contains(collection_path):
             return None
         try:
@@ -149,6 +156,10 @@ class PluginSession:
             self.last_line = verdict.line
             pytest.exit("dit-ar: " + "; ".join(verdict.reasons), returncode=verdict.exit_code)
         self._show_progress(self.experiment.evidence, self.experiment.session.lane.performance)
+        from ..state.live import Tee
+
+        # the timed rounds also go to live.json, for `dit-ar watch` in another terminal
+        self.experiment.evidence.progress = Tee(self.experiment.evidence.progress, self.experiment.live)
 
     def _show_progress(self, evidence: Any, protocol: Any) -> None:
         """The evidence's phases and timed rounds on the terminal while the tests run (a bar on a terminal, one
@@ -263,7 +274,8 @@ class PluginSession:
     def summary(self, tr: Any) -> None:
         evidence = self.experiment.evidence if self.experiment else self._plain
         if evidence is not None:
-            failures_section(tr, evidence, self.failed_ids)
+            # a re-run judges the working tree: the same one in a plain run, the parent after an experiment's reset
+            failures_section(tr, evidence, [] if self.experiment_mode else self.failed_ids)
             if not self.experiment_mode:
                 speed_section(tr, evidence)
         exp = self.experiment
@@ -281,6 +293,15 @@ class PluginSession:
         if perf is not None and perf.look is not None:
             for line in speed_lines(perf, exp.session.lane):
                 tr.write_line(line)
+            tr.write_line(f"start-up: {perf.startup_line()}")
+            if perf.rounds_flagged:
+                tr.write_line(f"rounds: {perf.rounds_flagged}")
+            forked = perf.pool.get("fork_times")
+            if forked:
+                ready = [t for side in forked.values() for t in side["fork_ready_s"]]
+                starts = [t for side in forked.values() for t in side["zygote_ready_s"]]
+                tr.write_line(f"workers: {len(ready)} forked, ready in {max(ready, default=0):.2f} s at most; "
+                              f"fork servers started in {max(starts, default=0):.1f} s")
         for reason in exp.verdict.reasons[:10]:
             tr.write_line(f"- {reason}")
         if exp.pregate:
@@ -369,6 +390,7 @@ def speed_section(tr: Any, evidence: Any) -> None:
     tr.section("dit-ar speed against the best")
     for line in speed_lines(perf, evidence.session.lane):
         tr.write_line(line)
+    tr.write_line(f"start-up: {perf.startup_line()}")
     if perf.reasons:
         tr.write_line(f"verdict of the speed test: {perf.reasons[0]}")
 

@@ -26,6 +26,7 @@ from dit_ar_contract.status import Status
 from ..state import ledger
 from ..state.files import read_json_object
 from ..state.paths import StatePaths
+from . import summary
 
 ASSETS = "report_files"
 TEMPLATES = "templates"  # the package folder of the page templates (package data)
@@ -181,6 +182,8 @@ class SessionPage:
     ledger: Table | None
     assets: str = ASSETS
     max_runs: int = MAX_RUNS
+    summary: str = ""  # the PR-ready summary.md written beside the page (report/summary.py)
+    warnings: tuple[str, ...] = ()  # e.g. a re-validation that disagrees with the product of the kept steps
 
 
 @dataclass(frozen=True)
@@ -568,8 +571,19 @@ def session_report(config_path: Path, out: Path | None = None) -> Path:
     lanes = list(dict.fromkeys([r["lane"] for r in rows] + session_lane))
     page = SessionPage(title=f"dit-ar report: session {ctx.session.get('tag', '?')}", state_dir=str(ctx.paths.dir),
                        row_count=len(rows), lanes=tuple(_lane_section(lane, rows, ctx, assets) for lane in lanes),
-                       ledger=ledger_view(rows))
+                       ledger=ledger_view(rows), summary=SUMMARY_FILE, warnings=_warnings(ctx, lanes))
+    (out / SUMMARY_FILE).write_text(summary.markdown(ctx.root, ctx.session.get("lane_id")), encoding="utf-8")
     return _render("session.html", page, out / "index.html")
+
+
+SUMMARY_FILE = "summary.md"
+
+
+def _warnings(ctx: ReportContext, lanes: list[str]) -> tuple[str, ...]:
+    """Each lane's latest re-validation warning (the chain measured again disagrees with its steps)."""
+    rows = ledger.read(ctx.paths.ledger)
+    found = (summary.revalidation_warning(ctx.root, summary.session_rows(rows, lane)) for lane in lanes)
+    return tuple(f"{lane}: {w}" for lane, w in zip(lanes, found) if w)
 
 
 def _run_row(paths: StatePaths, run_id: str, rows: list[dict[str, str]]) -> dict[str, str]:

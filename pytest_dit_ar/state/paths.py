@@ -51,12 +51,28 @@ class StatePaths:
         return self.dir / "worktrees" / "candidate"
 
     @property
+    def compile_cache(self) -> Path:
+        """Compile caches, one folder per tree of the mutable paths (worker/compile_cache.py)."""
+        return self.dir / "compile-cache"
+
+    @property
     def handbook_index(self) -> Path:
         return self.dir / "handbook_index.json"
 
     @property
     def report(self) -> Path:
         return self.dir / "report"
+
+    @property
+    def live(self) -> Path:
+        """The running experiment's progress (phase, segments, estimate), rewritten atomically; `dit-ar watch`
+        reads it."""
+        return self.dir / "live.json"
+
+    @property
+    def origin_worktree(self) -> Path:
+        """A clean checkout of the lane's original baseline commit (`dit-ar revalidate` times the best against it)."""
+        return self.dir / "worktrees" / "origin"
 
     @property
     def halt(self) -> Path:

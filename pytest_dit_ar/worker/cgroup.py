@@ -81,7 +81,17 @@ class Group:
             finally:
                 os.close(fd)
 
-    # -- freezing -------------------------------------------------------------------------------
+    def adopt(self, pid: int) -> bool:
+        """Move a running process (all its threads) into the group from outside (a fork server's child,
+        which the harness did not exec); whether it is in the group now. Memory it already touched stays
+        charged where it was (the fork server's prelude, shared copy-on-write)."""
+        for procs in self.procs_files():
+            try:
+                Path(procs).write_text(str(pid))
+            except OSError:
+                continue
+        return pid in self.pids()
+
     def freeze(self, timeout_s: float = FREEZE_TIMEOUT_S) -> float:
         """Freeze and wait until the kernel says every task is frozen; returns the seconds waited."""
         assert self.freezer is not None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import secrets
 import selectors
 import shutil
 import signal
@@ -25,6 +26,7 @@ from dit_ar_contract.errors import CandidateCrash, Refused
 
 from . import cgroup, protocol, seccomp
 from . import sandbox as sandbox_mod
+from .compile_cache import CompileCaches, cache_env, tree_digest
 
 HELLO_TIMEOUT_S = 300.0
 SCRATCH_LIMIT_MB = 4096  # what a worker may leave in its scratch folder (outputs, caches); more is a crash
@@ -57,6 +59,16 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+
+
+def _chown_tree(root: Path, uid: int) -> None:
+    """Give `root` and everything under it (links not followed) to `uid` (its group too)."""
+    for dirpath, dirs, files in os.walk(root):
+        for name in (dirpath, *(os.path.join(dirpath, n) for n in (*dirs, *files))):
+            try:
+                os.chown(name, uid, uid, follow_symlinks=False)
+            except OSError:
+                pass
 
 
 def _child_setup(group: cgroup.Group | None):
@@ -180,10 +192,14 @@ class WorkerProcess:
     """One worker subprocess serving one side (candidate or best) of an experiment."""
 
     def __init__(self, side: str, root: Path, target: LaneTarget, threads: int, log_path: Path,
-                 timeout_s: float = 600.0, sandbox: SandboxPolicy | None = None):
+                 timeout_s: float = 600.0, sandbox: SandboxPolicy | None = None,
+                 caches: CompileCaches | None = None, mutable: tuple[str, ...] = ("model_under_test/",)):
         self.side, self.root, self.target = side, root, target
         self.threads, self.log_path, self.timeout_s = threads, log_path, timeout_s
         self.sandbox = sandbox
+        self.caches, self.mutable = caches, (sandbox.mutable if sandbox else mutable)
+        self.cache_digest: str | None = None  # the tree's compile cache (set at spawn)
+        self.cache_warm: bool | None = None  # an earlier worker of the same tree filled the cache (None: no caches)
         # outputs land in the scratch folder (host side); a sandboxed worker's is a fresh temporary folder
         # with a random name outside the project (its bind source shows in /proc/self/mountinfo), removed with
         # the worker: nothing it writes survives it
@@ -200,6 +216,7 @@ class WorkerProcess:
         self.prelude_s = 0.0  # the worker's own start: imports, CUDA context (from its hello)
         self._buf = b""
         self._outputs = 0
+        self._token = secrets.token_hex(4)  # output names of workers sharing one scratch folder stay apart
 
     @property
     def model_root(self) -> Path:
@@ -215,6 +232,26 @@ class WorkerProcess:
 
     def spawn(self) -> "WorkerProcess":
         """Start the process. Call from the main thread: the child dies with the thread that spawned it."""
+        self._launch(self.argv(BOOTSTRAP), subprocess.PIPE, subprocess.PIPE)
+        return self
+
+    def argv(self, bootstrap: str) -> list[str]:
+        """The command line of a worker (or of a fork server, with its own bootstrap) for this side."""
+        # -B: no __pycache__ written into the side's tree (-I ignores PYTHONDONTWRITEBYTECODE)
+        argv = [sys.executable, "-I", "-B", "-c", bootstrap, "--root", str(self.model_root),
+                "--device", self.target.device, "--threads", str(self.threads)]
+        if self.target.memory_cap_gb:
+            argv += ["--cap-gb", str(self.target.memory_cap_gb)]
+        return argv
+
+    def environment(self) -> dict[str, str]:
+        """The variables a worker gets on top of the lane's (the same for both sides)."""
+        return {**self.target.env, "PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": "PASSIVE",
+                PATH_VARIABLE: os.pathsep.join(worker_sys_path(self.root))}
+
+    def _launch(self, argv: list[str], stdin: Any, stdout: Any) -> None:
+        """Popen `argv` for this side, in its sandbox unless the policy says none: in its own cgroup (joined
+        before exec), under the seccomp filter, its memory sampled by the harness from the start."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         if self.sandbox is not None:
             self.stage = Path(tempfile.mkdtemp(prefix="dit-ar-"))
@@ -224,31 +261,30 @@ class WorkerProcess:
             os.chmod(self.stage, 0o755)
             os.chown(self.scratch, sandbox_mod.UNPRIVILEGED, sandbox_mod.UNPRIVILEGED)
         self.group = cgroup.open_group(self.side)
-        # -B: no __pycache__ written into the side's tree (-I ignores PYTHONDONTWRITEBYTECODE)
-        argv = [sys.executable, "-I", "-B", "-c", BOOTSTRAP, "--root", str(self.model_root),
-                "--device", self.target.device, "--threads", str(self.threads)]
-        if self.target.memory_cap_gb:
-            argv += ["--cap-gb", str(self.target.memory_cap_gb)]
-        env = {**self.target.env, "PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": "PASSIVE",
-               PATH_VARIABLE: os.pathsep.join(worker_sys_path(self.root))}
+        env = self.environment()
         with open(self.log_path, "ab") as log:
+            stdout = log if stdout is None else stdout
             if self.sandbox is None:
-                self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                cache = self._open_cache(self.root)
+                if cache is not None:
+                    env.update(cache_env(cache))
+                self.proc = subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=log,
                                              cwd=self.root, env={**os.environ, **env}, bufsize=0,
                                              preexec_fn=_child_setup(self.group))
                 self._check_group()
                 self._start_sampling()
-                return self
+                return
             read_end, write_end = os.pipe()
             expose = (*self.sandbox.expose, *(Path(p) for p in worker_sys_path(self.root)))
             tree = self._stage_tree()
-            spec = sandbox_mod.SandboxSpec(tree, self.scratch, self.sandbox.hide, self.sandbox.gpu, env, expose)
+            spec = sandbox_mod.SandboxSpec(tree, self.scratch, self.sandbox.hide, self.sandbox.gpu, env, expose,
+                                           cache=self._open_cache(tree))
             filter_fd = seccomp.filter_fd()
             fds = (write_end,) if filter_fd is None else (write_end, filter_fd)
             try:
-                self.proc = subprocess.Popen(sandbox_mod.command(spec, argv, write_end, filter_fd),
-                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, bufsize=0,
-                                             pass_fds=fds, preexec_fn=_child_setup(self.group))
+                self.proc = subprocess.Popen(sandbox_mod.command(spec, argv, write_end, filter_fd), stdin=stdin,
+                                             stdout=stdout, stderr=log, bufsize=0, pass_fds=fds,
+                                             preexec_fn=_child_setup(self.group))
             finally:
                 for fd in fds:
                     os.close(fd)
@@ -262,7 +298,27 @@ class WorkerProcess:
                 os.close(read_end)
         self._check_group()
         self._start_sampling()
-        return self
+
+    def _open_cache(self, tree: Path) -> Path | None:
+        """The compile-cache folder of the tree this worker runs (None without caches); a sandboxed worker
+        that runs as nobody (the harness is root) owns it, so that it can write its compiled kernels."""
+        if self.caches is None:
+            return None
+        self.cache_digest = tree_digest(tree, self.mutable)
+        folder, self.cache_warm = self.caches.open(self.cache_digest)
+        if self.sandbox is not None and sandbox_mod.privileged():
+            _chown_tree(folder, sandbox_mod.UNPRIVILEGED)
+        return folder
+
+    def note_start(self, seconds: float) -> None:
+        """Record this worker's start-up (build + warm-up) in its tree's record, as cold or warm."""
+        if self.caches is not None and self.cache_digest is not None:
+            self.caches.note_start(self.cache_digest, seconds, bool(self.cache_warm))
+
+    def note_peak(self, peak_mb: float | None) -> None:
+        """Record the device memory this worker was seen to use in its tree's record (the memory plan reads it)."""
+        if self.caches is not None and self.cache_digest is not None:
+            self.caches.note_peak(self.cache_digest, peak_mb)
 
     def _check_group(self) -> None:
         """Keep the cgroup only if the worker really joined it (else freezing it would stop nothing): the
@@ -384,7 +440,7 @@ class WorkerProcess:
         """One timed generate. The worker writes its outputs to its scratch folder; the harness reads and
         checks them itself (shape, resolution, finite values): nothing the worker reports about them counts."""
         self._outputs += 1
-        name = f"out-{self._outputs}.safetensors"
+        name = f"out-{self._token}-{self._outputs}.safetensors"
         fields: dict[str, Any] = {"requests": requests, "out": self._inside(name)}
         if perturb:
             fields["perturb"] = perturb
@@ -614,12 +670,19 @@ class WorkerProcess:
 class WorkerLauncher:
     """Makes the workers of one lane: same device, environment, threads, memory cap, timeout and sandbox."""
 
-    def __init__(self, target: LaneTarget, threads: int, timeout_s: float, sandbox: SandboxPolicy | None = None):
+    def __init__(self, target: LaneTarget, threads: int, timeout_s: float, sandbox: SandboxPolicy | None = None,
+                 caches: CompileCaches | None = None, mutable: tuple[str, ...] = ("model_under_test/",)):
         self.target, self.threads, self.timeout_s, self.sandbox = target, threads, timeout_s, sandbox
+        self.caches, self.mutable = caches, mutable  # compile caches per tree (None: each worker's own scratch)
 
     def worker(self, side: str, root: Path, log_path: Path) -> WorkerProcess:
         """A worker for `side` running the model found under `root` (not started yet)."""
-        return WorkerProcess(side, root, self.target, self.threads, log_path, self.timeout_s, self.sandbox)
+        return WorkerProcess(side, root, self.target, self.threads, log_path, self.timeout_s, self.sandbox,
+                             self.caches, self.mutable)
+
+    def tree_digest(self, root: Path) -> str:
+        """The compile-cache key of the tree at `root` (what its workers' cache folder is named by)."""
+        return tree_digest(root, self.sandbox.mutable if self.sandbox else self.mutable)
 
     def model_root(self, root: Path) -> Path:
         """The path a worker of this launcher sees `root` at (what the workload's spec must name)."""

@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .compile_cache import CACHE_MOUNT, cache_env
+
 MOUNT = Path("/tmp/dit-ar/side")  # under the sandbox's own /tmp: bubblewrap cannot create folders in a read-only /
 SCRATCH = Path("/tmp/dit-ar/scratch")
 ENV_PASSED = ("PATH", "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
@@ -58,6 +60,7 @@ class SandboxSpec:
     env: dict[str, str] = field(default_factory=dict)
     expose: tuple[Path, ...] = ()  # folders the worker needs (the harness, its libraries, the project's weights)
     tmpfs_mb: int = TMPFS_MB
+    cache: Path | None = None  # the side's own tree's compile-cache folder (worker/compile_cache.py), read-write
 
 
 def available() -> str | None:
@@ -181,6 +184,10 @@ def command(spec: SandboxSpec, argv: list[str], info_fd: int, seccomp_fd: int | 
     tree.args += ["--perms", "0755", "--dir", str(MOUNT.parent)]
     tree.bind(spec.side_root, MOUNT)
     tree.bind(spec.scratch, SCRATCH, writable=True)
+    cache_vars: dict[str, str] = {}
+    if spec.cache is not None:  # its own tree's compile cache, read-write (compile_cache_mount's bind)
+        tree.bind(spec.cache, CACHE_MOUNT, writable=True)
+        cache_vars = cache_env(CACHE_MOUNT)
     tree.args += ["--remount-ro", "/"] + (["--remount-ro", "/sys/fs/cgroup"] if Path("/sys/fs/cgroup").is_dir()
                                           else [])
     cmd = ["bwrap", *_isolation(as_root), *tree.args]
@@ -190,6 +197,7 @@ def command(spec: SandboxSpec, argv: list[str], info_fd: int, seccomp_fd: int | 
     cmd += ["--clearenv"]
     env = {k: os.environ[k] for k in ENV_PASSED if k in os.environ}
     env.update(spec.env)
+    env.update(cache_vars)
     env.update(HOME=str(SCRATCH), TMPDIR=str(SCRATCH), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     for key, value in sorted(env.items()):
         cmd += ["--setenv", key, value]
@@ -197,6 +205,14 @@ def command(spec: SandboxSpec, argv: list[str], info_fd: int, seccomp_fd: int | 
         cmd += ["--seccomp", str(seccomp_fd)]
     return cmd + ["--info-fd", str(info_fd), "--chdir", str(MOUNT), *(_drop_to_nobody() if as_root else []),
                   *argv]
+
+
+def compile_cache_mount(cache: Path | None) -> tuple[list[str], dict[str, str]]:
+    """The bind mount and environment of a side's compile cache: its own tree's folder, read-write at
+    CACHE_MOUNT, and nothing of any other tree's (the state folder holding them is hidden)."""
+    if cache is None:
+        return [], {}
+    return ["--bind", str(cache), str(CACHE_MOUNT)], cache_env(CACHE_MOUNT)
 
 
 @dataclass

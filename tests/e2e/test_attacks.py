@@ -540,3 +540,42 @@ def test_the_sandbox_reads_and_keeps_only_its_own(hostile: WorkerProcess) -> Non
     assert ".autoresearch" not in report["mountinfo"] and "/stage/" not in report["mountinfo"]
     if os.geteuid() == 0 and sandbox.privileged():
         assert report["uid"] == sandbox.UNPRIVILEGED
+
+
+# -- 5. poisoning the best's compile cache -----------------------------------------------------------------
+
+POISON = '''
+import os as _os
+import pathlib as _pathlib
+
+_tried = {}
+for _target in TARGETS:
+    try:
+        _pathlib.Path(_target, "poison").write_text("slow kernels")
+        _tried[_target] = "wrote"
+    except OSError as _exc:
+        _tried[_target] = type(_exc).__name__
+_own = _pathlib.Path(_os.environ["TORCHINDUCTOR_CACHE_DIR"]).parent
+(_own / "mine").write_text("my own cache")  # the candidate's own tree's folder: writable
+import sys as _sys
+print("poison:", _tried, _own, file=_sys.stderr)
+'''
+
+
+@pytest.mark.extended
+def test_a_candidate_cannot_write_into_the_bests_compile_cache(loop_repo: Path) -> None:
+    """The candidate knows where the best's cache folder lies on the host and tries to write into it, into
+    the cache root and into its own; only its own tree's folder (its mount) takes the write."""
+    from pytest_dit_ar.worker.compile_cache import tree_digest
+
+    caches = loop_repo / ".autoresearch" / "compile-cache"
+    best = tree_digest(loop_repo, ("model_under_test/",))
+    assert (caches / best).is_dir()  # the baseline's workers used it: the best's cache
+    targets = [str(caches / best), str(caches), str(caches / best / "inductor")]
+    commit_change(loop_repo, "model_under_test/__init__.py", f"\nTARGETS = {targets!r}\n" + POISON,
+                  "try to poison the best's compile cache")
+    cand = tree_digest(loop_repo, ("model_under_test/",))
+    judged_and_intact(loop_repo, "exact", "poison the cache", ("VERDICT: DISCARD-PERFORMANCE",))
+    assert not list(caches.rglob("poison"))  # no write reached any cache folder nor the root
+    assert (caches / cand / "mine").read_text() == "my own cache"  # its own folder was writable
+    assert not (caches / best / "mine").exists()

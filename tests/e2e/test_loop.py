@@ -37,6 +37,7 @@ def assert_refused(proc: subprocess.CompletedProcess, before: tuple, repo: Path,
 # -- verdicts --------------------------------------------------------------------------------
 
 def test_faster_exact_commit_is_kept_and_a_manual_reset_is_recoverable(loop_repo: Path) -> None:
+    parent = head(loop_repo)
     sha = set_slow(loop_repo, 0.0, "remove the avoidable delay")
     proc = experiment(loop_repo, "exact", "remove the avoidable delay")
     assert last_line(proc) == "VERDICT: KEEP", proc.stdout + proc.stderr
@@ -49,6 +50,18 @@ def test_faster_exact_commit_is_kept_and_a_manual_reset_is_recoverable(loop_repo
     row = ledger_rows(loop_repo)[-1]
     assert row[5] == "keep" and row[3] == sha and float(row[11]) > 2.0
     assert git(loop_repo / ".autoresearch/worktrees/best", "rev-parse", "HEAD") == sha
+    noise = json.loads((loop_repo / ".autoresearch/noise.json").read_text())["embedded-cpu"]
+    assert noise["best_commit"] == parent and noise["spreads"][0]["pairs"] >= 2  # pooled against the old best
+    # segment 1 is the quality run's exec'd pair, every later pair came from the fork servers; orders alternate
+    perf = json.loads((loop_repo / row[16] / "perf.json").read_text())
+    segments = perf["segments"]
+    assert len(segments) >= 2 and not segments[0]["forked"]
+    assert all(s["forked"] and set(s["ready_s"]) == {"cand", "best"} for s in segments[1:]), segments
+    assert all(a != b for s in segments for a, b in zip(s["orders"], s["orders"][1:]))
+    assert [r["order"] for r in segments[0]["rounds"]] == segments[0]["orders"]
+    times = perf["pool"]["fork_times"]
+    assert len(times["candidate"]["zygote_ready_s"]) == 1 and len(times["best"]["fork_ready_s"]) == len(segments) - 1
+    assert "workers: " in proc.stdout and "forked" in proc.stdout
     # a mistaken extra reset by hand is detected by status and undone by recover
     git(loop_repo, "reset", "-q", "--hard", "HEAD^")
     info = json.loads(run(loop_repo, "status", "--json", check=True).stdout)

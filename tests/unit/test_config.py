@@ -16,11 +16,12 @@ RAW = json.loads((PROJECT / "config" / "autoresearch.json").read_text())
 
 def write(tmp_path: Path, raw: dict) -> Path:
     (tmp_path / "config").mkdir(exist_ok=True)
-    for lane in raw["lanes"].values():  # corpora must exist relative to the repo root
-        src, dest = PROJECT / lane["corpus"], tmp_path / lane["corpus"]
-        if src.is_file():
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(src.read_bytes())
+    for lane in raw["lanes"].values():  # corpora (and holdouts) must exist relative to the repo root
+        for corpus in (lane["corpus"], lane.get("holdout_corpus")):
+            src, dest = PROJECT / str(corpus), tmp_path / str(corpus)
+            if corpus and src.is_file():
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(src.read_bytes())
     path = tmp_path / "config" / "autoresearch.json"
     path.write_text(json.dumps(raw))
     return path
@@ -99,6 +100,18 @@ def test_renaming_guardrails_no_longer_drops_them_silently(tmp_path: Path) -> No
     ({"mutable_paths": ["pytest_dit_ar/"]}, "mutable_paths", "no overlap"),
     ({"fixed_paths": ["/etc"]}, "fixed_paths[0]", "relative path"),
     ({"performance__cpu_affinity": []}, "performance.cpu_affinity", "non-empty"),
+    ({"performance__revalidate_every": -1}, "performance.revalidate_every", "0 (never)"),
+    ({"lanes__embedded-cpu__holdout_corpus": "nowhere.jsonl"}, "lanes.embedded-cpu.holdout_corpus", "existing corpus"),
+    ({"lanes__embedded-cpu__holdout_corpus": "quality_suite/corpus/embedded_digits.jsonl"},
+     "lanes.embedded-cpu.holdout_corpus", "other than the lane's corpus"),
+    ({"performance__pair_cores": "two"}, "performance.pair_cores", '"one"'),
+    ({"performance__fork_servers_per_side": 0}, "performance.fork_servers_per_side", "positive"),
+    ({"performance__offset_floor_pct": 3.4}, "performance.offset_floor_pct", "offset_bound_pct"),
+    ({"lanes__dit-xl2-256__performance__offset_floor_pct": 7.0}, "lanes.dit-xl2-256.performance.offset_floor_pct",
+     "offset_bound_pct"),
+    ({"performance__bound_confidence": 1.0}, "performance.bound_confidence", "confidence level"),
+    ({"performance__pairs": 0}, "performance.pairs", "positive"),
+    ({"performance__offset_bound_pct": -1.0}, "performance.offset_bound_pct", "positive"),
 ])
 def test_bad_values_name_the_key_and_what_was_expected(tmp_path: Path, change: dict, key: str,
                                                         expected: str) -> None:
@@ -142,3 +155,16 @@ def test_a_multi_gpu_lane_is_a_cuda_lane_within_the_target_s_gpu_count(tmp_path:
     pinned = {**RAW["lanes"]["dit-xl2-256-x2"], "device": "cuda:1"}
     with pytest.raises(ConfigError, match=r"lanes.dit-xl2-256-x2.gpus.*\"cuda:N\" name one device"):
         load_config(write(tmp_path, edited(**{"lanes__dit-xl2-256-x2": pinned})))
+
+
+def test_each_shipped_lane_with_a_holdout_has_a_frozen_disjoint_one() -> None:
+    from quality_suite.corpora import load_corpus
+
+    config = load_config(PROJECT / "config" / "autoresearch.json")
+    with_holdout = [lane for lane in config.lanes.values() if lane.holdout_corpus]
+    assert "embedded-cpu" in {lane.name for lane in with_holdout}
+    assert config.lanes["embedded-cpu"].performance.revalidate_every == 5  # the default
+    for lane in with_holdout:
+        visible, held = load_corpus(PROJECT / lane.corpus), load_corpus(PROJECT / lane.holdout_corpus)  # checksummed
+        assert not {c.id for c in visible} & {c.id for c in held}
+        assert not {c.seed for c in visible} & {c.seed for c in held}

@@ -93,4 +93,29 @@ def test_every_candidate_has_a_documented_verdict() -> None:
     from pytest_dit_ar.cli.demo import DOCUMENTED
 
     assert [DOCUMENTED[c.patch.stem] for c in CANDIDATES] == \
-        ["KEEP", "DISCARD-QUALITY", "KEEP", "DISCARD-QUALITY", "DISCARD-PERFORMANCE"]
+        [("KEEP",), ("DISCARD-QUALITY",), ("KEEP",), ("DISCARD-QUALITY", "DISCARD-PERFORMANCE"),
+         ("DISCARD-PERFORMANCE",)]
+
+
+def test_demo_repeat_reads_each_candidates_verdict_from_a_demos_output() -> None:
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("demo_repeat", PROJECT / "tools" / "demo_repeat.py")
+    tool = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = tool
+    spec.loader.exec_module(tool)
+    output = "\n".join([
+        "[ 589s] candidate 1/5: batched guidance (declared exact) — expected KEEP", "    speed: +83.48% ...",
+        "    VERDICT: KEEP", "[1088s] candidate 2/5: bf16 (declared exact)", "      [1100s] quality: metrics",
+        "    VERDICT: DISCARD-QUALITY", "[2154s] candidate 4/5: int8", "    VERDICT: DISCARD-PERFORMANCE"])
+    verdicts = tool.verdicts_in(output, 5)
+    assert verdicts == ["KEEP", "DISCARD-QUALITY", "?", "DISCARD-PERFORMANCE", "?"]
+    from pytest_dit_ar.cli.demo import DOCUMENTED
+
+    expected = [DOCUMENTED[c.patch.stem] for c in CANDIDATES]
+    run = tool.DemoRun(1, 100.0, 1.0, 0, ["KEEP", "DISCARD-QUALITY", "KEEP", "DISCARD-PERFORMANCE",
+                                          "DISCARD-PERFORMANCE"])
+    assert run.as_documented(expected)
+    run.verdicts[2] = "DISCARD-QUALITY"
+    assert not run.as_documented(expected)

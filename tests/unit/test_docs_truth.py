@@ -608,12 +608,12 @@ def test_numbers_quoted_from_the_config_match_it():
 
 
 def test_number_checks_catch_stale_figures(tmp_path):
-    page = ("The lane times `rounds` (16) with alpha 0.05 over 16 rounds per segment; `embedded-cpu` (CPU,\n"
+    page = ("The lane times `rounds` (20) with alpha 0.05 over 20 rounds per segment; `embedded-cpu` (CPU,\n"
             "12 steps, batch 2).\n\n| `min_segments` / `max_segments` | 2 / 9 | budget |\n\n"
-            "The contract is one A5500 (`target.gpu_count: 1`); the shipped lane has 25 steps and 16 rounds.\n")
+            "The contract is one A5500 (`target.gpu_count: 1`); the shipped lane has 25 steps and 20 rounds.\n")
     found = number_problems(_page(tmp_path, page))
     assert len(found) == 7, found
-    history = "The superseded two-block protocol timed `rounds` (16) per block at alpha 0.05.\n"
+    history = "The superseded two-block protocol timed `rounds` (20) per block at alpha 0.05.\n"
     assert number_problems(_page(tmp_path, history)) == []
 
 

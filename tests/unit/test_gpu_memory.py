@@ -55,3 +55,34 @@ def test_the_vram_guardrail_reads_each_gpu_on_its_own(tmp_path: Path, monkeypatc
     w = worker("cuda:0", tmp_path)
     assert w.gpu_memory_per_device_mb() == {"GPU-0": 10 * 1024, "GPU-1": 12 * 1024}
     assert w.gpu_memory_mb() == 12 * 1024  # the fuller GPU, not the sum: the budget is per GPU
+
+
+def test_the_sampler_keeps_each_sides_peak_and_the_peak_of_their_sum() -> None:
+    from pytest_dit_ar.worker.gpu_memory import MemorySampler, used_mb
+
+    gib = 2**30
+    timeline = iter([
+        [[(11, 4 * gib), (21, 2 * gib), (99, 60 * gib)]],   # 99 is someone else's: never counted
+        [[(11, 9 * gib), (21, 2 * gib)]],                   # the candidate peaks while the best is small
+        [[(11, 5 * gib), (21, 8 * gib)]],                   # the best peaks later: the sum is 13 GiB here
+    ])
+    pids = {"cand": {11}, "best": {21}}
+
+    def read() -> dict[str, float]:
+        return used_mb(pids, fake_nvml(next(timeline)))
+
+    s = MemorySampler(read)
+    for _ in range(3):
+        s.sample()
+    assert s.peak("cand") == 9 * 1024 and s.peak("best") == 8 * 1024
+    assert s.peak_sum_mb == 13 * 1024  # not 9 + 8: they never peaked together
+    assert s.samples == 3
+
+
+def test_the_sampler_thread_stops_and_takes_a_last_sample() -> None:
+    from pytest_dit_ar.worker.gpu_memory import MemorySampler
+
+    values = iter(range(1, 10_000))
+    s = MemorySampler(lambda: {"cand": float(next(values))}, interval_s=0.001).start()
+    s.stop()
+    assert s.samples >= 1 and s.peak("cand") == float(s.samples) and s.error is None

@@ -33,6 +33,9 @@ def test_session_report_has_every_part(state: tuple[Path, list[LedgerRow]]) -> N
     for status in Status:
         assert f'<tr class="s-{status.word}">' in html
     assert "<script>" not in html and "&lt;script&gt;" in html and "&lt;oops&gt;" in html
+    assert 'href="summary.md"' in html and (page.parent / "summary.md").is_file()  # the PR-ready text, linked
+    assert "the chain re-validated at +3.00% but its steps claim +25.00%" in html  # the disagreement, on top
+    assert "holdout: passes 10/10" in (page.parent / "summary.md").read_text()
     assert "Fake CPU &lt;x86&gt;" in html
     assert "foreign lane on NVIDIA H200" in html and "NVIDIA H200 (target" not in html
     assert "candidate images are not stored" in html  # r3-quality has quality.json but no candidate images
@@ -97,7 +100,7 @@ def test_stage_times_accept_several_shapes() -> None:
 
 PAYLOAD = '<script>alert(1)</script> "onload=alert(2)'
 PAGE_TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "h4", "p", "code", "table", "tr",
-             "th", "td", "div", "ul", "li", "pre", "img"}
+             "th", "td", "div", "ul", "li", "pre", "img", "a"}  # a: the template's link to summary.md
 
 
 class _Markup(HTMLParser):
@@ -155,7 +158,7 @@ def test_state_text_is_escaped_never_markup(state: tuple[Path, list[LedgerRow]])
         parsed = _markup(page)
         assert {tag for tag, _ in parsed.tags} <= PAGE_TAGS, "a value of the state became a tag"
         attributes = {name for _, attrs in parsed.tags for name, _ in attrs}
-        assert attributes <= {"lang", "charset", "class", "id", "src", "alt"}, attributes
+        assert attributes <= {"lang", "charset", "class", "id", "src", "alt", "href"}, attributes  # href: summary.md
         assert "<script" not in html and '"onload=' not in html
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
         assert "".join(parsed.text).count(PAYLOAD) >= 8  # shown as text: title, device, reasons, crash, ledger...

@@ -37,10 +37,12 @@ def test_order(scope, crash, quality, perf, status, reason) -> None:
 
 
 def test_the_vocabulary_is_defined_once_and_complete() -> None:
-    assert WORDS == ("baseline", "keep", "discard-quality", "discard-performance", "discard-scope", "crash")
+    assert WORDS == ("baseline", "keep", "discard-quality", "discard-performance", "discard-scope", "crash",
+                     "revalidate")
     assert all(Status.from_word(s.word) is s for s in Status)
-    assert {s.verdict_word for s in Status if s is not Status.BASELINE} == {
+    assert {s.verdict_word for s in Status if s.is_experiment} == {
         "KEEP", "DISCARD-QUALITY", "DISCARD-PERFORMANCE", "DISCARD-SCOPE", "CRASH"}
+    assert Status.REVALIDATE.verdict_word == "REVALIDATED" and not Status.REVALIDATE.is_failure
     assert len({s.colour for s in Status}) == len(Status)
     assert [s.word for s in Status if s.is_failure] == ["discard-quality", "discard-performance", "discard-scope",
                                                         "crash"]

@@ -1,0 +1,395 @@
+"""`dit-ar revalidate`: the current best against the lane's original baseline commit, measured again.
+
+Each keep is judged against the best of its moment; the chain's cumulative speed-up is only the product of
+the steps' estimates, and a chain of lucky keeps (a downward-biased running minimum) shows only when the whole
+chain is timed again in fresh processes. This module does that: the best's tree against a clean checkout of the
+original baseline commit (`.autoresearch/worktrees/origin`), in fresh worker pairs, segment by segment, with
+the verdict's own statistics; and beside it the product of the kept steps' estimates, with the interval of the
+sum of their log ratios. When the two 95% intervals do not overlap, `status`, the report and the summary warn.
+
+It also judges the best on the lane's holdout corpus (loop/holdout.py). It writes a run folder
+(`revalidate.json`, `perf.json`) and one ledger row of its own kind (`revalidate`), and never moves the best.
+`dit-ar experiment` runs it after every `revalidate_every` keeps (the lane's performance protocol, default 5).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock, Timeout
+
+from dit_ar_contract import versions
+from dit_ar_contract.config import Guardrails
+from dit_ar_contract.errors import CandidateCrash, Refused
+from dit_ar_contract.status import Status
+from perf_suite.sequential import Look, improvement_pct
+from quality_suite.corpora import load_corpus
+
+from ..state import gitops, ledger
+from ..state.best import require_best
+from ..state.files import read_json_object, write_json_atomic
+from ..state.ledger import LedgerRow
+from ..state.live import LiveFile
+from ..state.noise import read_noise
+from ..state.paths import new_run_id, now
+from ..state.session import Session, open_session, verify_integrity
+from . import gpu_locks, holdout
+from .evidence import launcher_for
+from .measurement import MeasurementPlan, PerfOutcome, Side, measure
+
+RECORD = "revalidate.json"
+Z95 = 1.959963984540054  # both intervals compared at the same two-sided 95% level
+
+
+# -- the statistics: the one place that reads the verdict's look ----------------------------------------------
+def cumulative_look(perf: Any) -> Look | None:
+    """The verdict's own last look over every segment of the re-validation: `measure()` runs the experiments'
+    sequential test (perf_suite.sequential) with the session's offset bound, so a better verdict engine changes
+    both at once."""
+    return perf.look
+
+
+def log_ratio_of(pct: float, metric: str) -> float:
+    """The mean log ratio (candidate/best latency) that an improvement of `pct` per cent means (the inverse of
+    perf_suite.sequential.improvement_pct)."""
+    if metric == "images_per_s":
+        return -math.log1p(pct / 100.0)
+    return math.log1p(-pct / 100.0)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An improvement in per cent (positive = faster) with its 95% interval, and the log ratio behind it."""
+
+    estimate_pct: float
+    lower_pct: float
+    upper_pct: float
+    log_ratio: float
+    standard_error: float | None  # of the log ratio; None: unknown (the interval is then the estimate alone)
+
+    @classmethod
+    def of(cls, log_ratio: float, standard_error: float | None, metric: str) -> Interval:
+        se = standard_error if standard_error is not None and math.isfinite(standard_error) else None
+        half = Z95 * se if se is not None else 0.0
+        return cls(improvement_pct(log_ratio, metric), improvement_pct(log_ratio + half, metric),
+                   improvement_pct(log_ratio - half, metric), log_ratio, se)
+
+    @classmethod
+    def from_look(cls, look: Look, metric: str) -> Interval:
+        return cls.of(log_ratio_of(look.estimate_pct, metric), look.standard_error, metric)
+
+    def overlaps(self, other: Interval) -> bool:
+        return self.lower_pct <= other.upper_pct and other.lower_pct <= self.upper_pct
+
+    def describe(self) -> str:
+        if self.standard_error is None:
+            return f"{self.estimate_pct:+.2f}% (no interval)"
+        return f"{self.estimate_pct:+.2f}% [{self.lower_pct:+.2f}%, {self.upper_pct:+.2f}%]"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Interval:
+        return cls(**{k: data[k] for k in ("estimate_pct", "lower_pct", "upper_pct", "log_ratio", "standard_error")})
+
+
+@dataclass(frozen=True)
+class Step:
+    """One kept commit of the chain, with the estimate and standard error its verdict found."""
+
+    run_id: str
+    commit: str
+    description: str
+    effective_class: str
+    estimate_pct: float
+    standard_error: float | None
+
+
+def chain_steps(session: Session, rows: list[LedgerRow], history: tuple[str, ...]) -> list[Step]:
+    """The keeps that built the current best (its history), in order, each with its perf.json look."""
+    steps = []
+    for row in rows:
+        if row.status is not Status.KEEP or row.lane != session.lane_id or row.commit not in history:
+            continue
+        look = read_json_object(session.root / row.run_dir / "perf.json").get("look") or {}
+        estimate = look.get("estimate_pct", row.improvement_pct)
+        if estimate is None:
+            continue
+        steps.append(Step(row.run_id, row.commit, row.description, row.effective_class, float(estimate),
+                          look.get("standard_error")))
+    return steps
+
+
+def chain_product(steps: list[Step], metric: str) -> Interval | None:
+    """The product of the steps' speed-ups (the sum of their log ratios) and its interval (their variances add;
+    one step without a standard error leaves the product without an interval)."""
+    if not steps:
+        return None
+    total = sum(log_ratio_of(s.estimate_pct, metric) for s in steps)
+    errors = [s.standard_error for s in steps]
+    se = math.sqrt(sum(e * e for e in errors)) if all(e is not None for e in errors) else None
+    return Interval.of(total, se, metric)
+
+
+@dataclass(frozen=True)
+class Revalidation:
+    """What `revalidate.json` holds."""
+
+    run_id: str
+    lane: str
+    best_commit: str
+    baseline_commit: str
+    metric: str
+    measured: Interval | None
+    product: Interval | None
+    steps: tuple[Step, ...]
+    segments: int
+    rounds: int
+    holdout: holdout.HoldoutResult
+    created: str = ""
+    seconds: dict[str, float] = field(default_factory=dict)
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def agree(self) -> bool | None:
+        """Whether the measured cumulative speed-up and the product of the steps agree within their intervals
+        (None: one of them is missing)."""
+        if self.measured is None or self.product is None:
+            return None
+        return self.measured.overlaps(self.product)
+
+    def warning(self) -> str | None:
+        if self.agree is False:
+            assert self.measured is not None and self.product is not None
+            return (f"WARNING: the chain re-validated at {self.measured.describe()} against the original baseline, "
+                    f"but the product of its {len(self.steps)} kept steps claims {self.product.describe()}: the "
+                    "intervals do not overlap (lucky keeps?); inspect the steps with `dit-ar summary --markdown`")
+        return None
+
+    def headline(self) -> str:
+        measured = self.measured.describe() if self.measured else "not measured"
+        product = self.product.describe() if self.product else "no kept steps"
+        agree = {True: "agree", False: "DISAGREE", None: "not compared"}[self.agree]
+        return (f"re-validated {self.best_commit[:10]} vs original baseline {self.baseline_commit[:10]}: "
+                f"measured {measured}; product of {len(self.steps)} kept steps {product} ({agree}); "
+                f"{self.holdout.headline()}")
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["holdout"] = {**self.holdout.as_dict(), "headline": self.holdout.headline()}
+        d["agree"] = self.agree
+        d["headline"] = self.headline()
+        d["warning"] = self.warning()
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Revalidation:
+        def interval(key: str) -> Interval | None:
+            return Interval.from_dict(data[key]) if data.get(key) else None
+
+        return cls(data["run_id"], data["lane"], data["best_commit"], data["baseline_commit"], data["metric"],
+                   interval("measured"), interval("product"), tuple(Step(**s) for s in data.get("steps") or ()),
+                   int(data.get("segments", 0)), int(data.get("rounds", 0)),
+                   holdout.HoldoutResult.from_dict(data.get("holdout") or {}), data.get("created", ""),
+                   dict(data.get("seconds") or {}), tuple(data.get("reasons") or ()))
+
+
+def latest(session: Session) -> Revalidation | None:
+    """The lane's last re-validation (from its ledger row's run folder), None when there is none."""
+    rows = [r for r in ledger.read(session.paths.ledger) if r.lane == session.lane_id]
+    return latest_of(session.root, rows)
+
+
+def latest_of(root: Path, rows: list[LedgerRow]) -> Revalidation | None:
+    for row in reversed(rows):
+        if row.status is Status.REVALIDATE:
+            data = read_json_object(root / row.run_dir / RECORD)
+            try:
+                return Revalidation.from_dict(data) if data else None
+            except (KeyError, TypeError, ValueError):
+                return None
+    return None
+
+
+def keeps_since_revalidation(rows: list[LedgerRow], lane_id: str) -> int:
+    """Keeps of the lane after its last re-validation (or its baseline)."""
+    count = 0
+    for row in rows:
+        if row.lane != lane_id:
+            continue
+        if row.status in (Status.REVALIDATE, Status.BASELINE):
+            count = 0
+        elif row.status is Status.KEEP:
+            count += 1
+    return count
+
+
+def due(config_path: Path, lane: str | None = None) -> bool:
+    """Whether `experiment` should re-validate now: `revalidate_every` keeps since the last one."""
+    session = open_session(config_path, lane)
+    every = session.lane.performance.revalidate_every
+    rows = ledger.read(session.paths.ledger)
+    return every > 0 and keeps_since_revalidation(rows, session.lane_id) >= every
+
+
+# -- running it ------------------------------------------------------------------------------------------------
+class _Locks:
+    """The session's experiment lock (one run that times at a time) and the lane's GPUs."""
+
+    def __init__(self, session: Session):
+        session.paths.dir.mkdir(parents=True, exist_ok=True)
+        self.lock = FileLock(str(session.paths.lock), timeout=0)
+        try:
+            self.lock.acquire()
+        except Timeout:
+            raise Refused(f"another experiment holds {session.paths.lock}: re-validate when it has finished") from None
+        try:
+            self.gpus = gpu_locks.acquire_lane(session.target)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def release(self) -> None:
+        gpu_locks.release(self.gpus)
+        self.lock.release()
+
+
+def _check(session: Session) -> tuple[str, str]:
+    """Refuse before anything is written; returns (best commit, original baseline commit)."""
+    record = session.require_current_layout()
+    pointer = record.baselines.get(session.lane_id)
+    if pointer is None:
+        raise Refused(f"lane {session.lane_id} has no baseline yet: run `dit-ar baseline` first")
+    if session.paths.halt.exists():
+        raise Refused(f"an earlier run changed what the harness relies on ({session.paths.halt}); repair that and "
+                      f"delete {session.paths.halt} first")
+    best = require_best(session.best(), session.lane_id)
+    if best.commit == pointer.commit:
+        raise Refused("the best is still the original baseline: nothing to re-validate until an experiment is "
+                      "kept")
+    problems = verify_integrity(session)
+    if problems:
+        raise Refused("fixed files differ from integrity.json: " + "; ".join(problems[:5]))
+    baseline = session.verified_baseline()
+    changed = versions.stack_differences(baseline.environment, versions.stack(versions.collect()))
+    if changed:
+        raise Refused(f"the software stack changed since the baseline ({'; '.join(changed)}): timings would compare "
+                      "two stacks; restore the recorded versions")
+    return best.commit, pointer.commit
+
+
+def plan_for(session: Session, launcher: Any, run_dir: Path) -> MeasurementPlan:
+    """The best's tree (candidate side) against the original baseline's (best side), guardrails off: this
+    measures, it decides nothing."""
+    lane, paths = session.lane, session.paths
+    cand = Side("best", paths.best_worktree, lane.workload(launcher.model_root(paths.best_worktree), session.root))
+    origin = Side("baseline", paths.origin_worktree,
+                  lane.workload(launcher.model_root(paths.origin_worktree), session.root))
+    cases = load_corpus(session.root / lane.corpus)
+    return MeasurementPlan(cand=cand, best=origin, protocol=lane.performance, prompts=tuple(c.prompt for c in cases),
+                           batch=lane.batch, metric=lane.primary_metric,
+                           guardrails=Guardrails(memory_growth_pct=None, startup_growth_pct=None),
+                           is_cuda=lane.is_cuda, log_dir=run_dir, resolution=lane.resolution,
+                           bound=read_noise(paths, session.lane_id).against(paths_origin_commit(session))
+                           .bound(lane.performance, lane.device))
+
+
+def paths_origin_commit(session: Session) -> str:
+    """The lane's original baseline commit (what the noise state is pooled against for this comparison)."""
+    return session.started.baselines[session.lane_id].commit
+
+
+def _holdout(session: Session, launcher: Any, run_dir: Path, effective_class: str) -> holdout.HoldoutResult:
+    cases = holdout.holdout_cases(session)
+    if not cases:
+        return holdout.not_judged(effective_class, f"lane {session.lane.name} has no holdout_corpus")
+    tree = session.paths.best_worktree
+    with launcher.worker("best", tree, run_dir / "worker-best-holdout.log") as worker:
+        worker.request("build", spec=session.lane.workload(launcher.model_root(tree), session.root))
+        outputs = holdout.generate(worker, session, cases, desc="holdout")
+    return holdout.judge(session, cases, outputs, effective_class, session.verified_baseline().envelope)
+
+
+def revalidate(config_path: Path, lane: str | None = None, sandboxed: bool = True,
+               out: Callable[[str], None] = print) -> int:
+    """Measure, judge the holdout, record; exit 0 (also when the two disagree: the warning says so)."""
+    session = open_session(config_path, lane)
+    best_commit, baseline_commit = _check(session)
+    launcher = launcher_for(session, sandboxed)
+    locks = _Locks(session)
+    try:
+        return _run(session, launcher, best_commit, baseline_commit, sandboxed, out)
+    finally:
+        locks.release()
+
+
+def _run(session: Session, launcher: Any, best_commit: str, baseline_commit: str, sandboxed: bool,
+         out: Callable[[str], None]) -> int:
+    started = time.time()
+    repo = gitops.open_repo(session.root)
+    run_dir = session.paths.run(new_run_id("revalid"))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    best = require_best(session.best(), session.lane_id)
+    live = LiveFile.start(session.paths.live, "revalidate", run_dir.name, best_commit,
+                          f"re-validation against the original baseline {baseline_commit[:10]}", session.lane_id)
+    try:
+        gitops.sync_worktree(repo, session.paths.best_worktree, best_commit)
+        gitops.sync_worktree(repo, session.paths.origin_worktree, baseline_commit)
+        plan = plan_for(session, launcher, run_dir)
+        out(f"re-validating {best_commit[:10]} against the original baseline {baseline_commit[:10]} "
+            f"(up to {plan.segments_allowed()} segments of fresh worker pairs)")
+        live.update(phase="timing", max_segments=plan.segments_allowed())
+        perf = measure(plan, launcher, on_round=live.on_round, on_look=live.on_look)
+        write_json_atomic(run_dir / "perf.json", perf.as_dict())
+        live.phase("quality")
+        held = _holdout(session, launcher, run_dir, best.effective_class)
+        result = _result(session, run_dir.name, best_commit, baseline_commit, plan, perf, held,
+                         {**perf.seconds, "total": time.time() - started}, best.history)
+        write_json_atomic(run_dir / RECORD, result.as_dict())
+        ledger.append(session.paths.ledger, _row(session, result, perf, run_dir, sandboxed))
+        live.finish(Status.REVALIDATE.verdict_word)
+    except CandidateCrash as exc:
+        out(f"the best crashed while it was re-validated (nothing recorded): {str(exc).splitlines()[0]}")
+        return 1
+    finally:
+        if not live.state.finished:
+            live.finish("NO VERDICT")
+    out(result.headline())
+    warning = result.warning()
+    if warning:
+        out(warning)
+    out(f"evidence in {run_dir}")
+    return 0
+
+
+def _result(session: Session, run_id: str, best_commit: str, baseline_commit: str, plan: MeasurementPlan,
+            perf: PerfOutcome, held: holdout.HoldoutResult, seconds: dict[str, float],
+            history: tuple[str, ...]) -> Revalidation:
+    metric = session.lane.primary_metric
+    look = cumulative_look(perf)
+    measured = Interval.from_look(look, metric) if look is not None else None
+    steps = chain_steps(session, ledger.read(session.paths.ledger), history + (best_commit,))
+    return Revalidation(run_id, session.lane_id, best_commit, baseline_commit, metric, measured,
+                        chain_product(steps, metric), tuple(steps), len(perf.segments), perf.rounds, held, now(),
+                        seconds, tuple(perf.reasons))
+
+
+def _row(session: Session, result: Revalidation, perf: PerfOutcome, run_dir: Path, sandboxed: bool) -> LedgerRow:
+    lane = session.lane
+    best = require_best(session.best(), session.lane_id)
+    product = result.product.describe() if result.product else "no kept steps"
+    agree = {True: "agrees with", False: "DISAGREES with", None: "not compared with"}[result.agree]
+    return LedgerRow(
+        timestamp=now(), run_id=result.run_id, lane=session.lane_id, commit=result.best_commit,
+        parent=result.baseline_commit, status=Status.REVALIDATE, effective_class=best.effective_class,
+        metric=lane.primary_metric, best_before=lane.metric_value(perf.median_ms("best")),
+        candidate=lane.metric_value(perf.median_ms("cand")),
+        improvement_pct=result.measured.estimate_pct if result.measured else None, p_value=perf.nominal_p,
+        peak_vram_mb=perf.peak_memory_mb("cand"), quality_summary=result.holdout.headline(),
+        description=f"re-validation of the best against the original baseline {result.baseline_commit[:10]}",
+        run_dir=str(run_dir.relative_to(session.root)),
+        reason=f"measured {result.measured.describe() if result.measured else 'nothing'} {agree} the product of "
+               f"{len(result.steps)} kept steps {product}", flags="" if sandboxed else "unsandboxed")

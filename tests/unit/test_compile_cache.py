@@ -1,0 +1,121 @@
+"""Compile caches per tree (worker/compile_cache.py): keys, warm starts, the sandbox mount, bounded disk use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pytest_dit_ar.worker import sandbox
+from pytest_dit_ar.worker.compile_cache import (
+    CACHE_MOUNT,
+    CacheEntry,
+    CompileCaches,
+    cache_env,
+    plan_eviction,
+    tree_digest,
+)
+
+MB = 2**20
+
+
+def tree(tmp: Path, text: str) -> Path:
+    (tmp / "model_under_test").mkdir(parents=True, exist_ok=True)
+    (tmp / "model_under_test" / "__init__.py").write_text(text)
+    return tmp
+
+
+def test_the_digest_follows_the_tree_content_not_its_place_or_bytecode(tmp_path: Path):
+    a = tree(tmp_path / "a", "x = 1\n")
+    b = tree(tmp_path / "b", "x = 1\n")
+    (b / "model_under_test" / "__pycache__").mkdir()
+    (b / "model_under_test" / "__pycache__" / "m.pyc").write_bytes(b"junk")
+    c = tree(tmp_path / "c", "x = 2\n")
+    mutable = ("model_under_test/",)
+    assert tree_digest(a, mutable) == tree_digest(b, mutable) != tree_digest(c, mutable)
+
+
+def test_the_first_worker_of_a_tree_is_cold_every_later_one_warm(tmp_path: Path):
+    caches = CompileCaches(tmp_path / "cc")
+    folder, warm = caches.open("aaa")
+    assert folder == tmp_path / "cc" / "aaa" and folder.is_dir() and not warm
+    caches.note_start("aaa", 42.0, warm)
+    _, warm2 = CompileCaches(tmp_path / "cc").open("aaa")  # a later experiment: a new harness process
+    assert warm2
+    caches.note_start("aaa", 3.0, warm2)
+    rec = caches.record("aaa")
+    assert rec.cold_start_s == 42.0 and rec.warm_start_s == [3.0] and rec.workers == 2
+
+
+def test_the_record_lives_outside_the_mounted_folder(tmp_path: Path):
+    caches = CompileCaches(tmp_path / "cc")
+    folder, _ = caches.open("aaa")
+    caches.note_peak("aaa", 1234.0)
+    assert not any(folder.iterdir())  # nothing the harness trusts is inside what the worker can write
+    assert caches.record("aaa").peak_gpu_mb == 1234.0
+
+
+def test_the_env_points_inductor_triton_and_the_cuda_jit_cache_into_the_folder():
+    env = cache_env(CACHE_MOUNT)
+    for key in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH"):
+        assert env[key].startswith(str(CACHE_MOUNT) + "/")
+
+
+def test_the_sandbox_mounts_only_its_own_trees_cache_read_write(tmp_path: Path):
+    (tmp_path / "state" / "compile-cache" / "aaa").mkdir(parents=True)
+    # the project's folder exposed (its fixed files), so that its state folder is visible and must be hidden
+    # (the allow-list root shows nothing that is not exposed)
+    spec = sandbox.SandboxSpec(tmp_path / "tree", tmp_path / "scratch", hide=(tmp_path / "state",),
+                               cache=tmp_path / "state" / "compile-cache" / "aaa", expose=(tmp_path,))
+    cmd = sandbox.command(spec, ["true"], 3)
+    i = cmd.index(str(tmp_path / "state" / "compile-cache" / "aaa"))
+    assert cmd[i - 1] == "--bind" and cmd[i + 1] == str(CACHE_MOUNT)
+    assert not any("compile-cache" in a and a != cmd[i] for a in cmd)  # no other cache folder is named
+    hidden = cmd.index(str(tmp_path / "state"))
+    assert cmd[hidden - 1] == "--tmpfs" and hidden < i  # the state (every other cache) is hidden first
+    env = {cmd[k + 1]: cmd[k + 2] for k, a in enumerate(cmd) if a == "--setenv"}
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(CACHE_MOUNT / "inductor")
+    assert "TORCHINDUCTOR_CACHE_DIR" not in {cmd[k + 1] for k, a in
+                                             enumerate(sandbox.command(sandbox.SandboxSpec(tmp_path, tmp_path),
+                                                                       ["true"], 3)) if a == "--setenv"}
+
+
+def entries(*spec: tuple[str, float, int]) -> list[CacheEntry]:
+    return [CacheEntry(d, t, s * MB) for d, t, s in spec]
+
+
+def test_eviction_removes_the_oldest_until_it_fits():
+    got = plan_eviction(entries(("a", 1, 100), ("b", 2, 100), ("c", 3, 100), ("d", 4, 100)), set(), 250 * MB, 1)
+    assert got == ["a", "b"]
+
+
+def test_eviction_never_removes_the_best_nor_the_recent():
+    es = entries(("best", 1, 100), ("old", 2, 100), ("r1", 3, 100), ("r2", 4, 100))
+    assert plan_eviction(es, {"best"}, 100 * MB, 2) == ["old"]  # still over budget: what is left is protected
+
+
+def test_nothing_is_evicted_under_budget():
+    assert plan_eviction(entries(("a", 1, 10), ("b", 2, 10)), set(), 100 * MB, 0) == []
+
+
+def test_evict_deletes_folders_and_records_but_not_the_ones_in_use(tmp_path: Path):
+    caches = CompileCaches(tmp_path / "cc", max_gb=1.5 / 1024, keep_recent=0)  # 1.5 MB
+    for name in ("old", "new"):
+        folder, _ = caches.open(name)
+        (folder / "blob").write_bytes(b"x" * MB)
+    fresh = CompileCaches(tmp_path / "cc", max_gb=1.5 / 1024, keep_recent=0)
+    fresh.in_use = {"new"}
+    (tmp_path / "cc" / "old").mkdir(exist_ok=True)
+    (tmp_path / "cc" / "old" / "blob").write_bytes(b"x" * MB)
+    assert fresh.evict() == ["old"]
+    assert not (tmp_path / "cc" / "old").exists() and not (tmp_path / "cc" / "old.json").exists()
+    assert (tmp_path / "cc" / "new" / "blob").exists()
+
+
+def test_the_best_is_protected_even_when_it_is_not_recent(tmp_path: Path):
+    caches = CompileCaches(tmp_path / "cc", max_gb=1.5 / 1024, keep_recent=0)
+    for name in ("best", "c1", "c2"):
+        folder, _ = caches.open(name)
+        (folder / "blob").write_bytes(b"x" * MB)
+    later = CompileCaches(tmp_path / "cc", max_gb=1.5 / 1024, keep_recent=0)
+    later.in_use.add("best")  # Evidence.protect_best_cache
+    later.evict()
+    assert (tmp_path / "cc" / "best" / "blob").exists()

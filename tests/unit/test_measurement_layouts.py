@@ -1,0 +1,151 @@
+"""loop.measurement with stand-in workers: warm-up until steady, one side at a time when the pair does not fit,
+and a clear refusal when one worker cannot fit (no processes: the workers are fakes)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from dit_ar_contract.config import Guardrails, PerfProtocol
+from dit_ar_contract.errors import Refused
+from pytest_dit_ar.loop import measurement as m
+from pytest_dit_ar.loop.memory_plan import MemoryBudget
+from pytest_dit_ar.worker.client import Generated
+
+
+class FakeWorker:
+    """Generates in `times` seconds (first calls slow, like a compile), images that depend on the seed."""
+
+    alive: list[FakeWorker] = []
+    max_alive = 0
+
+    def __init__(self, side: str, times: list[float]):
+        self.side, self.times, self.calls = side, list(times), 0
+        self.target = SimpleNamespace(device="cpu")
+        self.pid = -1
+        self.cache_warm: bool | None = True
+        self.started: list[float] = []
+
+    def spawn(self) -> FakeWorker:
+        FakeWorker.alive.append(self)
+        FakeWorker.max_alive = max(FakeWorker.max_alive, len(FakeWorker.alive))
+        return self
+
+    def handshake(self) -> FakeWorker:
+        return self
+
+    def request(self, op: str, **_: object) -> dict:
+        return {}
+
+    def generate(self, requests: list, resolution: int | None = None) -> Generated:
+        t = self.times[min(self.calls, len(self.times) - 1)]
+        self.calls += 1
+        images = torch.stack([torch.full((3, 2, 2), float(seed % 997)) for _, seed in requests])
+        return Generated(t, images, images[:, :1], None, {})
+
+    def close(self) -> None:
+        if self in FakeWorker.alive:
+            FakeWorker.alive.remove(self)
+
+    kill = close
+
+    def freeze(self) -> None: ...
+    def thaw(self) -> None: ...
+    def pin(self, cores: object) -> None: ...
+    def processes(self) -> list[int]: return []
+    def peak_rss_mb(self) -> float: return 100.0
+    def peak_host_mb(self) -> float: return 100.0
+    def kernel_peak_mb(self) -> None: return None
+    freeze_waits: list[float] = []
+    def gpu_memory_mb(self) -> None: return None
+    def note_start(self, seconds: float) -> None: self.started.append(seconds)
+    def note_peak(self, mb: float | None) -> None: ...
+
+
+class FakeLauncher:
+    def __init__(self, times: dict[str, list[float]]):
+        self.times, self.made = times, []
+
+    def worker(self, side: str, root: Path, log_path: Path) -> FakeWorker:
+        w = FakeWorker(side, self.times[side])
+        self.made.append(w)
+        return w
+
+
+def plan(tmp_path: Path, **kw: object) -> m.MeasurementPlan:
+    protocol = PerfProtocol(warmup_rounds=1, rounds=4, min_segments=2, max_segments=2, warmup_window=2,
+                            warmup_steady_pct=5.0, warmup_max_rounds=6, fork_server=False)
+    kw.setdefault("guardrails", Guardrails(startup_budget_s=None))
+    return m.MeasurementPlan(cand=m.Side("candidate", tmp_path, {}), best=m.Side("best", tmp_path, {}),
+                             protocol=protocol, prompts=("a", "b"), batch=1, metric="latency_ms", log_dir=tmp_path,
+                             **kw)
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    FakeWorker.alive, FakeWorker.max_alive = [], 0
+
+
+def test_each_side_warms_up_until_its_own_round_time_is_steady(tmp_path: Path) -> None:
+    pair = m.Pair(FakeWorker("cand", [9.0, 1.0, 0.5, 0.5, 0.5]).spawn(), FakeWorker("best", [1.0, 1.0]).spawn())
+    rule = plan(tmp_path).warmup_rule()
+    seg = m.run_segment(pair, 0, ("a",), 1, 4, rule, random.Random(1))
+    assert seg.warmup_s["cand"] == [9.0, 1.0, 0.5, 0.5] and seg.warmup_state["cand"] == "steady"
+    assert seg.warmup_s["best"] == [1.0, 1.0] and seg.warmup_state["best"] == "steady"
+    assert seg.cand_s == [0.5] * 4
+    assert pair.cand.started == [pytest.approx(11.0)]  # recorded as this tree's start-up
+
+
+def test_a_fixed_count_still_means_exactly_that_many_rounds(tmp_path: Path) -> None:
+    pair = m.Pair(FakeWorker("cand", [3.0, 2.0, 1.0]).spawn(), FakeWorker("best", [1.0]).spawn())
+    seg = m.run_segment(pair, 0, ("a",), 1, 4, 2, random.Random(1))
+    assert len(seg.warmup_s["cand"]) == len(seg.warmup_s["best"]) == 2
+
+
+def test_sides_that_do_not_fit_together_run_one_at_a_time(tmp_path: Path) -> None:
+    launcher = FakeLauncher({"candidate": [0.4], "best": [0.5]})
+    budget = MemoryBudget(24 * 1024, "guardrails.emulated_vram_gb = 24")
+    out = m.measure(plan(tmp_path, memory=budget, known_peaks_mb={"best": 18.8 * 1024}), launcher)
+    assert FakeWorker.max_alive == 1  # never two workers alive at once
+    assert [s.layout for s in out.segments] == ["alternate", "alternate"]
+    assert out.segments[0].orders[0] != out.segments[1].orders[0]  # the order of the sides swaps
+    assert len(out.segments[0].cand_s) == len(out.segments[0].best_s) == 4
+    assert "one side at a time" in out.guardrails["memory_layout"]
+    assert "one side at a time: candidate" in out.startup_line()
+    assert out.look is not None and out.look.estimate_pct > 0  # 0.4 s against 0.5 s
+
+
+def test_sides_that_fit_keep_the_paired_protocol(tmp_path: Path) -> None:
+    launcher = FakeLauncher({"candidate": [0.4], "best": [0.5]})
+    budget = MemoryBudget(24 * 1024, "target.vram_gb = 24")
+    out = m.measure(plan(tmp_path, memory=budget, known_peaks_mb={"best": 3000.0}), launcher)
+    assert [s.layout for s in out.segments] == ["pair", "pair"] and FakeWorker.max_alive == 2
+
+
+def test_a_best_that_cannot_fit_alone_is_refused(tmp_path: Path) -> None:
+    launcher = FakeLauncher({"candidate": [0.4], "best": [0.5]})
+    budget = MemoryBudget(16 * 1024, "guardrails.emulated_vram_gb = 16")
+    with pytest.raises(Refused, match="cannot be judged"):
+        m.measure(plan(tmp_path, memory=budget, known_peaks_mb={"best": 18.8 * 1024}), launcher)
+    assert not launcher.made  # refused before any worker started
+
+
+def test_the_warm_start_decides_and_the_cold_compile_is_only_recorded(tmp_path: Path) -> None:
+    # the cold compile (300 s) exceeds the 120 s budget; the warm workers start in ~2 s: kept
+    launcher = FakeLauncher({"candidate": [1.5, 0.4], "best": [0.5]})
+    p = plan(tmp_path, cold_start_s=300.0, guardrails=Guardrails(startup_budget_s=120.0))
+    out = m.measure(p, launcher)
+    assert out.guardrails["cand_cold_start_s"] == 300.0
+    assert out.guardrails["cand_warm_startup_s"] < 120.0
+    assert not any("start-up" in r for r in out.reasons)
+    line = out.startup_line()  # the summary's start-up: line
+    assert "warm-up rounds per segment: candidate " in line and "best " in line
+    assert "cold start 300.0 s" in line and "recorded, not judged" in line and "(budget 120 s)" in line
+    assert out.as_dict()["startup"]["cand_cold_start_s"] == 300.0  # perf.json
+    slow = FakeLauncher({"candidate": [200.0, 0.4], "best": [0.5]})
+    out = m.measure(plan(tmp_path, guardrails=Guardrails(startup_budget_s=120.0)), slow)
+    assert not out.keep and any("warm start-up" in r for r in out.reasons)
