@@ -7,7 +7,7 @@ The fixed harness calls exactly::
     result.images, result.latents, pipe.components["transformer"]
 
 ``spec`` keys: root, lane, preset, weights, device, resolution, steps, guidance, batch,
-options. See docs/models.md for the presets and their options.
+options, gpus. See docs/models.md for the presets and their options.
 """
 
 from __future__ import annotations

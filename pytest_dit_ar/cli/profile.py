@@ -11,14 +11,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
 from ..loop.evidence import launcher_for
 from ..state import gitops
-from ..state.files import write_json_atomic
+from ..state.files import write_record
 from ..state.paths import now
+from ..state.runs import RunPaths, profile_run_id
 from ..state.session import Session, open_session
 
 
@@ -58,10 +58,11 @@ def profile(session: Session, batch: int, repeats: int, run_dir: Path) -> dict[s
     from perf_suite import profiling
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    trace = run_dir / "trace.json"
+    run = RunPaths(run_dir)
+    trace = run.trace
     # unsandboxed: profiling decides nothing, and its trace is written outside a scratch folder
     launcher = launcher_for(session, sandboxed=False)
-    with launcher.worker("profile", session.root, run_dir / "worker-profile.log") as worker:
+    with launcher.worker("profile", session.root, run.worker_log("profile")) as worker:
         build = worker.request("build", spec=session.lane.workload(session.root))
         raw = worker.request("profile", requests=_requests(session, batch), trace=str(trace), repeats=repeats)
         peak = profiling.device_peak(worker)
@@ -69,9 +70,9 @@ def profile(session: Session, batch: int, repeats: int, run_dir: Path) -> dict[s
     summary = profiling.summarize(raw, peak, session.lane.steps, batch)
     info = {"lane": session.lane.name, "lane_id": session.lane_id, "device": identity.get("name"), "identity": identity,
             "commit": _commit(session.root), "created": now(),
-            "build_s": build["build_s"], "summary": summary, "trace": str(trace), "json": str(run_dir / "profile.json"),
+            "build_s": build["build_s"], "summary": summary, "trace": str(trace), "json": str(run.profile),
             "commands": profiling.deeper_commands(session.config.path, session.lane.name, run_dir, summary["top_ops"])}
-    write_json_atomic(run_dir / "profile.json", info)
+    write_record(run.profile, info)
     return info
 
 
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"one generate of {batch} on lane {session.lane_id}: {seconds * 1e3:.1f} ms "
               f"(after {args.warmup} warm-ups)")
         return 0
-    run_dir = session.paths.run(f"profile-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+    run_dir = session.paths.run(profile_run_id())
     info = profile(session, batch, args.repeats, run_dir)
     if args.json:
         print(json.dumps(info, indent=2))

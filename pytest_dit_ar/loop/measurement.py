@@ -27,6 +27,7 @@ from dit_ar_contract.config import Guardrails, PerfProtocol
 from perf_suite import guardrails as guard
 from perf_suite.sequential import Design, Look, SequentialTest
 
+from ..state.runs import RunPaths
 from ..worker.client import Generated, WorkerLauncher, WorkerProcess
 
 SIDES = ("cand", "best")
@@ -139,8 +140,9 @@ def boot(worker: WorkerProcess, spec: dict[str, Any]) -> float:
 
 def spawn_pair(launcher: WorkerLauncher, cand: Side, best: Side, log_dir: Path, tag: str) -> Pair:
     """Start both workers; they run only the fixed prelude (imports, device) until they are built."""
-    return Pair(launcher.worker("candidate", cand.root, log_dir / f"worker-candidate-{tag}.log").spawn(),
-                launcher.worker("best", best.root, log_dir / f"worker-best-{tag}.log").spawn())
+    logs = RunPaths(log_dir)
+    return Pair(launcher.worker("candidate", cand.root, logs.worker_log("candidate", tag)).spawn(),
+                launcher.worker("best", best.root, logs.worker_log("best", tag)).spawn())
 
 
 def build_pair(pair: Pair, cand: Side, best: Side, affinity: tuple[int, ...] | None = None) -> Pair:

@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from dit_ar_contract.config import CLASSES, DEFAULT_CONFIG
+from dit_ar_contract.classes import MILDEST
+from dit_ar_contract.classes import WORDS as CLASSES
+from dit_ar_contract.config import DEFAULT_CONFIG
 from dit_ar_contract.errors import EXIT_REFUSED, CandidateCrash, Refused
 
 from ..loop.suites import SUITES, SuiteFiles, suite_files
@@ -207,7 +209,7 @@ class PluginSession:
         best_root = session.paths.best_worktree if session.paths.best_worktree.is_dir() else None
         run_dir = session.paths.run(new_run_id("plain"))
         sandboxed = not self.unsandboxed and sandbox_problem() is None  # a plain run decides nothing
-        return Evidence(session, self.classification or "exact", run_dir, best_root, sandboxed=sandboxed,
+        return Evidence(session, self.classification or MILDEST.word, run_dir, best_root, sandboxed=sandboxed,
                         case_ids=self.selected_cases)
 
     # -- finishing ---------------------------------------------------------------------------------
@@ -313,7 +315,7 @@ def failures_section(tr: Any, evidence: Any) -> None:
     if quality is None or quality.passed:
         return
     tr.section("dit-ar quality failures")
-    pictures = evidence.run_dir / "diffs"
+    pictures = evidence.run.diffs
     for case_id, result in quality.per_case.items():
         for check in (c for c in result.checks if not c.passed):
             tr.write_line(f"{case_id}: {check.name} {check.value:.4g} (needs {check.op} {check.threshold:.4g})  "

@@ -23,13 +23,13 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import model_under_test  # noqa: E402
+from dit_ar_contract.config import load_config  # noqa: E402
 from model_under_test.presets import dit_parameter_count  # noqa: E402
 from model_under_test.prompts import HashTokenizer, parse_imagenet_class  # noqa: E402
 
-DIT_SPEC = {"root": str(ROOT), "lane": "dit-xl2-256", "preset": "dit-xl-2-256", "weights": None,
-            "device": "cuda", "resolution": 256, "steps": 25, "guidance": 4.0, "batch": 2, "options": {}}
-PIXART_SPEC = {"root": str(ROOT), "lane": "pixart-sigma-1024", "preset": "pixart-sigma-1024", "weights": None,
-               "device": "cuda", "resolution": 1024, "steps": 20, "guidance": 4.5, "batch": 1, "options": {}}
+LANES = load_config(ROOT / "config" / "autoresearch.json").lanes  # the specs the harness hands the presets
+DIT_SPEC = LANES["dit-xl2-256"].workload(ROOT)
+PIXART_SPEC = LANES["pixart-sigma-1024"].workload(ROOT)
 
 
 def n_params(module: torch.nn.Module) -> int:
