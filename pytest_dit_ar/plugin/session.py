@@ -18,9 +18,10 @@ from dit_ar_contract.classes import WORDS as CLASSES
 from dit_ar_contract.config import DEFAULT_CONFIG
 from dit_ar_contract.errors import EXIT_REFUSED, CandidateCrash, Refused
 
-from ..loop.suites import SUITES, SuiteFiles, suite_files
+from ..loop import selection
+from ..loop.selection import selects_suites
+from ..loop.suites import MARKERS, SUITES, SuiteFiles, suite_files
 
-MARKERS = ("quality", "perf")
 REFUSED_EXIT = "dit-ar refused (the reason is the last line)"
 # what a suite test may end with: a failed check (assert, pytest.fail), the candidate's crash (its worker died,
 # raised, ran out of memory), a skip, an exit (a refusal); anything else is the harness's own error
@@ -151,32 +152,23 @@ class PluginSession:
 
     def _check_request(self, session: pytest.Session) -> None:
         """Refuse an experiment that is not exactly the whole required test set, or lacks its inputs."""
+        problem = selection.refusal(self._request(session), self.suites.tests, Path(self.config.rootpath).resolve())
+        if problem:
+            raise Refused(problem)
+
+    def _request(self, session: pytest.Session) -> selection.Request:
+        """What this run asked for, in pytest's options and its collection."""
         opt = self.config.option
-        if session.testsfailed:
-            raise Refused("collection failed (see the errors above); nothing was judged")
-        if self.classification not in CLASSES:
-            raise Refused(f"--dit-ar-classification (or the ini key dit_ar_classification) must be one of "
-                          f"{', '.join(CLASSES)}; got {self.classification!r}")
-        if not self.description or not self.description.strip():
-            raise Refused("--dit-ar-description is required: say in one line what the candidate changes")
-        partial = {"-k": opt.keyword, "-m": opt.markexpr, "--lf": getattr(opt, "lf", False),
-                   "--sw": getattr(opt, "stepwise", False), "-x/--maxfail": opt.maxfail,
-                   "-n (xdist)": getattr(opt, "numprocesses", None), "--deselect": self.deselected,
-                   "--benchmark-skip": getattr(opt, "benchmark_skip", False),
-                   "--benchmark-only": getattr(opt, "benchmark_only", False)}
-        used = [name for name, value in partial.items() if value]
-        if used:
-            raise Refused(f"an experiment runs the whole required test set; remove {', '.join(used)}")
-        required = set(self.suites.tests)
-        for arg in self.config.args:
-            if "::" in arg or (Path(arg).is_file() and Path(arg).resolve() not in required):
-                raise Refused(f"an experiment runs the whole required test set; node id or file {arg!r} "
-                              "selects part of it")
-        root = Path(self.config.rootpath).resolve()
-        collected = {Path(str(item.path)).resolve() for item in session.items}
-        missing = sorted(str(p.relative_to(root)) if root in p.parents else str(p) for p in required - collected)
-        if missing:
-            raise Refused(f"an experiment runs the whole required test set; not selected: {missing}")
+        narrowing = {"-k": opt.keyword, "-m": opt.markexpr, "--lf": getattr(opt, "lf", False),
+                     "--sw": getattr(opt, "stepwise", False), "-x/--maxfail": opt.maxfail,
+                     "-n (xdist)": getattr(opt, "numprocesses", None), "--deselect": self.deselected,
+                     "--benchmark-skip": getattr(opt, "benchmark_skip", False),
+                     "--benchmark-only": getattr(opt, "benchmark_only", False)}
+        arguments = tuple(selection.Argument(arg, Path(arg).resolve() if Path(arg).is_file() else None)
+                          for arg in self.config.args)
+        return selection.Request(self.classification, self.description, narrowing, arguments,
+                                 frozenset(Path(str(item.path)).resolve() for item in session.items),
+                                 bool(session.testsfailed))
 
     # -- running -----------------------------------------------------------------------------------
     def raised(self, item: pytest.Item, call: pytest.CallInfo) -> None:
@@ -269,24 +261,6 @@ class PluginSession:
             _last_line("REFUSED: " + one_line(self.refusal))
         elif self.last_line:
             _last_line(self.last_line)
-
-
-def selects_suites(markexpr: str) -> bool:
-    """Whether a `-m` expression asks for the suites: it selects a test marked `quality` or `perf` alone, and
-    not an unmarked test (`-m quality`, `-m "perf or quality"`; not `-m "not perf"`)."""
-    if not markexpr.strip():
-        return False
-    from _pytest.mark.expression import Expression
-
-    try:
-        expression = Expression.compile(markexpr)
-    except Exception:  # a malformed expression is pytest's to report
-        return False
-
-    def selects(marks: set[str]) -> bool:
-        return bool(expression.evaluate(lambda name, **_: name in marks))
-
-    return not selects(set()) and any(selects({marker}) for marker in MARKERS)
 
 
 def harness_error(nodeid: str, call: pytest.CallInfo) -> str | None:

@@ -1,7 +1,10 @@
 """Every write of a finished run, in one place: the run record, the ledger row and the best commit.
 
 Order matters for crash safety: the run folder first (nothing points at it yet), then the ledger row
-(append-only), then the best ref (recoverable), best.json and the best worktree.
+(append-only), then the best ref (recoverable), best.json and the best worktree. A baseline's run record
+is its run folder's copy of baseline.json and the lane's baseline folder (summary, manifest, its git copy,
+then session.json's pointer to it, the one write that makes the new baseline current); the ledger row and
+the best follow in the same order. tests/unit/test_records.py holds both paths to it.
 """
 
 from __future__ import annotations
@@ -56,7 +59,9 @@ def set_best(session: Session, repo: git.Repo, commit: str, run_id: str, measure
 
 def record_baseline(session: Session, repo: git.Repo, summary: BaselineSummary, row: LedgerRow,
                     run_dir: Path) -> SessionRecord:
-    """baseline.json, its manifest and git copy, session.json's pointer to it, the best and the ledger row."""
+    """The run's baseline.json, the lane's baseline folder (summary, manifest, git copy), session.json's
+    pointer to it, then the ledger row and the best."""
+    write_record(RunPaths(run_dir).baseline, summary.as_dict())
     folder = session.baseline_dir
     write_record(folder / BASELINE_RECORD, summary.as_dict())
     manifest = {"lane_id": session.lane_id, "commit": summary.commit, "files": integrity.manifest_of(folder)}
@@ -66,10 +71,9 @@ def record_baseline(session: Session, repo: git.Repo, summary: BaselineSummary, 
     pointer = LaneBaseline(sha256_file(folder / integrity.MANIFEST), summary.commit, summary.run_id)
     record = session.started.with_baseline(session.lane_id, pointer)
     write_session(session, record)
+    ledger.append(session.paths.ledger, row)
     timing = summary.timing
     set_best(session, repo, summary.commit, summary.run_id, Measurements(timing.median_ms, timing.p95_ms))
-    write_record(RunPaths(run_dir).baseline, summary.as_dict())
-    ledger.append(session.paths.ledger, row)
     return record
 
 

@@ -209,6 +209,7 @@ class SegmentRun:
     look: Look | None = None  # the sequential test after this segment (None in a block)
     stats: BlockStats | None = None  # a block's statistics (runs made before the sequential test)
     divergence: float | None = None
+    seeds: tuple[tuple[int, ...], ...] = ()  # the harness-drawn seeds of each timed round
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], position: int) -> SegmentRun:
@@ -218,7 +219,8 @@ class SegmentRun:
         index = data.get("index")
         return cls(int(index) if isinstance(index, int) else position, _floats(data.get("cand_s")),
                    _floats(data.get("best_s")), _typed(Look, look) if isinstance(look, Mapping) else None,
-                   _typed(BlockStats, stats) if isinstance(stats, Mapping) else None, data.get("divergence"))
+                   _typed(BlockStats, stats) if isinstance(stats, Mapping) else None, data.get("divergence"),
+                   tuple(tuple(int(s) for s in r) for r in data.get("seeds") or () if isinstance(r, list)))
 
     @property
     def is_segment(self) -> bool:

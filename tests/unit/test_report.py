@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from report_state import PROJECT, _assert_valid_pngs, _images, _row
 
 from dit_ar_contract.status import Status
 from pytest_dit_ar.cli.main import main
@@ -23,6 +22,7 @@ from pytest_dit_ar.state.baseline import BaselineSummary
 from pytest_dit_ar.state.files import write_json_atomic
 from pytest_dit_ar.state.ledger import LedgerRow
 from pytest_dit_ar.state.paths import StatePaths
+from tests.helpers.report_state import PROJECT, _assert_valid_pngs, _images, _row
 
 
 def test_session_report_has_every_part(state: tuple[Path, list[LedgerRow]]) -> None:
