@@ -1,43 +1,20 @@
-"""GPU presets: published sizes (built on the meta device), small CPU forwards, CUDA runs.
-
-Published parameter counts these tests hold the presets to (within 2 %):
-* DiT-XL/2: 675M -- Peebles & Xie, "Scalable Diffusion Models with Transformers"
-  (arXiv:2212.09748), Table 4 (DiT-XL/2: 675M parameters, 118.6 Gflops).
-  diffusers' DiTTransformer2DModel repeats the timestep/label embedder in every block
-  (~750M raw); ``dit_parameter_count`` counts it once.
-* PixArt-Sigma: 0.6B -- Chen et al., "PixArt-Sigma: Weak-to-Strong Training of Diffusion
-  Transformer for 4K Text-to-Image Generation" (arXiv:2403.04692), abstract ("0.6B
-  parameters"); the transformer alone, without the T5 text encoder and the VAE.
-"""
+"""GPU presets on the meta device and small CPU forwards, held to the published sizes of tests/helpers/presets.py."""
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
+from tests.helpers.presets import DIT_SPEC, PIXART_SPEC, ROOT, n_params, within
+
+if str(ROOT) not in sys.path:  # the mutable package is imported from the project root
     sys.path.insert(0, str(ROOT))
 
 import model_under_test  # noqa: E402
-from dit_ar_contract.config import load_config  # noqa: E402
 from model_under_test.presets import dit_parameter_count  # noqa: E402
 from model_under_test.prompts import HashTokenizer, parse_imagenet_class  # noqa: E402
-
-LANES = load_config(ROOT / "config" / "autoresearch.json").lanes  # the specs the harness hands the presets
-DIT_SPEC = LANES["dit-xl2-256"].workload(ROOT)
-PIXART_SPEC = LANES["pixart-sigma-1024"].workload(ROOT)
-
-
-def n_params(module: torch.nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())
-
-
-def within(value: float, published: float, tol: float = 0.02) -> bool:
-    return abs(value - published) / published <= tol
 
 
 def test_dit_xl2_full_size_on_meta():
