@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import platform
+import re
 import subprocess
 from importlib import metadata
+from pathlib import Path
 
 PACKAGES = ("torch", "diffusers", "transformers", "open_clip_torch", "torchmetrics", "pytest",
             "pytest-benchmark", "gitpython", "filelock", "safetensors")
@@ -26,9 +28,26 @@ def driver_version() -> str | None:
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
-def collect() -> dict[str, str | None]:
+def torch_cuda_from_files() -> str | None:
+    """The CUDA version torch was built for, read from its installed torch/version.py without importing torch
+    (seconds on a loaded machine); None without torch or for a CPU build."""
+    try:
+        path = Path(str(metadata.distribution("torch").locate_file("torch/version.py")))
+        text = path.read_text(encoding="utf-8")
+    except (metadata.PackageNotFoundError, OSError):
+        return None
+    found = re.search(r"^cuda\b[^=\n]*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+    return found.group(1) if found else None
+
+
+def collect(import_torch: bool = True) -> dict[str, str | None]:
+    """The stack; `import_torch=False` (doctor) reads torch's CUDA version from its files and leaves cudnn out."""
     info: dict[str, str | None] = {"python": platform.python_version(), "platform": platform.platform()}
     info.update({name: package_version(name) for name in PACKAGES})
+    if not import_torch:
+        info["torch_cuda"] = torch_cuda_from_files()
+        info["nvidia_driver"] = driver_version()
+        return info
     try:
         import torch
 

@@ -17,12 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING
 
 from dit_ar_contract.config import QualityContract
 from dit_ar_contract.errors import Refused
+
+if TYPE_CHECKING:  # torch is imported where a score is computed: the setup checks (doctor) stay light
+    import torch
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -88,6 +89,8 @@ def _stamp(path: Path) -> tuple[int, int]:
 
 def _state_dict(path: Path) -> dict[str, torch.Tensor]:
     """The tensors of a .safetensors file or of a torch.save'd state_dict (loaded without unpickling code)."""
+    import torch
+
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
@@ -118,6 +121,9 @@ def _load(model: str, weights: str, stamp: tuple[int, int]) -> torch.nn.Module:
 
 def preprocess(images: torch.Tensor, resize: int, crop: int, interpolation: str = "bilinear") -> torch.Tensor:
     """[N, 3, H, W] in [0, 1] -> shorter side `resize` (antialiased), centre crop `crop`, ImageNet-normalised."""
+    import torch
+    import torch.nn.functional as F  # noqa: N812 - torch's own name
+
     x = images.float().clamp(0, 1)
     h, w = x.shape[-2:]
     short = min(h, w)
@@ -130,10 +136,12 @@ def preprocess(images: torch.Tensor, resize: int, crop: int, interpolation: str 
     return (x - mean) / std
 
 
-@torch.inference_mode()
 def logits(images: torch.Tensor, spec: ClassifierSpec, batch: int = 32) -> torch.Tensor:
     """[N, classes] scores per image, on the CPU (the same numbers for the baseline and every candidate)."""
+    import torch
+
     net = _load(spec.model, str(spec.weights), _stamp(spec.weights))
-    prep = [preprocess(images[i:i + batch].cpu(), spec.resize, spec.crop, spec.interpolation)
-            for i in range(0, len(images), batch)]
-    return torch.cat([net(x) for x in prep]).float()
+    with torch.inference_mode():
+        prep = [preprocess(images[i:i + batch].cpu(), spec.resize, spec.crop, spec.interpolation)
+                for i in range(0, len(images), batch)]
+        return torch.cat([net(x) for x in prep]).float()

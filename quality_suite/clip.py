@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
-
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING, Any
 
 from dit_ar_contract.config import QualityContract
 from dit_ar_contract.errors import Refused
+
+if TYPE_CHECKING:  # torch is imported where a score is computed: the setup checks (doctor) stay light
+    import torch
 
 HOW_TO = ("CLIP weights are never downloaded by the harness. On a machine with internet access, pick a tag with\n"
           "  python -c \"import open_clip; print(open_clip.list_pretrained_tags_by_model('{model}'))\"\n"
@@ -69,6 +69,9 @@ def _load(model: str, weights: str) -> tuple[Any, Any]:
 
 def _preprocess(images: torch.Tensor, cfg: dict[str, Any]) -> torch.Tensor:
     """[N, 3, H, W] in [0, 1] -> the model's input: shortest side resized, centre crop, normalised."""
+    import torch
+    import torch.nn.functional as F  # noqa: N812 - torch's own name
+
     size = cfg.get("size", 224)
     h, w = (size, size) if isinstance(size, int) else size
     x = images.float().clamp(0, 1)
@@ -82,14 +85,17 @@ def _preprocess(images: torch.Tensor, cfg: dict[str, Any]) -> torch.Tensor:
     return (x - mean) / std
 
 
-@torch.inference_mode()
 def clip_score(images: torch.Tensor, prompts: list[str], spec: ClipSpec, batch: int = 32) -> float:
     """Mean over images of max(100 * cosine(image, prompt), 0)."""
+    import torch
+    import torch.nn.functional as F  # noqa: N812 - torch's own name
+
     net, tokenizer = _load(spec.model, str(spec.weights))
     cfg = getattr(net.visual, "preprocess_cfg", {}) or {}
     scores = []
-    for i in range(0, len(images), batch):
-        img = net.encode_image(_preprocess(images[i:i + batch].cpu(), cfg))
-        txt = net.encode_text(tokenizer(prompts[i:i + batch]))
-        scores.append((100 * F.cosine_similarity(img.float(), txt.float(), dim=-1)).clamp_min(0))
-    return float(torch.cat(scores).mean()) if scores else 0.0
+    with torch.inference_mode():
+        for i in range(0, len(images), batch):
+            img = net.encode_image(_preprocess(images[i:i + batch].cpu(), cfg))
+            txt = net.encode_text(tokenizer(prompts[i:i + batch]))
+            scores.append((100 * F.cosine_similarity(img.float(), txt.float(), dim=-1)).clamp_min(0))
+        return float(torch.cat(scores).mean()) if scores else 0.0

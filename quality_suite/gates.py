@@ -35,6 +35,26 @@ from dit_ar_contract.config import ApproximateGate, NumericalGate, QualityContra
 from .metrics import mse_from_psnr
 
 TOLERANCE = 1e-12  # float noise allowed on "no worse than the baseline" comparisons
+# The task-score tolerance of exact and numerical changes never falls below the score's own numerical
+# resolution: RESOLUTION_ULPS float32 ulps of its magnitude (at least of 1.0). The baseline's benign reruns can
+# agree to the last bit by chance (a measured spread of exactly 0), and then a float-level change of an exact
+# speedup (3.8e-6 on a Fréchet distance of 17.83, about 2 ulps) would fail. 256 ulps of 17.83 is 5.4e-4
+# (3e-5 relative); for an accuracy over n cases it is 3.1e-5, far below one case (1/n): a flipped case still fails.
+FLOAT32_EPS = 2.0 ** -23
+RESOLUTION_ULPS = 256
+
+
+def resolution_floor(score: float) -> float:
+    """The smallest task-score tolerance an exact or numerical change gets: RESOLUTION_ULPS float32 ulps."""
+    return RESOLUTION_ULPS * FLOAT32_EPS * max(abs(score), 1.0)
+
+
+def task_tolerances(task_base: Mapping[str, float], task_envelope: Mapping[str, float] | None,
+                    multiple: float) -> dict[str, float]:
+    """Per task score, how far an exact or numerical change may move it (absolute, in the score's units): the
+    baseline's measured benign spread times the exact envelope multiple, never below the resolution floor."""
+    spread = task_envelope or {}
+    return {name: max(multiple * spread.get(name, 0.0), resolution_floor(base)) for name, base in task_base.items()}
 
 
 @dataclass(frozen=True)
@@ -50,7 +70,11 @@ class Check:
     def describe(self) -> str:
         """'metric case X: value (needs op threshold) — message'."""
         where = f" case {self.case}" if self.case else ""
-        return (f"{self.name}{where}: {_fmt(self.value)} (needs {self.op} {_fmt(self.threshold)})"
+        digits = 4
+        while digits < 10 and self.value != self.threshold and \
+                _fmt(self.value, digits) == _fmt(self.threshold, digits):  # 17.83 (needs <= 17.83) says nothing
+            digits += 2
+        return (f"{self.name}{where}: {_fmt(self.value, digits)} (needs {self.op} {_fmt(self.threshold, digits)})"
                 + (f" — {self.message}" if self.message else ""))
 
     def as_dict(self) -> dict[str, Any]:
@@ -62,12 +86,12 @@ class Check:
         return cls(str(data.get("name", "")), bool(data.get("passed")), **known)
 
 
-def _fmt(x: float | None) -> str:
+def _fmt(x: float | None, digits: int = 4) -> str:
     if x is None:
         return "n/a"
     if isinstance(x, float) and math.isinf(x):
         return "inf" if x > 0 else "-inf"
-    return f"{x:.4g}"
+    return f"{x:.{digits}g}"
 
 
 def _le(name: str, value: float, limit: float, case: str | None, message: str = "") -> Check:
@@ -128,6 +152,26 @@ def case_checks(cls: ChangeClass | str, case: str, fid: dict[str, float], qualit
     return _floors(quality.approximate, case, fid)  # ChangeClass.APPROXIMATE
 
 
+def _tolerance_checks(task_cand: dict[str, float], task_base: dict[str, float], lower_is_better: set[str],
+                      tolerances: Mapping[str, float]) -> list[Check]:
+    """Each task score against the baseline's within an absolute tolerance (exact and numerical changes)."""
+    checks = []
+    for name in sorted(set(task_base) | set(task_cand)):
+        base, cand = task_base.get(name), task_cand.get(name)
+        if base is None or cand is None:
+            side = "baseline" if base is None else "candidate"
+            checks.append(Check(name, False, cand, base, None, f"the {side}'s score is missing"))
+            continue
+        tol = tolerances.get(name, resolution_floor(base))
+        why = f"baseline {base:.9g} +/- {tol:.3g} (the baseline's measured spread x the exact envelope multiple, " \
+              f"at least {RESOLUTION_ULPS} float32 ulps)"
+        if name in lower_is_better:
+            checks.append(_le(name, cand, base + tol, None, why))
+        else:
+            checks.append(_ge(name, cand, base - tol, None, why))
+    return checks
+
+
 def _task_checks(task_cand: dict[str, float], task_base: dict[str, float], lower_is_better: set[str],
                  margins: Mapping[str, float]) -> list[Check]:
     """Each task score against the baseline's, within its margin (0 = no regression at all)."""
@@ -155,15 +199,16 @@ def aggregate_checks(cls: ChangeClass | str, summary: dict[str, Any], quality: Q
 
     Every task metric the lane declares is checked whatever the class: exact and numerical changes may
     move a score by no more than the baseline's own benign variation (`task_envelope`, measured under the
-    envelope's perturbations, times the exact envelope multiple); approximate changes within their
+    envelope's perturbations, times the exact envelope multiple; never less than the score's numerical
+    resolution, `resolution_floor`); approximate changes within their
     margins; quantization not at all. Approximate outputs must also keep the images' fine detail: the mean
     |log| change of per-case Laplacian energy is bounded (blur lowers it, leftover noise raises it), so a
     blur that flatters a Fréchet distance cannot pass."""
     cls = ChangeClass.from_word(cls)
     checks: list[Check] = []
     if cls in (ChangeClass.EXACT, ChangeClass.NUMERICAL):
-        slack = {name: quality.exact.envelope_multiple * value for name, value in (task_envelope or {}).items()}
-        checks += _task_checks(task_cand, task_base, lower_is_better, slack)
+        tolerances = task_tolerances(task_base, task_envelope, quality.exact.envelope_multiple)
+        checks += _tolerance_checks(task_cand, task_base, lower_is_better, tolerances)
     if sharpness_change is not None and (cls is ChangeClass.APPROXIMATE or approximate_outputs):
         limit = quality.approximate.max_sharpness_change
         checks.append(_le("sharpness_change", sharpness_change, limit, None,

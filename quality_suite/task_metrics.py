@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
-
-import torch
+from typing import TYPE_CHECKING, Callable
 
 from dit_ar_contract.config import QualityContract
 from dit_ar_contract.errors import Refused
 
 from .corpora import Case
+
+if TYPE_CHECKING:  # torch is imported by the metrics that compute, not by the checks doctor runs
+    import torch
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class TaskMetric:
 
 
 def _stack(images: dict[str, torch.Tensor], cases: list[Case]) -> torch.Tensor:
+    import torch
+
     return torch.stack([images[c.id] for c in cases]).float().clamp(0, 1)
 
 
@@ -50,6 +53,8 @@ def _agreement(labelled: list[Case], pred: torch.Tensor) -> TaskScore:
 def judge_accuracy(images: dict[str, torch.Tensor], cases: list[Case], root: Path,
                    quality: QualityContract) -> TaskScore:
     """Fraction of cases the trained digit judge classifies as the prompted label."""
+    import torch
+
     from .judge import load_judge
 
     labelled = _labelled(cases, "judge_accuracy")
@@ -93,7 +98,7 @@ def clip_score(images: dict[str, torch.Tensor], cases: list[Case], root: Path,
 
 
 def _check_judge(root: Path, quality: QualityContract) -> None:
-    from .judge import JUDGE_DIR, STATS_NAME, WEIGHTS_NAME
+    from .judge_files import JUDGE_DIR, STATS_NAME, WEIGHTS_NAME
 
     for name in (WEIGHTS_NAME, STATS_NAME):
         if not (JUDGE_DIR / name).is_file():

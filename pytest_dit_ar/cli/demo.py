@@ -22,6 +22,9 @@ from dit_ar_contract.config import repo_root_for
 from dit_ar_contract.errors import Refused
 
 PATCHES = Path(__file__).resolve().parent / "demo_patches"
+# the verdict the README documents for each candidate (tools/demo_repeat.py counts how often a fresh demo gives it)
+DOCUMENTED = {"01-exact-batch-cfg": "KEEP", "02-exact-bf16": "DISCARD-QUALITY", "03-approximate-half-steps": "KEEP",
+              "04-quantization-int8-dynamic": "DISCARD-QUALITY", "05-exact-wasted-pass": "DISCARD-PERFORMANCE"}
 
 
 @dataclass(frozen=True)
@@ -62,10 +65,24 @@ def apply(repo: Path, cand: Candidate) -> None:
 
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str], echo: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=cwd, env=env, text=True, capture_output=True)
-    if echo and proc.stdout.strip():
-        print("\n".join("    " + line for line in proc.stdout.strip().splitlines()[-6:]), flush=True)
-    return proc
+    """Run one CLI step; its progress lines (`dit-ar: ...`, one per phase in a pipe) are shown as they come."""
+    from ..loop.live import PREFIX
+
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE, stderr=err)
+        lines = []
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith(PREFIX):
+                print("      " + line.rstrip()[len(PREFIX):], flush=True)
+        code = proc.wait()
+        err.seek(0)
+        done = subprocess.CompletedProcess(cmd, code, "".join(lines), err.read())
+    result = [line for line in done.stdout.strip().splitlines() if not line.startswith(PREFIX)]
+    if echo and result:
+        print("\n".join("    " + line for line in result[-6:]), flush=True)
+    return done
 
 
 def run_demo(source: Path, scratch: Path, lane: str = "embedded-cpu") -> int:
@@ -73,6 +90,7 @@ def run_demo(source: Path, scratch: Path, lane: str = "embedded-cpu") -> int:
     started = time.perf_counter()
     repo = scratch / "project"
     subprocess.run(["git", "clone", "-q", str(source), str(repo)], check=True)
+    check_clone(repo)
     for key, value in (("user.name", "dit-ar demo"), ("user.email", "demo@dit-ar.invalid")):
         subprocess.run(["git", "config", key, value], cwd=repo, check=True)
     env = {**os.environ, "PYTHONPATH": str(repo)}
@@ -83,7 +101,7 @@ def run_demo(source: Path, scratch: Path, lane: str = "embedded-cpu") -> int:
         return _run(cli + list(args), repo, env)
 
     for title, args in (("doctor", ["doctor"]), ("init", ["init", "--tag", "demo", "--lane", lane]),
-                        ("baseline", ["baseline", "--quiet"])):
+                        ("baseline", ["baseline"])):
         proc = step(title, *args)
         if proc.returncode != 0:
             print(proc.stderr[-3000:], file=sys.stderr)
@@ -97,7 +115,7 @@ def run_demo(source: Path, scratch: Path, lane: str = "embedded-cpu") -> int:
         proc = _run(cli + ["experiment", "--classification", cand.classification, "--description", cand.description],
                     repo, env, echo=False)
         lines = proc.stdout.strip().splitlines()
-        summary = [ln for ln in lines if ln.startswith(("class:", "quality:", "- "))][:4]
+        summary = [ln for ln in lines if ln.startswith(("class:", "quality:", "speed:", "- "))][:5]
         for line in summary + lines[-1:]:
             print("    " + line[:200], flush=True)
         if proc.returncode == 2:
@@ -119,8 +137,38 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
+def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+
+
+def check_source(source: Path) -> None:
+    """Refuse before anything runs when the checkout cannot give the demo the project's own model: a research
+    branch (its model_under_test/ has the session's changes; the demo's candidates are written for the original)."""
+    from ..state.gitops import BRANCH_PREFIX
+
+    branch = _git(source, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip()
+    if branch.startswith(BRANCH_PREFIX):
+        others = [b for b in _git(source, "for-each-ref", "--format=%(refname:short)", "refs/heads").stdout.split()
+                  if not b.startswith(BRANCH_PREFIX)]
+        switch = f"`git switch {others[0]}`" if others else "`git switch <the branch you started from>`"
+        raise Refused(f"{source} is on the research branch {branch}: the demo clones this checkout and needs the "
+                      f"project's own model_under_test/; run it from the main line ({switch}, then `dit-ar demo`; "
+                      f"{branch} and its session are left as they are) or from a fresh clone")
+
+
+def check_clone(repo: Path) -> None:
+    """Refuse before the baseline when the first candidate does not fit the cloned model."""
+    first = candidates()[0]
+    proc = _git(repo, "apply", "--check", str(first.patch))
+    if proc.returncode != 0:
+        raise Refused(f"demo candidate '{first.description}' does not apply to {repo}/model_under_test/ "
+                      f"({proc.stderr.strip()[:200]}): run the demo from a checkout whose model_under_test/ is the "
+                      f"project's original (`git switch main`, or a fresh clone)")
+
+
 def _main(args: argparse.Namespace) -> int:
     source = repo_root_for(args.config)
+    check_source(source)
     scratch = args.dir or Path(tempfile.mkdtemp(prefix="dit-ar-demo-"))
     scratch.mkdir(parents=True, exist_ok=True)
     if (scratch / "project").exists():

@@ -86,7 +86,7 @@ def _metrics_note(lane) -> str:
 
 
 def doctor(config_path: Path, out=print) -> int:
-    info = versions.collect()
+    info = versions.collect(import_torch=False)  # doctor stays quick: nothing here needs torch imported
     out("software: " + ", ".join(f"{k} {v}" for k, v in info.items() if v))
     missing = [k for k in ("torch", "diffusers", "torchmetrics", "open_clip_torch", "gitpython") if not info.get(k)]
     if missing:

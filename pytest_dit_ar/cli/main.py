@@ -23,12 +23,21 @@ def _config_arg(parser: argparse.ArgumentParser, top: bool) -> None:
                         help=f"session contract (default {DEFAULT_CONFIG})")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    import shtab
+class _PrintCompletion(argparse.Action):
+    """`--print-completion SHELL`: shtab's script for the whole parser (shtab imported only when asked)."""
 
+    def __call__(self, parser, namespace, values, option_string=None):  # noqa: ANN001 - argparse's signature
+        import shtab
+
+        print(shtab.complete(parser, shell=values))
+        parser.exit(0)
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dit-ar", description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    shtab.add_argument_to(parser, ["--print-completion"], help="print a shell completion script (bash, zsh, tcsh)")
+    parser.add_argument("--print-completion", action=_PrintCompletion, choices=("bash", "zsh", "tcsh"),
+                        help="print a shell completion script (bash, zsh, tcsh)")
     _config_arg(parser, top=True)
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
 

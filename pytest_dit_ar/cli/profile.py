@@ -12,14 +12,10 @@ import argparse
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..loop.evidence import launcher_for
-from ..state import gitops
-from ..state.files import write_record
-from ..state.paths import now
-from ..state.runs import RunPaths, profile_run_id
-from ..state.session import Session, open_session
+if TYPE_CHECKING:  # the verb's own imports are lazy: `dit-ar --version` and `search` must not pay for them
+    from ..state.session import Session
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -38,6 +34,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def _commit(root: Path) -> str:
+    from ..state import gitops
+
     try:
         repo = gitops.open_repo(root)
         return gitops.head_sha(repo)[:10] + ("+dirty" if gitops.dirty_entries(repo) else "")
@@ -58,9 +56,15 @@ def profile(session: Session, batch: int, repeats: int, run_dir: Path) -> dict[s
     from perf_suite import profiling
 
     run_dir.mkdir(parents=True, exist_ok=True)
+    # unsandboxed: profiling decides nothing, and its trace is written outside a scratch folder
+    from ..loop.evidence import launcher_for  # torch and the suites: only when profiling
+    from ..state.files import write_record
+    from ..state.paths import now
+    from ..state.runs import RunPaths
+
     run = RunPaths(run_dir)
     trace = run.trace
-    # unsandboxed: profiling decides nothing, and its trace is written outside a scratch folder
+
     launcher = launcher_for(session, sandboxed=False)
     with launcher.worker("profile", session.root, run.worker_log("profile")) as worker:
         build = worker.request("build", spec=session.lane.workload(session.root))
@@ -92,6 +96,9 @@ def once(session: Session, batch: int, warmup: int) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..state.runs import profile_run_id
+    from ..state.session import open_session
+
     session = open_session(args.config, args.lane, need_session=False)
     batch = args.batch or session.lane.batch
     if args.once:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..report.page import run_report, session_report
-
 
 def run(args: argparse.Namespace) -> int:
     """The CLI verb: write the page and print its path."""
+    from ..report.page import run_report, session_report  # matplotlib, Jinja2: only for this verb
+
     out = args.out.resolve() if args.out else None
     page = run_report(args.config, args.run, out) if args.run else session_report(args.config, out)
     print(page)

@@ -36,7 +36,8 @@ TEMPLATES = Path(__file__).resolve().parent / "scaffold_templates"
 CORPUS_DIR = "corpus"
 MUTABLE = "model_under_test/"
 FIXED = ("config/", f"{CORPUS_DIR}/", "program.md", "AGENTS.md", "tests/", ".gitignore")
-IGNORED = ("__pycache__/", "*.pyc", ".pytest_cache/", ".benchmarks/")
+# a virtual environment inside the project is never committed
+IGNORED = ("__pycache__/", "*.pyc", ".pytest_cache/", ".benchmarks/", ".venv/", "venv/")
 LANE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 DEVICE = re.compile(r"cpu|cuda(:[0-9]+)?")
 FIRST_SEED = 4101

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..search.engine import FileHit, SearchResult, query_terms, search_report, snippet
-from ..search.location import find_handbook
+from ..search.location import find_handbook, user_cache
 from ..state.paths import StatePaths
 
 
@@ -66,7 +66,7 @@ def run(args) -> int:
         return 2
     cache = StatePaths(root).handbook_index
     result = search_report(query, handbook, top=max(1, int(args.top)),
-                           cache_path=cache if cache.parent.is_dir() else None)
+                           cache_path=cache if cache.parent.is_dir() else user_cache())
     if getattr(args, "json", False):
         payload = {"query": query, "handbook": str(handbook), "weak": result.weak,
                    "coverage": result.coverage, "missing": result.missing,

@@ -152,7 +152,9 @@ def _print(info: SessionStatus, root: Path) -> None:
           f"A/A noise {_num(timing and timing.noise_floor_pct, 3)}%")
     print("counts: " + ", ".join(f"{k}={v}" for k, v in info.counts.items()))
     if info.recent_rows:
-        print("recent:")
+        print("recent (candidate: its median batch latency or images/s, the ledger's `candidate`; paired %: the "
+              "verdict's paired estimate, the ledger's `improvement_pct`):")
+        print(f"  {'time':<19}  {'status':<20} {'commit':<8}  {'candidate':>10}  {'paired %':>8}  description")
         for r in info.recent_rows:
             print(f"  {r.timestamp[:19]}  {r.status.word:<20} {r.commit[:8]}  {_num(r.candidate):>10}  "
                   f"{_num(r.improvement_pct, 3):>8}  {r.description[:60]}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -30,7 +31,9 @@ from ..worker.client import WorkerLauncher, WorkerProcess
 from . import gpu_locks
 from .evidence import launcher_for
 from .generation import CorpusOutputs, audit_evidence, generate_corpus
+from .live import Live
 from .measurement import MeasurementPlan, PerfOutcome, Side, measure
+from .progress import TimingProgress
 
 
 def perturbations(session: Session) -> dict[str, dict[str, Any]]:
@@ -61,7 +64,7 @@ def _check_preconditions(session: Session) -> git.Repo:
 
 
 def _envelope_runs(session: Session, worker: WorkerProcess, cases: list[Case], default: CorpusOutputs,
-                   progress: bool) -> tuple[dict[str, Any], dict[str, float]]:
+                   live: Live | None) -> tuple[dict[str, Any], dict[str, float]]:
     """Per-case fidelity of each benign rerun to the default run, and the largest change each task score
     showed across the reruns (the task metrics' own noise, which exact and numerical changes may use)."""
     runs, task_spread = {}, {}
@@ -72,21 +75,26 @@ def _envelope_runs(session: Session, worker: WorkerProcess, cases: list[Case], d
     for name, how in perturbations(session).items():
         order = list(reversed(cases)) if how.get("reverse") else cases
         alt = generate_corpus(worker, order, how.get("batch", lane.batch), key, lane.resolution,
-                              perturb=how.get("perturb"), progress=progress, desc=f"envelope {name}")
+                              perturb=how.get("perturb"), live=live, desc=f"noise envelope: rerun {name}")
         runs[name] = per_case_fidelity(alt.images, alt.latents, default.images, default.latents)
         for metric, score in task_metrics.compute(names, alt.images, cases, session.root, quality).items():
             task_spread[metric] = max(task_spread.get(metric, 0.0), abs(score.value - reference[metric]))
     return runs, task_spread
 
 
-def _aa_timing(session: Session, launcher: WorkerLauncher, run_dir: Path, prompts: tuple[str, ...]) -> PerfOutcome:
+def _aa_timing(session: Session, launcher: WorkerLauncher, run_dir: Path, prompts: tuple[str, ...],
+               live: Live | None = None) -> PerfOutcome:
     """One A/A segment: the baseline against itself, in two fresh workers (the noise floor)."""
     lane = session.lane
     side = Side("baseline", session.root, lane.workload(launcher.model_root(session.root), session.root))
     plan = MeasurementPlan(cand=side, best=side, protocol=lane.performance, prompts=prompts, batch=lane.batch,
                            metric=lane.primary_metric, is_cuda=lane.is_cuda, log_dir=run_dir, max_segments=1,
                            resolution=lane.resolution)
-    return measure(plan, launcher)
+    if live is None:
+        return measure(plan, launcher)
+    live.phase("A/A timing: the baseline against itself in two fresh workers")
+    bar = TimingProgress(live.stream, live.tty, lane.performance.rounds, 1, desc="A/A timing")
+    return measure(plan, launcher, on_round=bar.on_round, on_look=bar.on_look)
 
 
 def _flags(session: Session, busy: str | None, sandboxed: bool) -> str:
@@ -118,13 +126,16 @@ def _baseline(session: Session, out: Callable[[str], None], progress: bool, sand
 
     launcher = launcher_for(session, sandboxed)
     key = session.started.seed_key
+    live = Live(sys.stdout, sys.stdout.isatty()) if progress else None  # beside the lines `out` prints
+    if live is not None:
+        live.phase("baseline: starting the worker")
     with launcher.worker("baseline", session.root, RunPaths(run_dir).worker_log("baseline")) as worker:
         build = worker.request("build", spec=lane.workload(launcher.model_root(session.root), session.root))
         out(f"built {lane.preset} on {worker.device_name} in {build['build_s']:.1f} s")
-        default = generate_corpus(worker, cases, lane.batch, key, lane.resolution, progress=progress,
+        default = generate_corpus(worker, cases, lane.batch, key, lane.resolution, live=live,
                                   desc="baseline corpus")
         evidence = audit_evidence(worker, build, default, cases, lane.batch, key)
-        envelope_runs, task_envelope = _envelope_runs(session, worker, cases, default, progress)
+        envelope_runs, task_envelope = _envelope_runs(session, worker, cases, default, live)
         roof = profiling.roofline_evidence(worker, [list(c.keyed_request(key)) for c in cases[:lane.batch]])
         identity = dict(worker.identity)
     out(profiling.describe_roofline(roof))
@@ -136,7 +147,7 @@ def _baseline(session: Session, out: Callable[[str], None], progress: bool, sand
     out(f"noise envelope over {len(envelope_runs)} perturbations: " +
         ", ".join(f"{k}={v:.3g}" for k, v in envelope.items()))
 
-    perf = _aa_timing(session, launcher, run_dir, tuple(c.prompt for c in cases))
+    perf = _aa_timing(session, launcher, run_dir, tuple(c.prompt for c in cases), live)
     aa = perf.look
     assert aa is not None
     median_ms, p95_ms = perf.median_ms("best"), perf.p95_ms("best")

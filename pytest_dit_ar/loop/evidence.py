@@ -34,6 +34,7 @@ from ..state.session import Session
 from ..worker import sandbox
 from ..worker.client import Generated, SandboxPolicy, WorkerLauncher, WorkerProcess
 from .generation import CorpusOutputs, audit_evidence, generate_corpus
+from .live import Live
 from .measurement import MeasurementPlan, Pair, PerfOutcome, RoundCheck, Side, boot, measure
 from .progress import TimingProgress
 
@@ -94,6 +95,7 @@ class Evidence:
         self.key = session.record.seed_key if session.record else ""
         self.case_ids = case_ids  # plain runs of a few cases generate only those
         self.progress: TimingProgress | None = None  # set by the face that shows it
+        self.live: Live | None = None  # the phases as they happen (set by the face that shows them)
         self._crash: CandidateCrash | None = None
         self._run: CandidateRun | None = None
         self._quality: QualityAssessment | None = None
@@ -180,6 +182,7 @@ class Evidence:
         session = self.session
         t = time.perf_counter()
         lane, cases = session.lane, self.cases()
+        self._phase("quality: starting the candidate's worker" + (" (and the best's)" if best else ""))
         with ThreadPoolExecutor(1) as pool:
             best_boot = pool.submit(boot, best, self.spec(self.best_root)) if best else None
             worker.handshake()
@@ -187,7 +190,8 @@ class Evidence:
             build = worker.request("build", spec=self.spec(self.candidate_root))
             build_s = time.perf_counter() - t_build  # the harness's clock, not the worker's figure
             t = self._spent("quality_worker_start", t)
-            outputs = generate_corpus(worker, cases, lane.batch, self.key, lane.resolution, desc="candidate")
+            outputs = generate_corpus(worker, cases, lane.batch, self.key, lane.resolution,
+                                      desc="quality: candidate corpus", live=self.live)
             audit = audit_evidence(worker, build, outputs, cases, lane.batch, self.key)
             t = self._spent("quality_corpus", t)
             best_build = best_boot.result() if best_boot else None
@@ -197,6 +201,10 @@ class Evidence:
         else:
             worker.close()
         return CandidateRun(build_s, outputs, audit)
+
+    def _phase(self, text: str) -> None:
+        if self.live is not None:
+            self.live.phase(text)
 
     def spec(self, side_root: Path) -> WorkloadSpec:
         """The workload for a side's worker: the path the worker sees its tree at, weights from the project."""
@@ -230,6 +238,7 @@ class Evidence:
         cases = self.cases()
         reference = self._reference(cases)
         run = self.candidate()
+        self._phase("quality: metrics and gates against the baseline")
         t = time.perf_counter()
         best = self.session.best()
         lane = self.session.lane
@@ -257,6 +266,7 @@ class Evidence:
             if self.best_root is None:
                 raise RuntimeError("no best worktree to compare with")
             self.quality()
+            self._phase("speed: the candidate against the best in fresh worker pairs, interleaved rounds")
             try:
                 on_round = self.progress.on_round if self.progress else None
                 on_look = self.progress.on_look if self.progress else None

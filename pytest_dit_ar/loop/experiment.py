@@ -27,28 +27,8 @@ from ..state.paths import StatePaths, new_run_id, now
 from ..state.session import Session, open_session, verify_integrity
 from . import gpu_locks
 from .evidence import Evidence
+from .outcomes import TestOutcomes
 from .verdict import Finding, Verdict, decide
-
-
-@dataclass
-class TestOutcomes:
-    """pytest's outcome of every quality and perf test that ran (node id -> passed/failed/skipped)."""
-
-    quality: dict[str, str] = field(default_factory=dict)
-    perf: dict[str, str] = field(default_factory=dict)
-
-    def record(self, marker: str, nodeid: str, outcome: str) -> None:
-        seen = getattr(self, marker)
-        if seen.get(nodeid) in (None, "passed"):
-            seen[nodeid] = outcome
-
-    def failed(self, marker: str) -> list[str]:
-        """Tests of the marker that failed (a skipped test decides nothing: the plugin skips the benchmark
-        tests inside an experiment, and the speed test after a quality failure)."""
-        return [n for n, outcome in getattr(self, marker).items() if outcome == "failed"]
-
-    def quality_failed(self) -> bool:
-        return bool(self.failed("quality"))
 
 
 @dataclass(frozen=True)
@@ -138,7 +118,7 @@ class Experiment:
         outside = gitops.out_of_scope(shape.changed, session.config.mutable_paths)
         if outside:  # judged before any candidate code runs: nothing else to find
             return self.conclude(decide([f"the commit changes paths outside {list(session.config.mutable_paths)}: "
-                                         f"{outside}"], None, None, None))
+                                         f"{outside}", way_back(self.commit)], None, None, None))
         problems = verify_integrity(session)
         if problems:
             raise Refused("fixed files differ from integrity.json before the run: " + "; ".join(problems[:5]))
@@ -284,3 +264,11 @@ class Experiment:
             quality_summary=quality.headline() if quality else "; ".join(verdict.reasons)[:300],
             description=self.description, run_dir=str(self.run_dir.relative_to(session.root)), reason=verdict.reason,
             flags="" if self.sandboxed else "unsandboxed")
+
+
+def way_back(commit: str) -> str:
+    """How to get a reset commit back: it stays in git's object store and the reflog."""
+    sha = commit[:10]
+    return (f"the reset commit {sha} is still in git (`git reflog`): `git cherry-pick -n {sha}` puts its changes "
+            f"back in the working tree (keep the model_under_test/ part, commit again), `git show {sha}` shows it, "
+            f"`git reset --hard {sha}` returns the branch to it as it was")

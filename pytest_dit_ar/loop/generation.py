@@ -17,6 +17,7 @@ from quality_suite.audit import AuditEvidence, PipelineInspection
 from quality_suite.corpora import Case, batches
 
 from ..worker.client import WorkerProcess
+from .live import Live
 
 
 @dataclass
@@ -39,13 +40,18 @@ def padded(group: list[Case], batch: int, key: str, rng: random.Random) -> list[
 
 
 def generate_corpus(worker: WorkerProcess, cases: list[Case], batch: int, key: str, resolution: int, *,
-                    perturb: dict | None = None, progress: bool = False, desc: str = "generate") -> CorpusOutputs:
-    """Run every case in full batches; NaN/Inf, a malformed output or a failing worker raises CandidateCrash."""
+                    perturb: dict | None = None, progress: bool = False, desc: str = "generate",
+                    live: Live | None = None) -> CorpusOutputs:
+    """Run every case in full batches; NaN/Inf, a malformed output or a failing worker raises CandidateCrash.
+    With `live`, the phase shows there (a bar on a terminal, one line in a pipe) instead of tqdm on stderr."""
     out = CorpusOutputs()
     rows: list[float] = []
     rng = random.SystemRandom()
-    for group in tqdm(batches(cases, batch), desc=desc, disable=not progress, leave=False):
+    bar = live.bar(desc, len(cases), "case") if live is not None else \
+        tqdm(total=len(cases), desc=desc, disable=not progress, leave=False)
+    for group in batches(cases, batch):
         got = worker.generate(padded(group, batch, key, rng), perturb, resolution)
+        bar.update(len(group))
         out.seconds += got.seconds
         for j, case in enumerate(group):
             out.images[case.id] = got.images[j].clone()
@@ -53,6 +59,7 @@ def generate_corpus(worker: WorkerProcess, cases: list[Case], batch: int, key: s
         if got.rows_per_image is not None:
             rows.append(float(got.rows_per_image))
         out.memory = {k: max(out.memory.get(k, 0.0), v) for k, v in {**out.memory, **got.memory}.items()}
+    bar.close()
     out.denoiser_rows_per_image = min(rows) if rows else None
     return out
 

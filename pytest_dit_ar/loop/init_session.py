@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import shutil
 import time
@@ -14,7 +15,7 @@ from dit_ar_contract.errors import Refused
 from dit_ar_contract.status import Status
 
 from ..search.engine import build_index
-from ..search.location import find_handbook
+from ..search.location import find_handbook, user_cache
 from ..state import gitops, integrity, ledger
 from ..state.files import write_json_atomic
 from ..state.paths import StatePaths, now
@@ -36,7 +37,14 @@ def _index_handbook(root: Path, paths: StatePaths) -> str:
     handbook = find_handbook(root)
     if handbook is None:
         return "handbook not indexed (no handbook/ folder and no packaged copy)"
-    build_index(handbook, paths.handbook_index)
+    shared = user_cache()
+    if not paths.handbook_index.exists() and shared.is_file():  # a fresh clone: start from the user's cache
+        paths.handbook_index.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shared, paths.handbook_index)
+    build_index(handbook, paths.handbook_index)  # checked against the files' hashes; rebuilt when stale
+    with contextlib.suppress(OSError):
+        shared.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(paths.handbook_index, shared)
     where = "" if handbook == root / "handbook" else f" (the packaged handbook, {handbook})"
     return f"handbook indexed into {paths.handbook_index.relative_to(root)}{where}"
 

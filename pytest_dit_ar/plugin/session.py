@@ -48,7 +48,7 @@ class PluginSession:
     """What one pytest run of the plugin knows: its options, the experiment (if any) and the outcomes."""
 
     def __init__(self, config: pytest.Config):
-        from ..loop.experiment import TestOutcomes
+        from ..loop.outcomes import TestOutcomes
 
         self.config = config
         self.config_path = Path(option(config, "dit_ar_config") or DEFAULT_CONFIG)
@@ -69,7 +69,17 @@ class PluginSession:
         self.selected_cases: set[str] | None = None  # plain runs generate only the cases their tests need
         self._plain = None
         self.suites: SuiteFiles = suite_files()
+        self.failed_ids: list[str] = []  # failing suite tests, as node ids that can be pasted back
+        self._resolve_node_ids()
         self._add_installed_suites()
+
+    def _resolve_node_ids(self) -> None:
+        """A pasted suite node id that is not a path here (`test_quality.py::...` printed in a wheel-installed
+        project) names the installed suite module."""
+        from .node_ids import resolve_suite_args
+
+        self.config.args[:] = resolve_suite_args(list(self.config.args), Path(self.config.invocation_params.dir),
+                                                 self.suites)
 
     def _add_installed_suites(self) -> None:
         """Suites installed outside the rootdir (a user's repository) are never found by collecting it: an
@@ -140,15 +150,21 @@ class PluginSession:
         if verdict is not None:  # scope discard before anything ran
             self.last_line = verdict.line
             pytest.exit("dit-ar: " + "; ".join(verdict.reasons), returncode=verdict.exit_code)
-        self.experiment.evidence.progress = self._progress(self.experiment.session.lane.performance)
+        self._show_progress(self.experiment.evidence, self.experiment.session.lane.performance)
 
-    def _progress(self, protocol: Any) -> Any:
+    def _show_progress(self, evidence: Any, protocol: Any) -> None:
+        """The evidence's phases and timed rounds on the terminal while the tests run (a bar on a terminal, one
+        line per phase in a pipe), written past pytest's output capture."""
+        from ..loop.live import Live
         from ..loop.progress import TimingProgress
 
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        stream = _ReporterStream(reporter) if reporter is not None else None
-        return TimingProgress(stream, bool(reporter is not None and reporter.isatty), protocol.rounds,
-                              protocol.max_segments)
+        if reporter is None:
+            return
+        stream = _ReporterStream(reporter, self.config.pluginmanager.get_plugin("capturemanager"))
+        tty = bool(reporter.isatty)
+        evidence.live = Live(stream, tty)
+        evidence.progress = TimingProgress(stream, tty, protocol.rounds, protocol.max_segments)
 
     def _check_request(self, session: pytest.Session) -> None:
         """Refuse an experiment that is not exactly the whole required test set, or lacks its inputs."""
@@ -178,6 +194,10 @@ class PluginSession:
             return
         if self.harness_error is None:
             self.harness_error = harness_error(item.nodeid, call)
+        if call.excinfo is not None and call.excinfo.errisinstance(AssertionError) and len(self.failed_ids) < 50:
+            from .node_ids import pasteable
+
+            self.failed_ids.append(pasteable(item.path, item.nodeid, self.config.invocation_params.dir))
 
     def reported(self, report: pytest.TestReport) -> None:
         marker = next((m for m in MARKERS if m in report.keywords), None)
@@ -201,8 +221,10 @@ class PluginSession:
         best_root = session.paths.best_worktree if session.paths.best_worktree.is_dir() else None
         run_dir = session.paths.run(new_run_id("plain"))
         sandboxed = not self.unsandboxed and sandbox_problem() is None  # a plain run decides nothing
-        return Evidence(session, self.classification or MILDEST.word, run_dir, best_root, sandboxed=sandboxed,
-                        case_ids=self.selected_cases)
+        evidence = Evidence(session, self.classification or MILDEST.word, run_dir, best_root, sandboxed=sandboxed,
+                            case_ids=self.selected_cases)
+        self._show_progress(evidence, session.lane.performance)
+        return evidence
 
     # -- finishing ---------------------------------------------------------------------------------
     def finish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -230,7 +252,7 @@ class PluginSession:
         from . import summary
 
         evidence = self.experiment.evidence if self.experiment else self._plain
-        summary.write(tr, evidence, self.experiment, speed=not self.experiment_mode)
+        summary.write(tr, evidence, self.experiment, speed=not self.experiment_mode, failed_ids=self.failed_ids)
 
     def unconfigure(self) -> None:
         if self._plain is not None:
@@ -264,12 +286,22 @@ def _last_line(text: str) -> None:
 
 
 class _ReporterStream:
-    """A file-like view of pytest's terminal reporter (the real terminal while tests capture output)."""
+    """A file-like view of pytest's terminal reporter that writes past the output capture (as pytest's live
+    logging does): a test's own capture would otherwise hold the progress until the test ends."""
 
-    def __init__(self, reporter: Any):
+    def __init__(self, reporter: Any, capman: Any = None):
         self.reporter = reporter
+        self.capman = capman
 
     def write(self, text: str) -> None:
+        if self.capman is None:
+            self._write(text)
+            return
+        with self.capman.global_and_fixture_disabled():
+            self._write(text)
+
+    def _write(self, text: str) -> None:
+        self.reporter.ensure_newline()  # not after a test file's dots: pytest starts its line again afterwards
         self.reporter.write(text, flush=True)
 
     def flush(self) -> None:

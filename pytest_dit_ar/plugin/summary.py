@@ -14,10 +14,12 @@ if TYPE_CHECKING:
     from ..loop.measurement import PerfOutcome
 
 
-def write(tr: Any, evidence: Evidence | None, experiment: Experiment | None, speed: bool) -> None:
-    """Every section this run has something for (`tr` is pytest's terminal reporter)."""
+def write(tr: Any, evidence: Evidence | None, experiment: Experiment | None, speed: bool,
+          failed_ids: list[str] | None = None) -> None:
+    """Every section this run has something for (`tr` is pytest's terminal reporter; `failed_ids` the failing
+    suite tests as node ids to paste back)."""
     if evidence is not None:
-        failures_section(tr, evidence)
+        failures_section(tr, evidence, failed_ids)
         if speed:
             speed_section(tr, evidence)
     if experiment is not None and experiment.verdict is not None:
@@ -37,17 +39,21 @@ def verdict_section(tr: Any, exp: Experiment) -> None:
         tr.write_line(f"quality: {quality.headline()}")
     perf = exp.evidence.performance_result if exp.evidence else None
     if perf is not None and perf.look is not None:
-        tr.write_line(f"speed: {latencies(perf, exp.session.lane)}")
+        for line in speed_lines(perf, exp.session.lane):
+            tr.write_line(line)
     for reason in verdict.reasons[:10]:
         tr.write_line(f"- {reason}")
     spent = exp.seconds()
     tr.write_line("time: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in spent.items()))
-    action = "kept as the new best" if verdict.exit_code == 0 else f"reset to {exp.parent[:10]}"
+    action = "kept as the new best" if verdict.exit_code == 0 else \
+        f"reset to {exp.parent[:10]} (your commit {exp.commit[:10]} stays in `git reflog`: " \
+        f"`git cherry-pick -n {exp.commit[:10]}` brings its changes back)"
     tr.write_line(f"{action}; evidence in {exp.run_dir}")
 
 
-def failures_section(tr: Any, evidence: Evidence) -> None:
-    """The failing cases with metric, value, threshold and the path of their baseline | candidate | diff picture."""
+def failures_section(tr: Any, evidence: Evidence, failed_ids: list[str] | None = None) -> None:
+    """The failing cases with metric, value, threshold and the path of their baseline | candidate | diff picture,
+    and the failing tests as node ids to paste back (`pytest '<id>'`)."""
     quality = evidence.quality_result
     if quality is None or quality.passed:
         return
@@ -59,6 +65,8 @@ def failures_section(tr: Any, evidence: Evidence) -> None:
                           f"{pictures / (case_id + '.png')}")
     for check in (c for c in quality.aggregate if not c.passed):
         tr.write_line(f"corpus: {check.describe()}")
+    for nodeid in (failed_ids or [])[:10]:
+        tr.write_line(f"re-run: pytest '{nodeid}'")
 
 
 def speed_section(tr: Any, evidence: Evidence) -> None:
@@ -66,20 +74,31 @@ def speed_section(tr: Any, evidence: Evidence) -> None:
     perf = evidence.performance_result
     if perf is None or perf.look is None:
         return
-    look = perf.look
     tr.section("dit-ar speed against the best")
-    tr.write_line(f"{latencies(perf, evidence.session.lane)}: "
-                  f"{look.estimate_pct:+.2f}% [{look.lower_pct:+.2f}%, {look.upper_pct:+.2f}%] over {look.rounds} "
-                  f"rounds in {look.segments} fresh worker pairs; {perf.reasons[0] if perf.reasons else ''}")
+    for line in speed_lines(perf, evidence.session.lane):
+        tr.write_line(line)
+    if perf.reasons:
+        tr.write_line(f"verdict of the speed test: {perf.reasons[0]}")
 
 
-def latencies(perf: PerfOutcome, lane: Lane) -> str:
-    """Both sides' median batch latency, and on GPU lanes what an image costs in GPU-seconds."""
+def speed_lines(perf: PerfOutcome, lane: Lane) -> list[str]:
+    """One speed figure per line, each named by its statistic: the paired estimate the verdict uses, then each
+    side's median batch latency (unpaired: the machine's drift between rounds is in it), and a note when the
+    two disagree in direction."""
+    look = perf.look
+    assert look is not None
+    lines = [f"speed: {look.estimate_pct:+.2f}% [{look.lower_pct:+.2f}%, {look.upper_pct:+.2f}%] paired estimate "
+             f"(the verdict's figure: trimmed mean of each round's candidate/best time ratio, {look.rounds} rounds in "
+             f"{look.segments} fresh worker pair{'s' if look.segments != 1 else ''}; + is faster)"]
     cand, best = perf.median_ms("cand"), perf.median_ms("best")
-    if cand is None or best is None:
-        return "no timed rounds"
-    text = f"candidate {cand:.1f} ms vs best {best:.1f} ms per batch"
-    gpu_s = lane.gpu_seconds_per_image(cand), lane.gpu_seconds_per_image(best)
-    if None not in gpu_s:
-        text += f" ({gpu_s[0]:.3g} vs {gpu_s[1]:.3g} GPU-s per image on {lane.gpus} GPU{'s' if lane.gpus > 1 else ''})"
-    return text
+    for side, ms in (("candidate", cand), ("best", best)):
+        if ms is None:
+            continue
+        gpu_s = lane.gpu_seconds_per_image(ms)
+        cost = f"; {gpu_s:.3g} GPU-s per image on {lane.gpus} GPU{'s' if lane.gpus > 1 else ''}" if gpu_s else ""
+        lines.append(f"{side} latency: {ms:.1f} ms per batch (median of its own timed rounds{cost})")
+    if cand is not None and best is not None and (cand < best) != (look.estimate_pct > 0) and cand != best:
+        lines.append("note: the medians and the paired estimate disagree in direction: the machine's speed drifted "
+                     "between rounds; the paired estimate compares each round's candidate with the best timed "
+                     "next to it, the medians do not")
+    return lines

@@ -7,6 +7,7 @@ user's repository, or in any folder, without the source tree.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 PACKAGED = Path(__file__).resolve().parents[1] / "handbook"  # inside an installed pytest_dit_ar
@@ -19,3 +20,11 @@ def find_handbook(root: Path) -> Path | None:
         if candidate.is_dir() and any(candidate.rglob("*.md")):
             return candidate
     return None
+
+
+def user_cache() -> Path:
+    """The index cache outside any session (`$XDG_CACHE_HOME/dit-ar/`, else ~/.cache/dit-ar/): `dit-ar search`
+    before `init` and `init` in a fresh clone reuse it. It is checked against the handbook's file hashes on every
+    use (build_index), so a stale or foreign copy is rebuilt, never trusted."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "dit-ar" / "handbook_index.json"

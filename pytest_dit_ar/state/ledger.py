@@ -3,6 +3,11 @@
 The first 17 columns are DESIGN §4's; `reason` (the verdict's rule in words) and `flags` (how the run
 was made, e.g. `unsandboxed`) were added later. A ledger whose header has only the first 17 columns
 (a session made by an earlier version) is still read, and rows are appended to it in its own columns.
+
+The speed columns are two different statistics: `best_before` and `candidate` are each side's *median* batch
+latency over its own timed rounds (as the lane's primary metric), unpaired; `improvement_pct` is the verdict's
+*paired estimate* (the trimmed mean of each round's candidate/best ratio, positive = faster). On a drifting
+machine the two can disagree in direction; the verdict uses the paired one.
 """
 
 from __future__ import annotations

@@ -20,21 +20,18 @@ Nothing here imports ``model_under_test``: the judge never trusts the code it ju
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from ..judge_files import JUDGE_DIR, STATS_NAME, WEIGHTS_NAME  # noqa: F401 - one place for the file names
 
 INPUT_SIZE = 32
 FEATURE_DIM = 64
 NUM_CLASSES = 10
 HELDOUT_FRACTION = 0.25
 SPLIT_SEED = 0
-JUDGE_DIR = Path(__file__).resolve().parent  # the weights ship inside this package
-WEIGHTS_NAME = "judge.safetensors"
-STATS_NAME = "real_stats.safetensors"
 _LUMA = (0.299, 0.587, 0.114)
 
 

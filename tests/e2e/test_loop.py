@@ -80,6 +80,8 @@ def test_output_corruption_is_a_quality_discard(loop_repo: Path) -> None:
     proc = experiment(loop_repo, "exact", "brighten the output")
     assert last_line(proc) == "VERDICT: DISCARD-QUALITY", proc.stdout + proc.stderr
     assert "psnr_db" in proc.stdout
+    live = proc.stdout.find("dit-ar: [")  # the phases, one line each in this pipe, written while the tests ran
+    assert 0 <= live < proc.stdout.find("quality: candidate corpus") < proc.stdout.find("= FAILURES ="), proc.stdout
     assert head(loop_repo) == parent
     assert ledger_rows(loop_repo)[-1].status is Status.DISCARD_QUALITY
 
@@ -90,6 +92,7 @@ def test_commit_to_fixed_path_is_a_scope_discard(loop_repo: Path) -> None:
     proc = experiment(loop_repo, "exact", "touch the gate")
     assert last_line(proc) == "VERDICT: DISCARD-SCOPE", proc.stdout + proc.stderr
     assert proc.returncode == 1
+    assert "git cherry-pick -n" in proc.stdout + proc.stderr  # the way back is printed
     assert head(loop_repo) == parent
     assert ledger_rows(loop_repo)[-1].status is Status.DISCARD_SCOPE
 

@@ -145,6 +145,11 @@ def test_bring_your_own_dit(venv: Venv, tmp_path: Path) -> None:
 
     plain = venv.run(repo, str(venv.python), "-m", "pytest", "-m", "quality", "-q", "-p", "no:cacheprovider")
     assert plain.returncode == 0 and " passed" in plain.stdout, plain.stdout[-3000:] + plain.stderr[-2000:]
+    listed = venv.run(repo, str(venv.python), "-m", "pytest", "-m", "quality", "-q", "--collect-only",
+                      "-p", "no:cacheprovider")
+    one = next(line for line in listed.stdout.splitlines() if "test_case_against_baseline[" in line)
+    again = venv.run(repo, str(venv.python), "-m", "pytest", one.strip(), "-q", "-p", "no:cacheprovider")
+    assert again.returncode == 0 and "1 passed" in again.stdout, (one, again.stdout[-2000:])  # pasted as printed
     assert gitpython.Repo(repo).git.status("--porcelain") == ""
 
 

@@ -69,3 +69,28 @@ def test_the_committed_patches_are_what_the_maker_writes(tmp_path: Path) -> None
     assert made.keys() == committed.keys()
     strip = lambda t: [ln for ln in t.splitlines() if not ln.startswith("index ")]  # noqa: E731 - blob ids vary
     assert all(strip(made[k]) == strip(committed[k]) for k in made)
+
+
+def test_the_demo_refuses_a_research_branch_before_anything_runs(repo: Path) -> None:
+    from pytest_dit_ar.cli.demo import check_source
+
+    check_source(repo)  # the main line: fine
+    git(repo, "checkout", "-qb", "autoresearch/mytag")
+    with pytest.raises(Refused, match=r"research branch autoresearch/mytag.*`git switch (master|main)`"):
+        check_source(repo)
+
+
+def test_the_demo_refuses_a_clone_whose_model_the_candidates_do_not_fit(repo: Path) -> None:
+    from pytest_dit_ar.cli.demo import check_clone
+
+    check_clone(repo)
+    (repo / "model_under_test" / "pipeline.py").write_text("# rewritten\n")
+    with pytest.raises(Refused, match="does not apply.*fresh clone"):
+        check_clone(repo)
+
+
+def test_every_candidate_has_a_documented_verdict() -> None:
+    from pytest_dit_ar.cli.demo import DOCUMENTED
+
+    assert [DOCUMENTED[c.patch.stem] for c in CANDIDATES] == \
+        ["KEEP", "DISCARD-QUALITY", "KEEP", "DISCARD-QUALITY", "DISCARD-PERFORMANCE"]

@@ -182,3 +182,38 @@ def test_laplacian_energy_sees_a_blur_and_noise() -> None:
     assert sharpness.mean_abs_log_change({"a": digit}, {"a": digit}) == 0.0
     assert sharpness.mean_abs_log_change({"a": blur}, {"a": digit}) > 0.5
     assert sharpness.mean_abs_log_change({"a": noisy}, {"a": blur}) > 0.5
+
+
+# -- the task tolerance of exact and numerical changes cannot collapse to zero ------------------------
+
+def test_a_zero_measured_spread_still_leaves_the_scores_numerical_resolution() -> None:
+    """The demo's batched guidance moved the Fréchet distance by 3.8e-6 (about 2 float32 ulps) against a
+    baseline whose reruns agreed to the bit: a tolerance of 0 discarded an exact speedup."""
+    base = {"judge_accuracy": 0.9583333, "frechet_distance": 17.8345}
+    zero = {"judge_accuracy": 0.0, "frechet_distance": 0.0}
+    summary = {"psnr_db": {"mean": 99.0}, "ssim": {"mean": 1.0}}
+    moved = {"judge_accuracy": 0.9583333, "frechet_distance": 17.8345 + 3.8e-6}
+    for cls in ("exact", "numerical"):
+        assert failed(gates.aggregate_checks(cls, summary, QUALITY, moved, base, LOWER, task_envelope=zero)) == []
+        worse = {"judge_accuracy": 0.9583333, "frechet_distance": 17.8345 * 1.001}  # a real change
+        checks = gates.aggregate_checks(cls, summary, QUALITY, worse, base, LOWER, task_envelope=zero)
+        assert failed(checks) == ["frechet_distance"]
+        flipped = {"judge_accuracy": 0.9583333 - 1 / 48, "frechet_distance": 17.8345}  # one case of 48
+        assert failed(gates.aggregate_checks(cls, summary, QUALITY, flipped, base, LOWER, task_envelope=zero)) == \
+            ["judge_accuracy"]
+
+
+def test_the_resolution_floor_scales_with_the_scores_magnitude_and_a_larger_spread_wins() -> None:
+    assert gates.resolution_floor(17.83) == pytest.approx(256 * 2.0 ** -23 * 17.83)
+    assert gates.resolution_floor(0.5) == gates.resolution_floor(1.0) == pytest.approx(3.05e-5, rel=1e-3)
+    tol = gates.task_tolerances({"frechet_distance": 17.83}, {"frechet_distance": 0.01}, 4.0)
+    assert tol["frechet_distance"] == pytest.approx(0.04)
+
+
+def test_a_failing_task_check_prints_enough_digits_to_see_the_difference() -> None:
+    base = {"frechet_distance": 17.8345}
+    checks = gates.aggregate_checks("exact", {}, QUALITY, {"frechet_distance": 17.8345 * 1.0001}, base, LOWER,
+                                    task_envelope={"frechet_distance": 0.0})
+    text = next(c for c in checks if not c.passed).describe()
+    value, threshold = text.split(": ")[1].split(" (needs <= ")
+    assert value != threshold.split(")")[0], text

@@ -123,3 +123,19 @@ def test_a_worker_of_one_session_cannot_read_another_worktree_s_state_or_the_sha
     assert main / ".autoresearch" in hidden and side / ".autoresearch" in hidden
     assert not any(p == harness_tree or harness_tree in p.parents for p in hidden)
     assert gitops.private_paths(tmp_path / "not-a-repo") == []
+
+
+def test_the_printed_way_back_after_a_reset_brings_the_commit_back(repo: git.Repo) -> None:
+    import re
+
+    from pytest_dit_ar.loop.experiment import way_back
+
+    parent = repo.head.commit.hexsha
+    sha = commit(repo, "fixed.py", "f = 2  # out of scope\n")
+    gitops.reset_to(repo, parent, ("model_under_test/",))
+    assert (Path(repo.working_dir) / "fixed.py").read_text() == "f = 1\n"
+    text = way_back(sha)
+    command = re.search(r"`(git cherry-pick -n [0-9a-f]+)`", text).group(1)
+    repo.git.execute(command.split())
+    assert (Path(repo.working_dir) / "fixed.py").read_text() == "f = 2  # out of scope\n"
+    assert f"git reset --hard {sha[:10]}" in text

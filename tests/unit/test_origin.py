@@ -48,11 +48,38 @@ def test_a_changed_torch_or_driver_is_named() -> None:
     assert versions.stack_differences({"torch": "2.14.1"}, {"torch": "2.14.1", "cudnn": "9"}) == []  # unrecorded part
 
 
-def test_init_indexes_the_packaged_handbook_where_the_project_has_none(tmp_path: Path) -> None:
+def test_init_indexes_the_packaged_handbook_where_the_project_has_none(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     from pytest_dit_ar.loop.init_session import _index_handbook
 
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     paths = StatePaths(tmp_path)
     paths.dir.mkdir()
     said = _index_handbook(tmp_path, paths)  # a scaffolded repository: no handbook/ of its own
     assert said.startswith("handbook indexed into .autoresearch/handbook_index.json (the packaged handbook, ")
     assert paths.handbook_index.stat().st_size > 0
+
+
+def test_a_fresh_clone_reuses_the_users_index_and_a_stale_one_is_rebuilt(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """init in a fresh clone (the demo) and search before init use the index cached outside any session;
+    build_index checks it against the handbook's file hashes, so a changed handbook is indexed again."""
+    import json
+
+    from pytest_dit_ar.loop.init_session import _index_handbook
+    from pytest_dit_ar.search.engine import search
+    from pytest_dit_ar.search.location import user_cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert user_cache() == tmp_path / "cache" / "dit-ar" / "handbook_index.json"
+    handbook = tmp_path / "one" / "handbook"
+    handbook.mkdir(parents=True)
+    (handbook / "graphs.md").write_text("# CUDA graphs\n\nCapture the denoiser once, replay it.\n")
+    _index_handbook(tmp_path / "one", StatePaths(tmp_path / "one"))
+    assert set(json.loads(user_cache().read_text())["files"]) == {"graphs.md"}
+    (handbook / "fusion.md").write_text("# Fused attention\n\nOne kernel for QKV.\n")
+    clone = StatePaths(tmp_path / "one")
+    clone.handbook_index.unlink()
+    _index_handbook(tmp_path / "one", clone)  # starts from the user's copy, finds it stale, rebuilds
+    assert set(json.loads(clone.handbook_index.read_text())["files"]) == {"graphs.md", "fusion.md"}
+    assert [h.path for h in search("fused attention kernel", handbook, cache_path=user_cache())][:1] == ["fusion.md"]

@@ -212,7 +212,7 @@ def run_doctor(config_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     from pytest_dit_ar.cli.doctor import doctor
     from pytest_dit_ar.worker import sandbox
 
-    monkeypatch.setattr(versions, "collect", lambda: {"torch": torch.__version__})
+    monkeypatch.setattr(versions, "collect", lambda import_torch=True: {"torch": torch.__version__})
     monkeypatch.setattr(device, "list_gpus", lambda: [])
     monkeypatch.setattr(sandbox, "available", lambda: None)
     lines: list[str] = []

@@ -1,0 +1,90 @@
+"""What the light entry points import: `dit-ar --version`, `dit-ar search` and loading the pytest plugin (every
+pytest run in the environment, IDE collection included) must not import torch or the metric stack.
+
+In-process: the project's own modules are taken out of sys.modules for the test (and put back after), and every
+`import` statement is recorded through builtins.__import__, which runs even for a module already imported."""
+
+from __future__ import annotations
+
+import builtins
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PROJECT = Path(__file__).resolve().parents[2]
+OURS = ("pytest_dit_ar", "quality_suite", "perf_suite", "dit_ar_contract", "model_under_test")
+HEAVY = {"torch", "torchvision", "torchmetrics", "scipy", "diffusers", "transformers", "open_clip", "matplotlib"}
+
+
+@pytest.fixture
+def imported(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[str]]:
+    saved = {k: v for k, v in sys.modules.items() if k.split(".")[0] in OURS}
+    for name in saved:
+        del sys.modules[name]
+    seen: set[str] = set()
+    real = builtins.__import__
+
+    def recording(name, globals=None, locals=None, fromlist=(), level=0):  # noqa: A002, ANN001 - its signature
+        if level == 0:
+            seen.add(name.split(".")[0])
+        return real(name, globals, locals, fromlist, level)
+
+    monkeypatch.setattr(builtins, "__import__", recording)
+    try:
+        yield seen
+    finally:
+        monkeypatch.setattr(builtins, "__import__", real)
+        for name in [k for k in sys.modules if k.split(".")[0] in OURS]:
+            del sys.modules[name]
+        sys.modules.update(saved)
+
+
+def test_loading_the_plugin_imports_no_torch(imported: set[str]) -> None:
+    import pytest_dit_ar.plugin  # noqa: F401 - the pytest11 entry point
+    import pytest_dit_ar.plugin.session  # noqa: F401 - what pytest_configure builds
+    from pytest_dit_ar.loop.outcomes import TestOutcomes  # noqa: F401 - held from the start of every run
+
+    assert "pytest_dit_ar" in imported and not imported & HEAVY, sorted(imported & HEAVY)
+
+
+def test_version_imports_no_torch(imported: set[str], capsys: pytest.CaptureFixture[str],
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(PROJECT)
+    from pytest_dit_ar.cli.main import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0 and "dit-ar" in capsys.readouterr().out
+    assert not imported & HEAVY, sorted(imported & HEAVY)
+
+
+def test_search_imports_no_torch(imported: set[str], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "handbook").mkdir()  # a one-page handbook: the same code path as the project's, in milliseconds
+    (tmp_path / "handbook" / "graphs.md").write_text("# CUDA graphs\n\nCapture the denoiser once, replay it.\n")
+    from pytest_dit_ar.cli.main import main
+
+    assert main(["--config", str(tmp_path / "config" / "autoresearch.json"), "search", "cuda graphs"]) == 0
+    assert "handbook/graphs.md" in capsys.readouterr().out
+    assert not imported & HEAVY, sorted(imported & HEAVY)
+
+
+def test_doctor_reads_the_stack_without_importing_torch(imported: set[str]) -> None:
+    from dit_ar_contract import versions
+
+    cuda = versions.torch_cuda_from_files()  # what collect(import_torch=False) records as torch_cuda
+    version = versions.package_version("torch")
+    assert version and not imported & HEAVY, sorted(imported & HEAVY)
+    assert cuda is None or f"cu{cuda.replace('.', '')}" in version or "+" not in version  # 13.0 <-> 2.14.1+cu130
+
+
+def test_the_task_metric_checks_doctor_runs_import_no_torch(imported: set[str]) -> None:
+    from dit_ar_contract.config import load_config
+    from quality_suite import task_metrics
+
+    config = load_config(PROJECT / "config" / "autoresearch.json")
+    for lane in config.lanes.values():
+        for name in task_metrics.REGISTRY:
+            task_metrics.problem(name, lane.quality, config.root)
+    assert not imported & HEAVY, sorted(imported & HEAVY)
