@@ -9,12 +9,23 @@ import time
 import pytest
 import torch
 
-from tests.helpers.presets import DIT_SPEC, PIXART_SPEC, ROOT
+from tests.helpers.presets import DIT_SPEC, PIXART_SPEC, ROOT, reduced_forward
 
 if str(ROOT) not in sys.path:  # the mutable package is imported from the project root
     sys.path.insert(0, str(ROOT))
 
 import model_under_test  # noqa: E402
+
+# ------------------------------------------------------------------ full width, one block, on the CPU
+
+@pytest.mark.parametrize("spec,prompts", [
+    (dict(DIT_SPEC, options={"num_layers": 1}), ["pizza", ""]),
+    (dict(PIXART_SPEC, options={"num_layers": 1, "text_encoder": "t5-small"}), ["a cat"]),
+], ids=["dit-1-layer", "pixart-1-layer"])
+def test_full_width_block_forward_on_cpu(spec, prompts):
+    """The published width with one transformer block (the tiny variants run in the unit tier)."""
+    reduced_forward(model_under_test, spec, prompts)
+
 
 # ------------------------------------------------------------------ full size, CUDA only
 

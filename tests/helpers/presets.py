@@ -33,3 +33,14 @@ def n_params(module: torch.nn.Module) -> int:
 
 def within(value: float, published: float, tol: float = 0.02) -> bool:
     return abs(value - published) / published <= tol
+
+
+def reduced_forward(model_under_test: object, spec: dict, prompts: list[str]) -> None:
+    """A 2-step 64 px generate of a reduced preset on the CPU: shapes, finite latents, images in [0, 1]."""
+    spec = dict(spec, device="cpu", resolution=64, steps=2)
+    pipe = model_under_test.build_pipeline(spec)  # type: ignore[attr-defined]
+    out = pipe.generate([(p, 100 + i) for i, p in enumerate(prompts)])
+    assert out.images.shape == (len(prompts), 3, 64, 64)
+    assert out.latents.shape == (len(prompts), 4, 8, 8)
+    assert torch.isfinite(out.latents).all()
+    assert float(out.images.min()) >= 0 and float(out.images.max()) <= 1
