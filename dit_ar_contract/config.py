@@ -45,23 +45,46 @@ class Target:
 class PerfProtocol:
     """How candidate and best are timed against each other (loop.measurement, perf_suite.sequential).
 
-    A segment is one fresh pair of workers timed for `rounds` paired rounds after `warmup_rounds`; the
-    sequential test looks after every segment, keeps from `min_segments` on and stops at `max_segments`.
+    `pairs` = 1: a segment is one fresh pair of workers timed for `rounds` paired rounds after
+    `warmup_rounds`; the sequential test looks after every segment, keeps from `min_segments` on and stops
+    at `max_segments`. `pairs` = m > 1: m pairs started before timing, rounds dealt round-robin, a look
+    every `look_every_rounds` rounds per pair from `first_look_rounds` on, up to `rounds` per pair.
+    `offset_bound_pct` is the prior bound B on the between-process sd alone (null: the default of the
+    lane's kind, perf_suite.sequential.DEFAULT_BOUND_PCT); a calibration profile or the session's pooled
+    spread (`bound_confidence`, from `bound_min_df` degrees of freedom on) replaces it.
     """
 
     warmup_rounds: int = 2
-    rounds: int = 8
+    rounds: int = 12
     min_segments: int = 2
-    max_segments: int = 6
+    max_segments: int = 8
     min_improvement_pct: float = 2.0
     alpha: float = 0.01
-    offset_floor_pct: float = 3.4
+    offset_bound_pct: float | None = None
+    bound_confidence: float = 0.9
+    bound_min_df: int = 7
     spending_gamma: float = 1.0
     futility_z: float = 2.0
+    futility_target_pct: float = 2.0  # "not faster" when the optimistic bound is below this
+    pairs: int = 1
+    first_look_rounds: int = 4
+    look_every_rounds: int = 2
     overlap_startup: bool = False  # start the next segment's workers (fixed prelude only) during a segment
     round_timeout_s: float = 600.0
     threads: int = 2
     cpu_affinity: tuple[int, ...] | None = None
+    fork_server: bool = True  # pairs after the quality run's are forked from each side's fork servers
+    fork_servers_per_side: int | None = None  # exec'd fork servers per side, dealt round-robin (layouts);
+    # None: 2 on CUDA lanes (their imports run in parallel beside the quality run), 1 on CPU lanes
+    pair_cores: str = "auto"  # "one": both workers of a timed pair on one core; "affinity": cpu_affinity as is;
+    # "auto": "one" on CUDA lanes (H200: pair spread 3.4% vs 9-12% on two cores), "affinity" on CPU lanes
+
+    def fork_servers(self, is_cuda: bool) -> int:
+        """Fork servers per side (docs/design-notes.md 36)."""
+        return self.fork_servers_per_side or (2 if is_cuda else 1)
+
+
+PAIR_CORES = ("auto", "one", "affinity")
 
 
 @dataclass(frozen=True)
@@ -353,7 +376,12 @@ def _check_target(r: _Reader, t: Target) -> None:
 
 def _check_perf(r: _Reader, p: PerfProtocol, where: str) -> None:
     _positive(r, where, rounds=p.rounds, min_segments=p.min_segments, threads=p.threads,
-              round_timeout_s=p.round_timeout_s, offset_floor_pct=p.offset_floor_pct, futility_z=p.futility_z)
+              round_timeout_s=p.round_timeout_s, offset_bound_pct=p.offset_bound_pct, futility_z=p.futility_z,
+              bound_min_df=p.bound_min_df, pairs=p.pairs, look_every_rounds=p.look_every_rounds)
+    if not 0 < p.bound_confidence < 1:
+        raise r.fail(f"{where}.bound_confidence", p.bound_confidence, "a confidence level in (0, 1)")
+    if p.pairs > 1 and not 4 <= p.first_look_rounds <= p.rounds:
+        raise r.fail(f"{where}.first_look_rounds", p.first_look_rounds, f"4 to rounds ({p.rounds}) rounds per pair")
     if p.warmup_rounds < 0:
         raise r.fail(f"{where}.warmup_rounds", p.warmup_rounds, "zero or more warm-up rounds")
     if p.rounds < 4:
@@ -364,6 +392,9 @@ def _check_perf(r: _Reader, p: PerfProtocol, where: str) -> None:
         raise r.fail(f"{where}.alpha", p.alpha, "a significance level in (0, 0.5)")
     if p.cpu_affinity is not None and (not p.cpu_affinity or min(p.cpu_affinity) < 0):
         raise r.fail(f"{where}.cpu_affinity", list(p.cpu_affinity), "null or a non-empty list of CPU core numbers")
+    if p.pair_cores not in PAIR_CORES:
+        raise r.fail(f"{where}.pair_cores", p.pair_cores, " or ".join(f'"{c}"' for c in PAIR_CORES))
+    _positive(r, where, fork_servers_per_side=p.fork_servers_per_side)
 
 
 def _check_quality(r: _Reader, q: QualityContract, where: str) -> None:
@@ -406,9 +437,20 @@ def _paths(r: _Reader, raw: dict, key: str) -> tuple[str, ...]:
     return items
 
 
+REMOVED_KEYS = {"offset_floor_pct": "offset_bound_pct (a bound on the between-process sd alone, not on the total "
+                "spread; null = the lane kind's default; see docs/perf-harness.md)"}
+
+
+def _refuse_removed(r: _Reader, node: dict, where: str) -> None:
+    for key, instead in REMOVED_KEYS.items():
+        if key in node:
+            raise r.fail(_join(where, key), "a removed key", f"{instead}: rename or delete it")
+
+
 def _lane(r: _Reader, name: str, node: Any, perf: dict, quality: dict, root: Path) -> Lane:
     where = f"lanes.{name}"
     node = r.obj(node, where)
+    _refuse_removed(r, r.obj(node.get("performance", {}), f"{where}.performance"), f"{where}.performance")
     merged = dict(node)
     merged["performance"] = _merge(perf, r.obj(node.get("performance", {}), f"{where}.performance"))
     merged["quality"] = _merge(quality, r.obj(node.get("quality", {}), f"{where}.quality"))
@@ -459,6 +501,7 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> Config:
     target = r.build(Target, raw.get("target"), "target")
     _check_target(r, target)
     perf = r.obj(raw.get("performance", {}), "performance")
+    _refuse_removed(r, perf, "performance")
     _check_perf(r, r.build(PerfProtocol, perf, "performance"), "performance")
     quality = r.obj(raw.get("quality"), "quality")
     _check_quality(r, r.build(QualityContract, quality, "quality"), "quality")

@@ -1,38 +1,61 @@
-"""The sequential performance decision: one estimate over segments of paired rounds, looked at after each
-segment, with the false-keep rate held at `alpha` over all looks (a group-sequential design).
+"""The sequential performance decision: one estimate over worker pairs of paired rounds, looked at on a
+fixed schedule, with the false-keep rate held at `alpha` over all looks (a group-sequential design).
 
-Data. A *segment* is one fresh pair of worker processes (candidate and best) timed for `rounds` paired
-rounds; each round gives one log ratio r = log(candidate time / best time). Within a segment the rounds
-share the two processes' offsets (a process can be a few per cent faster than its twin for its whole
-life), so the segments, not the rounds, are the independent units.
+Data. A *pair* is two fresh worker processes (candidate and best) timed for paired rounds; each round
+gives one log ratio r = log(candidate time / best time). Within a pair the rounds share the two
+processes' offsets (a process can be a few per cent faster than its twin for its whole life), so the
+pairs, not the rounds, are the independent units. Two layouts, one statistic:
 
-Estimate. Per segment the 20%-trimmed mean of the log ratios (the rounds hit by a burst of a loaded
-machine fall into the trimmed tails) and its standard error from the winsorized variance (Tukey &
-McLaughlin, 1963; Wilcox, "Introduction to Robust Estimation and Hypothesis Testing", ch. 3). Over segments
-the mean of the trimmed means, with a standard error from two variance parts: the within-segment part (the
-mean of the segments' squared standard errors, with its degrees of freedom) and the between-process part,
-estimated from the spread of the segment means but never below the
-configured floor `offset_floor_pct`: the standard deviation of the offset between the two fresh processes
-of a pair running identical code, measured on that kind of machine (docs/perf-harness.md). The floor is
-what makes a keep after two segments safe; set it from a no-op study, not from hope.
+* *segments* (`pairs = 1`): successive fresh pairs, each timed for `rounds` rounds; a look after each
+  pair, keeps from `min_segments` pairs on, at most `max_segments` pairs;
+* *concurrent* (`pairs = m > 1`): m pairs started before timing, rounds dealt round-robin over them; a
+  look after every `look_every_rounds` rounds per pair from `first_look_rounds` on, up to `rounds`.
 
-Decision after segment k (k = min_segments .. max_segments):
-* KEEP when the z statistic crosses the group-sequential boundary for look k *and* the estimated
-  improvement reaches `min_improvement_pct`;
-* DISCARD early ("not faster by the minimum") when even the optimistic bound (estimate + `futility_z`
-  standard errors) is below `min_improvement_pct`, or, from `min_segments` on, when the estimate shows no
-  gain at all (z >= 0); both futility stops are non-binding, so they can only lower the false-keep rate;
-* after `max_segments` without either: DISCARD as inconclusive, with the estimate and its interval.
+Estimate. Per pair the 20%-trimmed mean of its log ratios and the standard error from the winsorized
+variance (Tukey & McLaughlin 1963; Wilcox, "Introduction to Robust Estimation and Hypothesis Testing",
+ch. 3). Over the k pairs: their mean, with SE^2 = (b + W)/k, where W is the mean of the pairs' squared
+standard errors (the rounds' own noise) and b the between-process variance. b = max(B^2, s^2 - W), with
+s^2 the spread of the pairs' trimmed means (the experiment's own guard) and B a bound on the
+between-process standard deviation ALONE (never on the total spread, which already holds W):
+
+* B starts from a prior: the machine's calibration profile (`dit-ar calibrate`) or the lane's
+  `offset_bound_pct`;
+* every finished experiment judged against the same best adds its pairs' spread (m - 1 degrees of
+  freedom: the effect is the same in all its pairs); once `bound_min_df` are pooled, B is the upper
+  `bound_confidence` chi-square bound of the pooled spread minus the pooled W (`pooled_bound`);
+* a new best restarts the pool (its processes are others). The state lives in the session
+  (`pytest_dit_ar/state/noise.py`).
+
+Degrees of freedom (Satterthwaite): df = (B^2 + W)^2 / (W^2 / nu_W) with nu_W the pairs' summed
+trimmed df when B binds (B is used as known), k - 1 when the spread binds. Each z boundary is moved to
+the Student t quantile of the same tail probability with these df.
+
+Decision at each look of the schedule:
+* KEEP when a keep is allowed at this look, z <= -c_j (t-corrected) *and* the estimated improvement
+  reaches `min_improvement_pct`;
+* DISCARD early ("not faster") when even the optimistic bound (estimate + `futility_z` t-corrected
+  standard errors) is below `futility_target_pct`; this stop is non-binding (the boundaries ignore it),
+  so it can only lower the false-keep rate;
+* after the last look without either: DISCARD as inconclusive, with the estimate and its interval.
 
 Boundaries. Lan-DeMets alpha spending with the Hwang-Shih-DeCani family alpha(t) = alpha (1 - e^{-gamma t}) /
-(1 - e^{-gamma}) at information fractions t = k / max_segments, computed by numerical integration of the
-Brownian motion of the cumulative z statistic (Jennison & Turnbull, "Group Sequential Methods with
-Applications to Clinical Trials", 2000, ch. 7 and 19). gamma = 1 is close to Pocock's flat boundaries
-(early stops for large effects are cheap), gamma = -4 to O'Brien-Fleming's (early stops need huge effects).
-Because the variance is estimated from a few rounds, each boundary is moved to the Student t quantile of
-the same tail probability, with the within-segment degrees of freedom (a small-sample correction: without
-it, simulated no-op experiments with 8 noisy rounds per segment were kept 1.5-1.8% of the time at
-alpha 1%; with it 0.2-0.7%, tests/unit/test_sequential.py).
+(1 - e^{-gamma}) at information fractions t = rounds so far / rounds at the last look (over the looks where
+a keep is allowed), computed by numerical integration of the Brownian motion of the cumulative z statistic
+(Jennison & Turnbull, "Group Sequential Methods with Applications to Clinical Trials", 2000, ch. 7 and 19).
+In the concurrent layout the real information saturates (the B^2/m term does not shrink with rounds), so
+the looks are more correlated than the fractions say: that is conservative.
+
+Interface for the measurement (loop.measurement):
+
+    test = SequentialTest(design, bound)          # design = Design.from_protocol(protocol, metric)
+    while True:
+        point = test.next_look()                  # LookPoint(pairs, rounds_per_pair, keep_allowed)
+        ... time until `point.pairs` pairs hold `point.rounds` rounds each ...
+        look = test.update(cand_s, best_s)        # list[list[float]] per pair: ALL rounds so far
+        if look.final: break
+    spread = test.spread()                        # PairSpread for the session's pool (None: < 2 pairs)
+
+`add(cand_s, best_s)` is the segments layout's shorthand: one more fresh pair, then the look.
 """
 
 from __future__ import annotations
@@ -42,70 +65,138 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
 import numpy as np
-from scipy.stats import chi2, norm
-from scipy.stats import t as student
+from scipy.special import chdtri, ndtr, stdtrit
+from scipy.stats import norm
 
-TRIM = 0.2  # the fraction trimmed from each end of a segment's log ratios
+from dit_ar_contract.config import PerfProtocol
+
+TRIM = 0.2  # the fraction trimmed from each end of a pair's log ratios
+KEEP, NOT_FASTER, INCONCLUSIVE, CONTINUE = 0, 1, 2, 3
+DECISIONS = ("keep", "not-faster", "inconclusive", "continue")
+
+# The prior bound on the between-process sd when neither a calibration nor pooled data exist, per lane kind
+# (docs/perf-harness.md): CPU lanes 2.5% (the CPU studies' 90% bounds are 1.5-3%), GPU lanes 2.5% (the
+# 2026-11-29 pinned H200 blocks' bound, which includes their within noise).
+DEFAULT_BOUND_PCT = {"cpu": 2.5, "cuda": 2.5}
+MIN_BOUND_PCT = 0.1  # B never falls below this (a quiet CUDA-graph pair still differs by ~0.1%)
+
+
+_P = PerfProtocol()  # the defaults live in one place: the contract's PerfProtocol
 
 
 @dataclass(frozen=True)
 class Design:
-    """The sequential design (from the lane's performance protocol)."""
+    """The sequential design (built from the lane's PerfProtocol by `from_protocol`, in one place)."""
 
-    alpha: float = 0.01
-    min_improvement_pct: float = 2.0
-    min_segments: int = 2
-    max_segments: int = 6
-    offset_floor_pct: float = 1.0
-    spending_gamma: float = 1.0
-    futility_z: float = 2.0
+    alpha: float = _P.alpha
+    min_improvement_pct: float = _P.min_improvement_pct
+    spending_gamma: float = _P.spending_gamma
+    futility_z: float = _P.futility_z
+    futility_target_pct: float = _P.futility_target_pct
     metric: str = "latency_ms"
-
-
-@dataclass(frozen=True)
-class Segment:
-    """One fresh worker pair's paired rounds, as log ratios, and their robust summary."""
-
-    log_ratios: tuple[float, ...]
-    location: float  # the 20%-trimmed mean
-    variance: float  # of that trimmed mean (winsorized variance / ((1 - 2 TRIM)^2 n))
-    df: int
+    pairs: int = _P.pairs  # 1: successive fresh pairs (segments); m > 1: m concurrent pairs, rounds round-robin
+    rounds: int = _P.rounds  # segments: rounds per pair; concurrent: rounds per pair at the last look
+    min_segments: int = _P.min_segments
+    max_segments: int = _P.max_segments
+    first_look_rounds: int = _P.first_look_rounds
+    look_every_rounds: int = _P.look_every_rounds
 
     @classmethod
-    def of(cls, cand_s: list[float], best_s: list[float]) -> Segment:
-        if len(cand_s) != len(best_s) or len(cand_s) < 4:
-            raise ValueError("a segment needs at least 4 paired rounds of equal length")
-        r = np.log(np.asarray(cand_s, dtype=float) / np.asarray(best_s, dtype=float))
-        n = len(r)
-        g = int(math.floor(TRIM * n))
-        ordered = np.sort(r)
-        winsorized = np.clip(r, ordered[g], ordered[n - g - 1])
-        variance = float(winsorized.var(ddof=1)) / ((1 - 2 * g / n) ** 2 * n)
-        return cls(tuple(float(x) for x in r), float(ordered[g:n - g].mean()), variance, n - 2 * g - 1)
+    def from_protocol(cls, protocol: PerfProtocol, metric: str, max_segments: int | None = None) -> Design:
+        """The design of a lane's PerfProtocol (dit_ar_contract.config); `max_segments` caps the segments
+        (the baseline's A/A run takes one)."""
+        p = protocol
+        top = max_segments or p.max_segments
+        return cls(alpha=p.alpha, min_improvement_pct=p.min_improvement_pct, spending_gamma=p.spending_gamma,
+                   futility_z=p.futility_z, futility_target_pct=p.futility_target_pct, metric=metric,
+                   pairs=p.pairs, rounds=p.rounds, min_segments=min(p.min_segments, top), max_segments=top,
+                   first_look_rounds=min(p.first_look_rounds, p.rounds), look_every_rounds=p.look_every_rounds)
+
+    @property
+    def concurrent(self) -> bool:
+        return self.pairs > 1
+
+    def schedule(self) -> tuple[LookPoint, ...]:
+        """Every look: how many pairs with how many rounds each, and whether a keep is possible there."""
+        if not self.concurrent:
+            return tuple(LookPoint(k, self.rounds, k >= self.min_segments) for k in range(1, self.max_segments + 1))
+        rs = list(range(self.first_look_rounds, self.rounds + 1, max(1, self.look_every_rounds)))
+        if rs[-1] != self.rounds:
+            rs.append(self.rounds)
+        return tuple(LookPoint(self.pairs, r, True) for r in rs)
+
+    def fractions(self) -> tuple[float, ...]:
+        """Information fractions (rounds / rounds at the last look) of the looks where a keep is allowed."""
+        pts = self.schedule()
+        total = pts[-1].pairs * pts[-1].rounds
+        return tuple(p.pairs * p.rounds / total for p in pts if p.keep_allowed)
+
+    def z_boundaries(self) -> dict[int, float]:
+        """Look index -> nominal z boundary, for the looks where a keep is allowed."""
+        keep = [j for j, p in enumerate(self.schedule()) if p.keep_allowed]
+        return dict(zip(keep, boundaries(self.alpha, self.fractions(), self.spending_gamma)))
+
+    @property
+    def max_rounds(self) -> int:
+        last = self.schedule()[-1]
+        return last.pairs * last.rounds
 
 
 @dataclass(frozen=True)
-class Look:
-    """The state of the decision after one more segment."""
+class LookPoint:
+    pairs: int
+    rounds: int  # per pair
+    keep_allowed: bool
 
-    segments: int
-    rounds: int
-    decision: str  # "keep" | "not-faster" | "inconclusive" | "continue"
-    estimate_pct: float  # improvement of the primary metric (positive = candidate better)
-    lower_pct: float  # the interval at this look's boundary level
-    upper_pct: float
-    z: float
-    boundary: float | None  # None: no keep is possible at this look (fewer than min_segments)
-    standard_error: float  # of the mean log ratio
-    offset_sd: float  # the between-process standard deviation used (log scale)
-    reason: str = ""
+
+@dataclass(frozen=True)
+class OffsetBound:
+    """B: an upper bound on the between-process standard deviation alone (log scale)."""
+
+    sd: float
+    df: float = math.inf  # inf: used as known (a prior); the pool's chi-square df otherwise
+    source: str = "default"
 
     @property
-    def final(self) -> bool:
-        return self.decision != "continue"
+    def pct(self) -> float:
+        return 100.0 * math.expm1(self.sd)
 
-    def as_dict(self) -> dict:
+    @classmethod
+    def of_pct(cls, pct: float, source: str = "default", df: float = math.inf) -> OffsetBound:
+        return cls(math.log1p(max(pct, MIN_BOUND_PCT) / 100.0), df, source)
+
+    @classmethod
+    def default(cls, device: str) -> OffsetBound:
+        kind = "cpu" if device == "cpu" else "cuda"
+        return cls.of_pct(DEFAULT_BOUND_PCT[kind], f"default for {kind} lanes")
+
+
+@dataclass(frozen=True)
+class PairSpread:
+    """One experiment's contribution to the session's pool: its pairs' spread (m - 1 df)."""
+
+    pairs: int
+    spread_var: float  # variance (ddof 1) of the pairs' trimmed means, log scale
+    within_var: float  # mean of the pairs' squared standard errors (W)
+
+    def as_dict(self) -> dict[str, float]:
         return asdict(self)
+
+
+def pooled_bound(prior: OffsetBound, spreads: list[PairSpread], confidence: float = 0.9,
+                 min_df: int = 7) -> OffsetBound:
+    """B from every experiment against the same best: sqrt(upper `confidence` chi-square bound of the pooled
+    spread minus the pooled within variance). The prior until `min_df` degrees of freedom are pooled."""
+    used = [s for s in spreads if s.pairs >= 2 and math.isfinite(s.spread_var)]
+    nu = sum(s.pairs - 1 for s in used)
+    if nu < max(min_df, 1):
+        return prior
+    total = sum((s.pairs - 1) * s.spread_var for s in used)
+    within = sum((s.pairs - 1) * s.within_var for s in used) / nu
+    upper = total / chdtri(nu, confidence) - within  # chdtri(nu, c): the chi-square's lower 1 - c quantile
+    floor = math.log1p(MIN_BOUND_PCT / 100.0)
+    return OffsetBound(max(math.sqrt(max(upper, 0.0)), floor), float(nu),
+                       f"pooled from {len(used)} experiments ({nu} df)")
 
 
 def improvement_pct(log_ratio: float, metric: str) -> float:
@@ -115,17 +206,10 @@ def improvement_pct(log_ratio: float, metric: str) -> float:
     return (1.0 - math.exp(log_ratio)) * 100.0
 
 
-def suggested_offset_floor_pct(locations: list[float], confidence: float = 0.9) -> float | None:
-    """A floor for `offset_floor_pct` from no-op segments (both sides the same code): the upper `confidence`
-    bound of the standard deviation of their trimmed means (chi-square interval). It includes the rounds' own
-    noise, so it errs high, which only costs detection; a floor below the real process-to-process spread
-    costs false keeps (a 2-segment keep would trust two segments that agree by chance)."""
-    if len(locations) < 3:
-        return None
-    df = len(locations) - 1
-    sd = float(np.std(locations, ddof=1))
-    upper = sd * math.sqrt(df / chi2.ppf(1 - confidence, df))
-    return 100.0 * math.expm1(upper)
+def _improvement(log_ratio: np.ndarray, metric: str) -> np.ndarray:
+    if metric == "images_per_s":
+        return np.expm1(-log_ratio) * 100.0
+    return -np.expm1(log_ratio) * 100.0
 
 
 def spent(alpha: float, t: float, gamma: float) -> float:
@@ -165,71 +249,241 @@ def boundaries(alpha: float, looks: tuple[float, ...], gamma: float, grid: float
     return tuple(out)
 
 
+# -- the statistic, vectorised over experiments (the simulations run exactly this code) ----------------
+def trimmed(r: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """(20%-trimmed means, their variance estimates, df per pair) along the last axis."""
+    parts = pair_parts(r)
+    return parts.loc, parts.var, parts.df
+
+
+@dataclass(frozen=True)
+class PairParts:
+    """Per pair (arrays of shape (N, k)): trimmed mean, its variance, and the lag-1 sums of the winsorized
+    rounds (pooled over pairs into one autocorrelation: rounds that dwell in one machine mode are not
+    independent, and W is inflated by (1 + rho) / (1 - rho) for it)."""
+
+    loc: np.ndarray
+    var: np.ndarray
+    df: int
+    lag: np.ndarray
+    sq: np.ndarray
+
+    def first(self, k: int) -> PairParts:
+        return PairParts(self.loc[:, :k], self.var[:, :k], self.df, self.lag[:, :k], self.sq[:, :k])
+
+
+def pair_parts(r: np.ndarray) -> PairParts:
+    n = r.shape[-1]
+    g = int(math.floor(TRIM * n))
+    ordered = np.sort(r, axis=-1)
+    loc = ordered[..., g:n - g].mean(-1)
+    wins = np.clip(r, ordered[..., g:g + 1], ordered[..., n - g - 1:n - g])
+    var = wins.var(-1, ddof=1) / ((1 - 2 * g / n) ** 2 * n)
+    centred = wins - wins.mean(-1, keepdims=True)
+    lag = (centred[..., 1:] * centred[..., :-1]).sum(-1)
+    return PairParts(loc, var, n - 2 * g - 1, lag, (centred ** 2).sum(-1))
+
+
+@dataclass(frozen=True)
+class LookStats:
+    """The statistic at one look for N experiments at once (arrays of shape (N,))."""
+
+    estimate: np.ndarray
+    se: np.ndarray
+    z: np.ndarray
+    df: np.ndarray
+    between: np.ndarray  # the between-process variance used, b = max(B^2, s^2 - W)
+    spread_var: np.ndarray
+    within_var: np.ndarray
+
+
+def look_stats(r: np.ndarray, bound_sd: np.ndarray | float) -> LookStats:
+    """r: (N, k, n) log ratios (k pairs of n rounds); bound_sd: B per experiment (log scale)."""
+    return combine(pair_parts(r), bound_sd)
+
+
+def combine(parts: PairParts, bound_sd: np.ndarray | float) -> LookStats:
+    """The estimate over the pairs, SE^2 = (max(B^2, s^2 - W) + W)/k and its Satterthwaite df."""
+    N, k = parts.loc.shape
+    est = parts.loc.mean(1)
+    rho = np.clip(parts.lag.sum(1) / np.maximum(parts.sq.sum(1), 1e-300), 0.0, 0.6)
+    W = parts.var.mean(1) * (1 + rho) / (1 - rho)
+    s2 = parts.loc.var(1, ddof=1) if k >= 2 else np.full(N, np.nan)
+    B2 = np.broadcast_to(np.asarray(bound_sd, float) ** 2, (N,))
+    guard = np.where(np.isfinite(s2), s2 - W, -np.inf)
+    b = np.maximum(B2, guard)
+    se = np.sqrt((b + W) / k)
+    nu_w = max(k * parts.df, 1)
+    df = np.where(guard > B2, max(k - 1, 1), (B2 + W) ** 2 / np.maximum(W ** 2 / nu_w, 1e-300))
+    z = est / np.maximum(se, 1e-12)
+    return LookStats(est, se, z, np.minimum(df, 1e7), b, s2, W)
+
+
+def _t_quantile(p: float | np.ndarray, df: float | np.ndarray) -> np.ndarray:
+    """The Student t quantile (scipy.special: the array path, ~100x faster than scipy.stats per call)."""
+    return stdtrit(df, p)
+
+
+def decide(stats: LookStats, design: Design, z_boundary: float | None, last: bool) -> np.ndarray:
+    """Decision codes (KEEP, NOT_FASTER, INCONCLUSIVE, CONTINUE) for the experiments at one look."""
+    gain = _improvement(stats.estimate, design.metric)
+    keep = np.zeros(len(gain), bool)
+    if z_boundary is not None:
+        c = _t_quantile(ndtr(z_boundary), stats.df)
+        keep = (stats.z <= -c) & (gain >= design.min_improvement_pct)
+    q = _t_quantile(ndtr(design.futility_z), stats.df)
+    optimistic = _improvement(stats.estimate - q * stats.se, design.metric)
+    notfaster = optimistic < design.futility_target_pct
+    out = np.where(keep, KEEP, np.where(notfaster, NOT_FASTER, INCONCLUSIVE if last else CONTINUE))
+    return out
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """Outcome of N simulated (or replayed) experiments."""
+
+    decision: np.ndarray  # codes
+    rounds: np.ndarray  # paired rounds used, all pairs together
+    look: np.ndarray
+    spread: list[PairSpread | None]
+
+
+def run_experiments(r: np.ndarray, design: Design, bound_sd: np.ndarray | float) -> Verdicts:
+    """Decisions of the design on r: (N, pairs, rounds) log ratios in timing order (segments layout: (N,
+    max_segments, rounds)), each experiment with its own B."""
+    N = r.shape[0]
+    points = design.schedule()
+    zb = design.z_boundaries()
+    decision = np.full(N, CONTINUE)
+    rounds = np.zeros(N, int)
+    look = np.zeros(N, int)
+    s2 = np.full(N, np.nan)
+    W = np.full(N, np.nan)
+    whole = None if design.concurrent else pair_parts(r[:, :points[-1].pairs, :design.rounds])
+    for j, p in enumerate(points):
+        st = combine(whole.first(p.pairs) if whole else pair_parts(r[:, :p.pairs, :p.rounds]), bound_sd)
+        d = decide(st, design, zb.get(j), j == len(points) - 1)
+        new = (decision == CONTINUE) & (d != CONTINUE)
+        decision[new], rounds[new], look[new] = d[new], p.pairs * p.rounds, j
+        s2[new], W[new] = st.spread_var[new], st.within_var[new]
+    pairs = np.array([points[j].pairs for j in look])
+    spread = [PairSpread(int(m), float(a), float(w)) if m >= 2 else None for m, a, w in zip(pairs, s2, W)]
+    return Verdicts(decision, rounds, look, spread)
+
+
+# -- one experiment, look by look ------------------------------------------------------------------
+@dataclass(frozen=True)
+class Look:
+    """The state of the decision after one more look."""
+
+    segments: int  # pairs used so far
+    rounds: int  # paired rounds so far, all pairs together
+    decision: str  # "keep" | "not-faster" | "inconclusive" | "continue"
+    estimate_pct: float  # improvement of the primary metric (positive = candidate better)
+    lower_pct: float  # the interval at this look's boundary level
+    upper_pct: float
+    z: float
+    boundary: float | None  # None: no keep is possible at this look
+    standard_error: float  # of the mean log ratio
+    offset_sd: float  # the between-process standard deviation used (log scale)
+    reason: str = ""
+    df: float = math.inf
+    bound_pct: float = float("nan")  # B, the session's bound on the between-process sd
+    bound_source: str = ""
+    look_index: int = 0
+
+    @property
+    def final(self) -> bool:
+        return self.decision != "continue"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
 @dataclass
 class SequentialTest:
-    """Feed segments with `add`; each call returns the look after that segment."""
+    """Feed the data of each look of `design.schedule()` with `update` (or one segment with `add`)."""
 
     design: Design
-    segments: list[Segment] = field(default_factory=list)
+    bound: OffsetBound = field(default_factory=lambda: OffsetBound.of_pct(DEFAULT_BOUND_PCT["cuda"]))
+    pairs: list[tuple[list[float], list[float]]] = field(default_factory=list)
+    looks_done: int = 0
+    last: Look | None = None
 
-    def looks(self) -> tuple[float, ...]:
-        d = self.design
-        return tuple(k / d.max_segments for k in range(d.min_segments, d.max_segments + 1))
-
-    def boundary(self, k: int) -> float | None:
-        d = self.design
-        if k < d.min_segments:
+    def next_look(self) -> LookPoint | None:
+        """The data the next look needs (None: the test has decided)."""
+        points = self.design.schedule()
+        if (self.last is not None and self.last.final) or self.looks_done >= len(points):
             return None
-        return boundaries(d.alpha, self.looks(), d.spending_gamma)[k - d.min_segments]
+        return points[self.looks_done]
+
+    def update(self, cand_s: list[list[float]], best_s: list[list[float]]) -> Look:
+        """The look at `next_look()`: every pair's rounds so far (per pair, in timing order)."""
+        point = self.next_look()
+        if point is None:
+            raise ValueError("the test has already decided")
+        if len(cand_s) != point.pairs or len(best_s) != point.pairs:
+            raise ValueError(f"look {self.looks_done + 1} needs {point.pairs} pairs, got {len(cand_s)}")
+        for c, b in zip(cand_s, best_s):
+            if len(c) != len(b) or len(c) < point.rounds:
+                raise ValueError(f"look {self.looks_done + 1} needs {point.rounds} paired rounds per pair")
+        self.pairs = [(list(c[:point.rounds]), list(b[:point.rounds])) for c, b in zip(cand_s, best_s)]
+        look = self._look(self.looks_done)
+        self.looks_done += 1
+        self.last = look
+        return look
 
     def add(self, cand_s: list[float], best_s: list[float]) -> Look:
-        self.segments.append(Segment.of(cand_s, best_s))
-        return self.current()
+        """Segments layout: one more fresh pair's rounds, then its look."""
+        if self.design.concurrent:
+            raise ValueError("add() is the segments layout's; a concurrent design takes update()")
+        if len(cand_s) != len(best_s) or len(cand_s) < 4:
+            raise ValueError("a segment needs at least 4 paired rounds of equal length")
+        pairs = self.pairs + [(list(cand_s), list(best_s))]
+        return self.update([c for c, _ in pairs], [b for _, b in pairs])
 
-    def _standard_error(self) -> tuple[float, float]:
-        """(standard error of the mean of the segments' trimmed means, between-process sd used), log scale."""
-        segs = self.segments
-        k = len(segs)
-        within = float(np.mean([s.variance for s in segs]))
-        floor = math.log1p(self.design.offset_floor_pct / 100.0)
-        between = floor ** 2
-        if k >= 2:
-            spread = float(np.var([s.location for s in segs], ddof=1))
-            between = max(between, spread - within)
-        return math.sqrt((between + within) / k), math.sqrt(between)
+    def log_ratios(self) -> np.ndarray:
+        return np.log(np.array([np.asarray(c, float) / np.asarray(b, float) for c, b in self.pairs]))
 
-    def _quantile(self, z: float) -> float:
-        """The Student t quantile with the segments' degrees of freedom at the normal tail of `z`."""
-        return float(student.ppf(norm.cdf(z), sum(s.df for s in self.segments)))
+    def spread(self) -> PairSpread | None:
+        """This experiment's pairs' spread for the session's pool (None with fewer than 2 pairs)."""
+        if len(self.pairs) < 2:
+            return None
+        st = look_stats(self.log_ratios()[None], self.bound.sd)
+        return PairSpread(len(self.pairs), float(st.spread_var[0]), float(st.within_var[0]))
 
     def current(self) -> Look:
+        if self.last is None:
+            raise ValueError("no look yet")
+        return self.last
+
+    def _look(self, j: int) -> Look:
         d = self.design
-        k = len(self.segments)
-        rounds = sum(len(s.log_ratios) for s in self.segments)
-        estimate = float(np.mean([s.location for s in self.segments]))
-        se, offset_sd = self._standard_error()
-        z = estimate / max(se, 1e-12)
-        nominal = self.boundary(k)
-        c = self._quantile(nominal) if nominal is not None else None
-        level = c if c is not None else self._quantile(norm.ppf(1 - d.alpha))
-        gain = improvement_pct(estimate, d.metric)
-        lo, hi = sorted((improvement_pct(estimate + level * se, d.metric),
-                         improvement_pct(estimate - level * se, d.metric)))
-        optimistic = improvement_pct(estimate - self._quantile(d.futility_z) * se, d.metric)
-        decision, reason = "continue", ""
-        if c is not None and z <= -c and gain >= d.min_improvement_pct:
-            decision = "keep"
-            reason = (f"faster: {gain:+.2f}% [{lo:+.2f}%, {hi:+.2f}%] after {k} segments ({rounds} rounds), "
-                      f"z={z:.2f} beyond the boundary -{c:.2f} (alpha {d.alpha:g} over all looks)")
-        elif optimistic < d.min_improvement_pct or (c is not None and z >= 0):
-            decision = "not-faster"
-            why = (f"even {d.futility_z:g} standard errors of luck give {optimistic:+.2f}%"
-                   if optimistic < d.min_improvement_pct else "the estimate shows no gain at all")
-            reason = (f"not faster by {d.min_improvement_pct:g}%: {gain:+.2f}% [{lo:+.2f}%, {hi:+.2f}%] after "
-                      f"{k} segments ({rounds} rounds); {why}")
-        elif k >= d.max_segments:
-            decision = "inconclusive"
-            reason = (f"inconclusive after {rounds} rounds ({k} segments): {gain:+.2f}% [{lo:+.2f}%, {hi:+.2f}%]"
+        points = d.schedule()
+        r = self.log_ratios()
+        st = look_stats(r[None], self.bound.sd)
+        nominal = d.z_boundaries().get(j)
+        code = int(decide(st, d, nominal, j == len(points) - 1)[0])
+        est, se, z, df = float(st.estimate[0]), float(st.se[0]), float(st.z[0]), float(st.df[0])
+        c = float(_t_quantile(ndtr(nominal), df)) if nominal is not None else None
+        level = c if c is not None else float(_t_quantile(1 - d.alpha, df))
+        gain = improvement_pct(est, d.metric)
+        lo, hi = sorted((improvement_pct(est + level * se, d.metric), improvement_pct(est - level * se, d.metric)))
+        k, rounds = len(self.pairs), int(r.size)
+        where = f"after {rounds} rounds in {k} pairs"
+        interval = f"{gain:+.2f}% [{lo:+.2f}%, {hi:+.2f}%]"
+        reason = ""
+        if code == KEEP:
+            reason = (f"faster: {interval} {where}, z={z:.2f} beyond the boundary -{c:.2f} "
+                      f"(alpha {d.alpha:g} over all looks; offset bound {self.bound.pct:.2f}%, {self.bound.source})")
+        elif code == NOT_FASTER:
+            q = float(_t_quantile(ndtr(d.futility_z), df))
+            optimistic = improvement_pct(est - q * se, d.metric)
+            reason = (f"not faster by {d.futility_target_pct:g}%: {interval} {where}; even {d.futility_z:g} "
+                      f"standard errors of luck give {optimistic:+.2f}%")
+        elif code == INCONCLUSIVE:
+            reason = (f"inconclusive {where}: {interval}"
                       + (f"; needs z <= -{c:.2f}, got {z:.2f}" if gain >= d.min_improvement_pct else
                          f"; below the minimum {d.min_improvement_pct:g}%"))
-        return Look(k, rounds, decision, gain, lo, hi, float(z), c, se, offset_sd, reason)
+        return Look(k, rounds, DECISIONS[code], gain, lo, hi, z, c, se, math.sqrt(float(st.between[0])), reason,
+                    df, self.bound.pct, self.bound.source, j)

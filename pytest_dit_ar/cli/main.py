@@ -12,7 +12,7 @@ from dit_ar_contract.config import DEFAULT_CONFIG, repo_root_for
 from dit_ar_contract.errors import EXIT_REFUSED, Refused
 
 from .. import __version__
-from . import demo, profile, report, scaffold, search
+from . import calibrate, demo, profile, report, scaffold, search
 
 UNSANDBOXED = ("run the workers without the bubblewrap sandbox (a candidate can then reach the harness's files; "
                "recorded in the ledger and the report)")
@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="the session of every git worktree of this repository "
                    "(sessions side by side, one per GPU)")
     verb("recover", "restore the branch to the recorded best and a damaged baseline from its git copy", _recover)
-    for module in (search, profile, report, demo):
+    for module in (search, profile, report, demo, calibrate):
         _config_arg(module.add_parser(sub), top=False)
     scaffold.add_parser(sub)  # writes config/autoresearch.json at the git root: takes no --config
     return parser

@@ -28,11 +28,13 @@ from quality_suite.metrics import fidelity_batch
 from ..state import gitops
 from ..state.baseline import BaselineSummary, cases_dir
 from ..state.files import write_record
+from ..state.noise import read_noise, record_spread
 from ..state.paths import STATE_DIR
 from ..state.runs import RunPaths
 from ..state.session import Session
 from ..worker import sandbox
 from ..worker.client import Generated, SandboxPolicy, WorkerLauncher, WorkerProcess
+from ..worker.forkserver import ForkServers
 from .generation import CorpusOutputs, audit_evidence, generate_corpus
 from .live import Live
 from .measurement import MeasurementPlan, Pair, PerfOutcome, RoundCheck, Side, boot, measure
@@ -102,6 +104,7 @@ class Evidence:
         self._perf: PerfOutcome | None = None
         self._baseline: BaselineSummary | None = None
         self._first_pair: Pair | None = None
+        self._forks: ForkServers | None = None  # both sides' fork servers, started beside the quality run
         self._seconds: dict[str, float] = {}
 
     @property
@@ -168,12 +171,14 @@ class Evidence:
             worker = self.launcher.worker("candidate", self.candidate_root,
                                           self.run.worker_log("candidate", "quality")).spawn()
             best = self._spawn_best()
+            self._spawn_forks()
             try:
                 self._run = self._quality_run(worker, best)
             except CandidateCrash as exc:
                 for w in (worker, best):
                     if w is not None:
                         w.kill()
+                self._close_forks()
                 self.record_crash(exc)
                 raise
         return self._run
@@ -215,11 +220,26 @@ class Evidence:
             return None
         return self.launcher.worker("best", self.best_root, self.run.worker_log("best", "block0")).spawn()
 
+    def _spawn_forks(self) -> None:
+        """Start both sides' fork servers (their imports run beside the quality run, never beside timed
+        rounds): the pairs after the first are forked from them (lane setting performance.fork_server)."""
+        p = self.session.lane.performance
+        if self.best_root is None or not self.prefetch_best or not p.fork_server:
+            return
+        self._forks = ForkServers(self.launcher, self.candidate_root, self.best_root, self.run_dir,
+                                  p.fork_servers(self.session.lane.is_cuda)).spawn()
+
+    def _close_forks(self) -> None:
+        if self._forks is not None:
+            self._forks.close()
+            self._forks = None
+
     def close(self) -> None:
         """Stop workers that are still up (a discard before timing leaves the first pair unused)."""
         if self._first_pair is not None:
             self._first_pair.close()
             self._first_pair = None
+        self._close_forks()
 
     # -- quality --------------------------------------------------------------------------------
     def quality(self) -> QualityAssessment:
@@ -271,15 +291,36 @@ class Evidence:
                 on_round = self.progress.on_round if self.progress else None
                 on_look = self.progress.on_look if self.progress else None
                 self._perf = measure(self._plan(), self.launcher, first_pair=self._first_pair, on_round=on_round,
-                                     on_look=on_look)
+                                     on_look=on_look, forks=self._forks)
                 self._first_pair = None  # measure() closed it
             except CandidateCrash as exc:
                 self.record_crash(exc)
                 raise
+            finally:
+                t = time.perf_counter()
+                self._close_forks()
+                self._spent("timing_fork_servers_close", t)
             for phase, spent in self._perf.seconds.items():
                 self._seconds[f"timing_{phase}"] = spent
             write_record(self.run.perf, self._perf.as_dict())
+            self._learn_noise(self._perf)
         return self._perf
+
+    def _best_commit(self) -> str | None:
+        best = self.session.best()
+        return best.commit if best else None
+
+    def _offset_bound(self):
+        """B for this experiment: the session's noise state against the current best (state.noise)."""
+        lane = self.session.lane
+        noise = read_noise(self.session.paths, self.session.lane_id).against(self._best_commit())
+        return noise.bound(lane.performance, lane.device)
+
+    def _learn_noise(self, perf: PerfOutcome) -> None:
+        """Pool this experiment's between-pair spread against the same best (a faithful timing only)."""
+        if perf.spread is not None and not perf.unfaithful and self.session.record is not None:
+            record_spread(self.session.paths, self.session.lane_id, self._best_commit(), self.run_dir.name,
+                          perf.spread)
 
     def _plan(self) -> MeasurementPlan:
         assert self.best_root is not None
@@ -289,7 +330,8 @@ class Evidence:
             best=Side("best", self.best_root, self.spec(self.best_root)),
             protocol=lane.performance, prompts=tuple(c.prompt for c in self.cases()), batch=lane.batch,
             metric=lane.primary_metric, guardrails=lane.guardrails, is_cuda=lane.is_cuda, log_dir=self.run_dir,
-            roofline_ms=self.roofline_ms(), resolution=lane.resolution, check=self._round_check())
+            roofline_ms=self.roofline_ms(), resolution=lane.resolution, check=self._round_check(),
+            bound=self._offset_bound())
 
     def _round_check(self) -> RoundCheck:
         """Candidate vs best outputs of the same timed requests under the effective class's per-case gate (with

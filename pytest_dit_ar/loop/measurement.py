@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import random
 import time
 from collections.abc import Callable
@@ -24,13 +25,19 @@ from typing import Any
 import numpy as np
 
 from dit_ar_contract.config import Guardrails, PerfProtocol
+from dit_ar_contract.errors import Refused
 from perf_suite import guardrails as guard
-from perf_suite.sequential import Design, Look, SequentialTest
+from perf_suite.sequential import Design, Look, OffsetBound, PairSpread, SequentialTest
 
 from ..state.runs import RunPaths
 from ..worker.client import Generated, WorkerLauncher, WorkerProcess
+from ..worker.forkserver import ForkedWorker, ForkServers
+from . import clean_rounds
+from .clean_rounds import GpuWatch, NoGpu, RoundRecord, SideTiming
+from .pool import PoolPlan, pairs_that_fit
 
 SIDES = ("cand", "best")
+IDLE_WAIT_S = 0.25  # at most this long for the GPU to show no work in flight before a side is timed
 
 
 @dataclass(frozen=True)
@@ -59,13 +66,13 @@ class MeasurementPlan:
     max_segments: int | None = None  # overrides the protocol's (the baseline's A/A run takes one)
     resolution: int | None = None  # the lane's: outputs of another size break the seam
     check: RoundCheck | None = None  # candidate vs best outputs of every timed round
+    bound: OffsetBound | None = None  # the session's bound on the between-process sd (state.noise)
 
     def design(self) -> Design:
-        p = self.protocol
-        return Design(alpha=p.alpha, min_improvement_pct=p.min_improvement_pct,
-                      min_segments=min(p.min_segments, self.segments_allowed()),
-                      max_segments=self.segments_allowed(), offset_floor_pct=p.offset_floor_pct,
-                      spending_gamma=p.spending_gamma, futility_z=p.futility_z, metric=self.metric)
+        return Design.from_protocol(self.protocol, self.metric, self.max_segments)
+
+    def offset_bound(self) -> OffsetBound:
+        return self.bound or OffsetBound.default("cuda" if self.is_cuda else "cpu")
 
     def segments_allowed(self) -> int:
         return self.max_segments or self.protocol.max_segments
@@ -86,10 +93,15 @@ class SegmentRecord:
     unfaithful: list[str]  # the timed outputs are not the judged work (a quality failure)
     look: Look | None = None
     fresh: bool = True  # both workers started for this segment (their build and warm-up are a first use)
+    rounds: list[RoundRecord] = field(default_factory=list)  # per round: order, times, GPU state
+    ready_s: dict[str, float] = field(default_factory=dict)  # forked workers: fork request to hello
+    forked: bool = False  # the pair came from the fork servers
 
     def as_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in self.__dict__.items() if k != "look"}
+        d = {k: v for k, v in self.__dict__.items() if k not in ("look", "rounds")}
         d["look"] = self.look.as_dict() if self.look else None
+        d["rounds"] = [r.as_dict() for r in self.rounds]
+        d["flagged_rounds"] = clean_rounds.flagged(self.rounds)
         return d
 
     def median_ms(self, side: str) -> float:
@@ -112,6 +124,23 @@ class Pair:
     best: WorkerProcess
     build_s: dict[str, float] = field(default_factory=dict)
     fresh: bool = True  # False: the candidate already generated the corpus (its warm-up is not a first use)
+
+    @property
+    def forked(self) -> bool:
+        return isinstance(self.cand, ForkedWorker) and isinstance(self.best, ForkedWorker)
+
+    def ready_s(self) -> dict[str, float]:
+        """Forked workers' fork-to-hello times (the harness's clock); empty for exec'd workers."""
+        out = {}
+        for side in SIDES:
+            worker = self.worker(side)
+            if isinstance(worker, ForkedWorker) and worker.ready_s is not None:
+                out[side] = worker.ready_s
+        return out
+
+    def freeze(self) -> None:
+        self.cand.freeze()
+        self.best.freeze()
 
     def worker(self, side: str) -> WorkerProcess:
         return self.cand if side == "cand" else self.best
@@ -175,66 +204,136 @@ RoundCallback = Callable[[int, int, int], None]  # (segment index, rounds done i
 RoundCheck = Callable[[Generated, Generated], list[str]]  # candidate vs best outputs of the same requests
 
 
-def timed(pair: Pair, side: str, requests: list[list[Any]], resolution: int | None) -> Generated:
-    """One timed generate of `side` while the other side's whole sandbox stays frozen."""
+def timed(pair: Pair, side: str, requests: list[list[Any]], resolution: int | None,
+          watch: GpuWatch | None = None) -> tuple[Generated, SideTiming]:
+    """One timed generate of `side` while the other side's whole sandbox stays frozen: when a helper of the
+    frozen side holds a CUDA context, the GPU is first checked for work in flight (NVML; nothing on CPU
+    lanes); the GPU's state is read right after."""
+    watch = watch or NoGpu()
+    other = pair.worker("best" if side == "cand" else "cand")
+    helpers = watch.helpers(set(other.processes()) - {other.pid})
+    waited, idle = watch.wait_idle(IDLE_WAIT_S) if helpers else (0.0, True)
     worker = pair.worker(side)
     worker.thaw()
+    start = time.time()
     try:
-        return worker.generate(requests, resolution=resolution)
+        got = worker.generate(requests, resolution=resolution)
     finally:
         worker.freeze()
+    return got, SideTiming(start, time.time(), waited, idle, watch.sample())
+
+
+class SegmentRun:
+    """One pair's rounds as they are timed: warm-up, then paired rounds in balanced order (CB/BC
+    alternating from a random first order), each with fresh seeds; `record()` is what it measured so far.
+
+    Only one side runs at a time (the other is frozen). Every round's order, times and GPU state are
+    recorded. Every round's outputs are read by the harness: outputs that repeat for different requests,
+    or candidate outputs that fail `check` against the best's outputs for the same requests, are recorded
+    as problems (the timed work is not the judged work)."""
+
+    def __init__(self, pair: Pair, index: int, prompts: tuple[str, ...], batch: int, rng: random.Random,
+                 resolution: int | None = None, check: RoundCheck | None = None, watch: GpuWatch | None = None):
+        self.pair, self.index, self.prompts, self.batch, self.rng = pair, index, prompts, batch, rng
+        self.resolution, self.check, self.watch = resolution, check, watch
+        self.cand_first = rng.random() < 0.5
+        self.warm: dict[str, list[float]] = {"cand": [], "best": []}
+        self.times: dict[str, list[float]] = {"cand": [], "best": []}
+        self.seeds: list[list[int]] = []
+        self.orders: list[str] = []
+        self.problems: list[str] = []
+        self.records: list[RoundRecord] = []
+        self.seen: dict[str, dict[str, tuple]] = {"cand": {}, "best": {}}
+        self.collisions: dict[str, list[tuple]] = {"cand": [], "best": []}
+        self.memory: dict[str, dict[str, Any]] = {"cand": {}, "best": {}}
+
+    def draw(self) -> list[list[Any]]:
+        return [[self.rng.choice(self.prompts), self.rng.randrange(2**31)] for _ in range(self.batch)]
+
+    def warm_up(self, rounds: int) -> None:
+        for _ in range(rounds):
+            reqs = self.draw()
+            for side in SIDES:
+                self.warm[side].append(timed(self.pair, side, reqs, self.resolution, self.watch)[0].seconds)
+
+    def play_round(self) -> None:
+        done = len(self.orders)
+        order = clean_rounds.balanced_orders(done + 1, self.cand_first)[-1]
+        reqs = self.draw()
+        got: dict[str, Generated] = {}
+        timing: dict[str, SideTiming] = {}
+        for side in (("cand", "best") if order == "CB" else ("best", "cand")):
+            got[side], timing[side] = timed(self.pair, side, reqs, self.resolution, self.watch)
+            self.times[side].append(got[side].seconds)
+            self.memory[side] = got[side].memory
+        self.records.append(RoundRecord(done, order, timing))
+        for side in SIDES:
+            for req, image in zip(reqs, got[side].images):
+                fp = hashlib.sha256(image.numpy().tobytes()).hexdigest()
+                if fp in self.seen[side] and self.seen[side][fp] != tuple(req):
+                    self.collisions[side].append((self.seen[side][fp], tuple(req)))
+                self.seen[side][fp] = tuple(req)
+        if self.check is not None:
+            self.problems += [f"round {done + 1}: {p}" for p in self.check(got["cand"], got["best"])]
+        self.seeds.append([s for _, s in reqs])
+        self.orders.append(order)
+
+    def record(self) -> SegmentRecord:
+        pair = self.pair
+        problems = self.problems + [
+            f"{side}: identical outputs for different requests in {len(found)} cases, e.g. {found[0][0]} and "
+            f"{found[0][1]}" for side, found in self.collisions.items() if found]
+        mem = {side: _memory(pair.worker(side), self.memory[side]) for side in SIDES}
+        return SegmentRecord(self.index, list(self.times["cand"]), list(self.times["best"]), list(self.seeds),
+                             list(self.orders), {k: list(v) for k, v in self.warm.items()}, dict(pair.build_s), mem,
+                             problems[:20], fresh=pair.fresh, rounds=list(self.records), ready_s=pair.ready_s(),
+                             forked=pair.forked)
 
 
 def run_segment(pair: Pair, index: int, prompts: tuple[str, ...], batch: int, rounds: int, warmup: int,
                 rng: random.Random, on_round: RoundCallback | None = None, resolution: int | None = None,
-                check: RoundCheck | None = None) -> SegmentRecord:
-    """Warm up both sides, then time `rounds` paired rounds in random order with fresh seeds.
-
-    Only one side runs at a time (the other is frozen). Every round's outputs are read by the harness:
-    outputs that repeat for different requests, or candidate outputs that fail `check` against the best's
-    outputs for the same requests, are recorded as problems (the timed work is not the judged work)."""
-    def draw() -> list[list[Any]]:
-        return [[rng.choice(prompts), rng.randrange(2**31)] for _ in range(batch)]
-
-    pair.cand.freeze()
-    pair.best.freeze()
-    warm: dict[str, list[float]] = {"cand": [], "best": []}
-    for _ in range(warmup):
-        reqs = draw()
-        for side in SIDES:
-            warm[side].append(timed(pair, side, reqs, resolution).seconds)
-    times: dict[str, list[float]] = {"cand": [], "best": []}
-    seeds, orders, problems = [], [], []
-    seen: dict[str, dict[str, tuple]] = {"cand": {}, "best": {}}
-    collisions: dict[str, list[tuple]] = {"cand": [], "best": []}
-    memory: dict[str, dict[str, Any]] = {"cand": {}, "best": {}}
+                check: RoundCheck | None = None, watch: GpuWatch | None = None) -> SegmentRecord:
+    """Warm up both sides, then time `rounds` paired rounds in balanced orders with fresh seeds (SegmentRun)."""
+    run = SegmentRun(pair, index, prompts, batch, rng, resolution, check, watch)
+    pair.freeze()
+    run.warm_up(warmup)
     for done in range(rounds):
-        reqs = draw()
-        first = rng.choice(SIDES)
-        got: dict[str, Generated] = {}
-        for side in (first, "best" if first == "cand" else "cand"):
-            got[side] = timed(pair, side, reqs, resolution)
-            times[side].append(got[side].seconds)
-            memory[side] = got[side].memory
-        for side in SIDES:
-            for req, image in zip(reqs, got[side].images):
-                fp = hashlib.sha256(image.numpy().tobytes()).hexdigest()
-                if fp in seen[side] and seen[side][fp] != tuple(req):
-                    collisions[side].append((seen[side][fp], tuple(req)))
-                seen[side][fp] = tuple(req)
-        if check is not None:
-            problems += [f"round {done + 1}: {p}" for p in check(got["cand"], got["best"])]
-        seeds.append([s for _, s in reqs])
-        orders.append("CB" if first == "cand" else "BC")
+        run.play_round()
         if on_round:
             on_round(index, done + 1, rounds)
     pair.cand.thaw()
     pair.best.thaw()
-    problems += [f"{side}: identical outputs for different requests in {len(found)} cases, e.g. {found[0][0]} and "
-                 f"{found[0][1]}" for side, found in collisions.items() if found]
-    mem = {side: _memory(pair.worker(side), memory[side]) for side in SIDES}
-    return SegmentRecord(index, times["cand"], times["best"], seeds, orders, warm, dict(pair.build_s), mem,
-                         problems[:20], fresh=pair.fresh)
+    return run.record()
+
+
+def timed_cores(protocol: PerfProtocol, is_cuda: bool) -> tuple[int, ...] | None:
+    """The cores both workers of a timed pair are pinned to (`pair_cores`): one shared core, so that both
+    sides see the same host state (H200: pair spread 3.4% on one core vs 9-12% on two), or the lane's
+    cpu_affinity as given. "auto" is one core on CUDA lanes (a launch-bound worker needs one) and the
+    affinity on CPU lanes (a CPU worker computes with all its threads)."""
+    mode = protocol.pair_cores
+    if mode == "auto":
+        mode = "one" if is_cuda else "affinity"
+    if mode == "affinity":
+        return protocol.cpu_affinity
+    allowed = sorted(protocol.cpu_affinity or os.sched_getaffinity(0))
+    return (allowed[0] if protocol.cpu_affinity else allowed[-1],)
+
+
+def spare_cores(timed: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """Cores this process may use outside the timed ones (where a pair started ahead may run), or None."""
+    if not timed:
+        return None
+    spare = tuple(sorted(set(os.sched_getaffinity(0)) - set(timed)))
+    return spare or None
+
+
+def gpu_watch(pair: Pair, is_cuda: bool) -> GpuWatch:
+    """NVML readings of the GPUs the pair's workers use (after their build), or none on CPU lanes."""
+    if not is_cuda:
+        return NoGpu()
+    uuids = sorted({*pair.cand.gpu_memory_per_device_mb(), *pair.best.gpu_memory_per_device_mb()})
+    return clean_rounds.NvmlWatch(uuids) if uuids else NoGpu()
 
 
 @dataclass
@@ -244,6 +343,13 @@ class PerfOutcome:
     segments: list[SegmentRecord]
     seconds: dict[str, float]
     guardrails: dict[str, Any]
+    pool: dict[str, Any] = field(default_factory=dict)  # fork servers' start and fork times, the pool plan
+    spread: PairSpread | None = None  # the pairs' spread, for the session's pool (state.noise)
+
+    @property
+    def rounds_flagged(self) -> str | None:
+        """One line when a timed round had a throttled side or a busy GPU before it (clean_rounds)."""
+        return clean_rounds.summary([r for s in self.segments for r in s.rounds])
 
     @property
     def unfaithful(self) -> list[str]:
@@ -279,7 +385,9 @@ class PerfOutcome:
 
     def as_dict(self) -> dict[str, Any]:
         return {"keep": self.keep, "reasons": self.reasons, "seconds": self.seconds, "rounds": self.rounds,
-                "guardrails": self.guardrails, "look": self.look.as_dict() if self.look else None,
+                "guardrails": self.guardrails, "pool": self.pool, "rounds_flagged": self.rounds_flagged,
+                "spread": self.spread.as_dict() if self.spread else None,
+                "look": self.look.as_dict() if self.look else None,
                 "segments": [s.as_dict() for s in self.segments]}
 
 
@@ -305,53 +413,238 @@ def _guardrails(plan: MeasurementPlan, segments: list[SegmentRecord], final: boo
     return problems, {**mem.figures, **growth.figures, **startup.figures, **tail.figures}
 
 
+class PairSource:
+    """Where the pairs come from: the fork servers (after the quality run's pair), else fresh exec'd
+    pairs; built outside timed rounds (one at a time for segments, all of them for concurrent pairs), the
+    ones waiting frozen. `pool` is the memory plan (loop/pool.py) from the first pair's measured peaks."""
+
+    def __init__(self, plan: MeasurementPlan, launcher: WorkerLauncher, forks: ForkServers | None,
+                 cores: tuple[int, ...] | None):
+        self.plan, self.launcher, self.forks, self.cores = plan, launcher, forks, cores
+        self.waiting: list[Pair] = []
+        self.ahead: Pair | None = None  # an exec'd pair spawned during a segment (overlap_startup, spare cores)
+        self.pool = PoolPlan(1, 2, None, None)
+        self.started = 0
+
+    def size_from(self, seg: SegmentRecord, most: int = 1) -> None:
+        """Size the pool from the sides' measured peaks and the lane's budget (device memory on GPUs,
+        the host's available memory on CPUs)."""
+        g = self.plan.guardrails
+        budget = g.peak_vram_gb * 1024.0 if self.plan.is_cuda and g.peak_vram_gb else None
+        if not self.plan.is_cuda:
+            budget = _available_mb()
+        self.pool = pairs_that_fit(seg.peak_memory_mb("cand"), seg.peak_memory_mb("best"), budget, most)
+
+    def take(self, index: int, left: int) -> Pair:
+        if not self.waiting:
+            self.waiting = self.start(index, max(1, min(self.pool.pairs, left)))
+        return self.waiting.pop(0)
+
+    def start(self, index: int, n: int) -> list[Pair]:
+        """Fork (or spawn) and build `n` pairs outside timed rounds; each is frozen once built."""
+        plan = self.plan
+        if self.forks is not None:
+            spawned = [Pair(*self.forks.fork_pair(f"segment{index + i}")) for i in range(n)]
+        else:
+            spawned = [self.ahead] if self.ahead else []
+            self.ahead = None
+            spawned += [spawn_pair(self.launcher, plan.cand, plan.best, plan.log_dir, f"segment{index + i}")
+                        for i in range(len(spawned), n)]
+        pairs = []
+        try:
+            for p in spawned:
+                pairs.append(build_pair(p, plan.cand, plan.best, self.cores))
+                p.freeze()  # a pair waiting for its segment does not run during another's rounds
+        except BaseException:
+            for p in spawned:
+                p.kill()
+            raise
+        if self.forks is not None:
+            for p in pairs:
+                self.forks.cand.note_ready(p.cand)  # type: ignore[arg-type]
+                self.forks.best.note_ready(p.best)  # type: ignore[arg-type]
+        return pairs
+
+    def spawn_ahead(self, index: int) -> None:
+        """Exec'd pairs only: start the next pair's prelude during this segment, pinned to cores no timed
+        worker uses; without spare cores nothing starts during timed rounds (review finding 1.7.4)."""
+        spare = spare_cores(self.cores)
+        if self.forks is not None or self.waiting or not self.plan.protocol.overlap_startup or not spare:
+            return
+        self.ahead = spawn_pair(self.launcher, self.plan.cand, self.plan.best, self.plan.log_dir, f"segment{index}")
+        self.ahead.pin(spare)
+
+    def kill(self) -> None:
+        for p in [*self.waiting, *([self.ahead] if self.ahead else [])]:
+            p.kill()
+        self.waiting, self.ahead = [], None
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"plan": self.pool.as_dict(), "timed_cores": list(self.cores) if self.cores else None,
+                             "fork_servers": self.forks is not None}
+        if self.forks is not None:
+            d["fork_times"] = self.forks.times()
+        return d
+
+
+def _available_mb() -> float | None:
+    try:
+        for line in open("/proc/meminfo", encoding="ascii"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
 def measure(plan: MeasurementPlan, launcher: WorkerLauncher, first_pair: Pair | None = None,
-            on_round: RoundCallback | None = None, on_look: Callable[[Look], None] | None = None) -> PerfOutcome:
-    """The whole performance verdict: segments in fresh worker pairs until the sequential test decides."""
+            on_round: RoundCallback | None = None, on_look: Callable[[Look], None] | None = None,
+            forks: ForkServers | None = None) -> PerfOutcome:
+    """The whole performance verdict: segments in fresh worker pairs until the sequential test decides.
+
+    The first pair may be the quality run's; the others come from `forks` (the sides' fork servers)
+    when given, else from fresh exec'd workers. No pair starts or builds during timed rounds."""
     p = plan.protocol
     rng = random.SystemRandom()
-    test = SequentialTest(plan.design())
+    test = SequentialTest(plan.design(), plan.offset_bound())
     segments: list[SegmentRecord] = []
     seconds = {"startup": 0.0, "warmup": 0.0, "timed": 0.0}
     guard_info: dict[str, Any] = {}
+    cores = timed_cores(p, plan.is_cuda)
+    source = PairSource(plan, launcher, forks, cores)
     pair: Pair | None = first_pair  # workers already booted (the quality run's candidate and a best)
-    ahead: Pair | None = None  # the next segment's workers, started during this one (overlap_startup)
+    watch: GpuWatch | None = None
+
+    def outcome(keep: bool, reasons: list[str], spread: PairSpread | None = None) -> PerfOutcome:
+        return PerfOutcome(keep, reasons, segments, seconds, guard_info, source.as_dict(), spread)
+
+    if test.design.concurrent:  # performance.pairs > 1: rounds dealt over concurrent pairs
+        try:
+            return measure_concurrent(plan, test, source, first_pair, forks, on_round, on_look, seconds)
+        finally:
+            source.kill()
     try:
         for index in range(plan.segments_allowed()):
             t0 = time.perf_counter()
             if pair is None:
-                spawned = ahead or spawn_pair(launcher, plan.cand, plan.best, plan.log_dir, f"segment{index}")
-                ahead = None
-                pair = build_pair(spawned, plan.cand, plan.best, p.cpu_affinity)
-            else:
-                pair.pin(p.cpu_affinity)
+                pair = source.take(index, plan.segments_allowed() - index)
+            if forks is not None:
+                t_wait = time.perf_counter()
+                forks.ready()  # the fork servers' imports never overlap timed rounds
+                waited = time.perf_counter() - t_wait
+                seconds["fork_servers_wait"] = seconds.get("fork_servers_wait", 0.0) + waited
+                t0 += waited
+            pair.pin(cores)
+            if watch is None:
+                watch = gpu_watch(pair, plan.is_cuda)
             seconds["startup"] += time.perf_counter() - t0
-            if p.overlap_startup and index + 1 < plan.segments_allowed():
-                ahead = spawn_pair(launcher, plan.cand, plan.best, plan.log_dir, f"segment{index + 1}")
+            source.spawn_ahead(index + 1)
+            t_seg = time.perf_counter()
             seg = run_segment(pair, index, plan.prompts, plan.batch, p.rounds, p.warmup_rounds, rng, on_round,
-                              plan.resolution, plan.check)
+                              plan.resolution, plan.check, watch)
+            t_close = time.perf_counter()
+            # between the round trips: reading, hashing and checking the outputs, freezing, the GPU watch
+            seconds["round_checks"] = seconds.get("round_checks", 0.0) + (t_close - t_seg) - sum(
+                seg.warmup_s["cand"] + seg.warmup_s["best"] + seg.cand_s + seg.best_s)
             pair.close()
             pair = None
+            seconds["teardown"] = seconds.get("teardown", 0.0) + time.perf_counter() - t_close
             seconds["warmup"] += sum(seg.warmup_s["cand"]) + sum(seg.warmup_s["best"])
             seconds["timed"] += sum(seg.cand_s) + sum(seg.best_s)
             seg.look = test.add(seg.cand_s, seg.best_s)
             segments.append(seg)
+            if index == 0:
+                source.size_from(seg)
             if on_look:
                 on_look(seg.look)
             if seg.unfaithful:
-                return PerfOutcome(False, [f"segment {index + 1}: {msg}" for msg in seg.unfaithful[:5]], segments,
-                                   seconds, guard_info)
+                return outcome(False, [f"segment {index + 1}: {msg}" for msg in seg.unfaithful[:5]])
             problems, guard_info = _guardrails(plan, segments, final=seg.look.final)
             if plan.roofline_ms and seg.median_ms("cand") < plan.roofline_ms:
                 problems.append(f"candidate median {seg.median_ms('cand'):.2f} ms is below the roofline "
                                 f"floor {plan.roofline_ms:.2f} ms: the measurement cannot be right")
             if problems:
-                return PerfOutcome(False, [f"segment {index + 1}: {msg}" for msg in problems], segments, seconds,
-                                   guard_info)
+                return outcome(False, [f"segment {index + 1}: {msg}" for msg in problems])
             if seg.look.final:
-                return PerfOutcome(seg.look.decision == "keep", [seg.look.reason], segments, seconds, guard_info)
+                return outcome(seg.look.decision == "keep", [seg.look.reason], test.spread())
         raise AssertionError("the sequential test always decides by its last segment")
     finally:
-        for left in (pair, ahead):
-            if left is not None:
-                left.kill()
+        if pair is not None:
+            pair.kill()
+        source.kill()
+
+
+def measure_concurrent(plan: MeasurementPlan, test: Any, source: PairSource, first_pair: Pair | None,
+                       forks: ForkServers | None, on_round: RoundCallback | None,
+                       on_look: Callable[[Look], None] | None, seconds: dict[str, float]) -> PerfOutcome:
+    """The concurrent layout (review §4): `design.pairs` pairs started and warmed before any timed round,
+    then rounds dealt round-robin over them (each pair alternating CB/BC), a look whenever the test's
+    next look point is reached (`test.next_look()`: pairs and rounds per pair; `test.update`)."""
+    m = int(test.design.pairs)
+    p = plan.protocol
+    pairs: list[Pair] = [first_pair] if first_pair is not None else []
+    runs: list[SegmentRun] = []
+    rng = random.SystemRandom()
+    try:
+        t0 = time.perf_counter()
+        if forks is not None:
+            forks.ready()
+        if pairs:
+            _refuse_unless_fits(plan, source, pairs[0], m)
+        while len(pairs) < m:
+            pairs += source.start(len(pairs), m - len(pairs))
+        for pair in pairs:
+            pair.pin(source.cores)
+            pair.freeze()
+        watch = gpu_watch(pairs[0], plan.is_cuda)
+        runs = [SegmentRun(pair, i, plan.prompts, plan.batch, rng, plan.resolution, plan.check, watch)
+                for i, pair in enumerate(pairs)]
+        seconds["startup"] += time.perf_counter() - t0
+        for run in runs:
+            run.warm_up(p.warmup_rounds)
+            seconds["warmup"] += sum(run.warm["cand"]) + sum(run.warm["best"])
+        while (point := test.next_look()) is not None:
+            while min(len(r.orders) for r in runs[:point.pairs]) < point.rounds:
+                for run in runs[:point.pairs]:
+                    if len(run.orders) < point.rounds:
+                        run.play_round()
+                        seconds["timed"] += run.times["cand"][-1] + run.times["best"][-1]
+                if on_round:
+                    on_round(0, min(len(r.orders) for r in runs[:point.pairs]), point.rounds)
+            segments = [r.record() for r in runs[:point.pairs]]
+            look = test.update([s.cand_s for s in segments], [s.best_s for s in segments])
+            segments[-1].look = look
+            if on_look:
+                on_look(look)
+            done = PerfOutcome(False, [], segments, seconds, {}, source.as_dict())
+            unfaithful = [f"pair {s.index + 1}: {msg}" for s in segments for msg in s.unfaithful]
+            if unfaithful:
+                done.reasons = unfaithful[:5]
+                return done
+            problems, done.guardrails = _guardrails(plan, segments, final=look.final)
+            if problems:
+                done.reasons = problems
+                return done
+            if look.final:
+                done.keep, done.reasons, done.spread = look.decision == "keep", [look.reason], test.spread()
+                return done
+        raise AssertionError("the sequential test always decides by its last look")
+    except BaseException:
+        for pair in pairs:
+            pair.kill()
+        raise
+    finally:
+        for pair in pairs:
+            pair.close()
+
+
+def _refuse_unless_fits(plan: MeasurementPlan, source: PairSource, pair: Pair, m: int) -> None:
+    """Concurrent pairs hold their memory together: refuse when `m` pairs of the first pair's size do not
+    fit the budget (the measured peaks so far: the quality run's corpus)."""
+    seg = SegmentRecord(0, [], [], [], [], {"cand": [], "best": []}, {},
+                        {side: _memory(pair.worker(side), {}) for side in SIDES}, [])
+    source.size_from(seg, most=m)
+    if source.pool.pairs < m and source.pool.per_pair_mb:
+        raise Refused(f"performance.pairs = {m} concurrent pairs need {m * source.pool.per_pair_mb:.0f} MB but "
+                      f"{source.pool.budget_mb:.0f} MB fit {source.pool.pairs}: set performance.pairs to "
+                      f"{max(1, source.pool.pairs)}")

@@ -36,10 +36,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.stats import t as student
 
 from dit_ar_contract import device
 from dit_ar_contract.config import PerfProtocol, load_config
-from perf_suite.sequential import Design, Segment, SequentialTest, suggested_offset_floor_pct
+from perf_suite.sequential import (
+    Design,
+    OffsetBound,
+    PairSpread,
+    SequentialTest,
+    improvement_pct,
+    look_stats,
+    pooled_bound,
+    trimmed,
+)
 from perf_suite.stats import decide_block
 from quality_suite.corpora import load_corpus
 
@@ -64,16 +74,27 @@ def _spin() -> None:  # pragma: no cover - runs in the load processes
 
 
 # -- evaluation (pure) ---------------------------------------------------------------------------
-def new_protocol(segments: list[dict[str, Any]], design: Design, rounds: int) -> list[dict[str, Any]]:
+def new_protocol(segments: list[dict[str, Any]], design: Design, rounds: int,
+                 bound: OffsetBound | None = None) -> list[dict[str, Any]]:
     """Consecutive experiments of the sequential protocol over one arm's segments (first `rounds` of each)."""
-    out, test = [], SequentialTest(design)
+    bound = bound or OffsetBound.default("cuda")
+    out, test = [], SequentialTest(design, bound)
     for seg in segments:
         look = test.add(seg["cand_s"][:rounds], seg["best_s"][:rounds])
         if look.final:
             out.append({"keep": look.decision == "keep", "decision": look.decision, "segments": look.segments,
                         "rounds": look.rounds, "estimate_pct": look.estimate_pct})
-            test = SequentialTest(design)
+            test = SequentialTest(design, bound)
     return out
+
+
+def aa_spread(segments: list[dict[str, Any]], rounds: int | None = None) -> PairSpread | None:
+    """The between-pair spread of A/A segments (both sides the same code): what a calibration measures."""
+    if len(segments) < 2:
+        return None
+    r = np.array([np.log(np.asarray(s["cand_s"][:rounds]) / np.asarray(s["best_s"][:rounds])) for s in segments])
+    loc, var, _ = trimmed(r[None])
+    return PairSpread(len(segments), float(loc.var(1, ddof=1)[0]), float(var.mean(1)[0]))
 
 
 def old_protocol(segments: list[dict[str, Any]], protocol: PerfProtocol, metric: str,
@@ -100,7 +121,7 @@ def resampled(segments: list[dict[str, Any]], design: Design, rounds: int, order
     rng = np.random.default_rng(seed)
     kept, used = 0, []
     for _ in range(orders):
-        test = SequentialTest(design)
+        test = SequentialTest(design, OffsetBound.default("cuda"))
         for i in rng.permutation(len(segments)):
             look = test.add(segments[i]["cand_s"][:rounds], segments[i]["best_s"][:rounds])
             if look.final:
@@ -111,22 +132,21 @@ def resampled(segments: list[dict[str, Any]], design: Design, rounds: int, order
 
 
 def pooled(segments: list[dict[str, Any]], design: Design, rounds: int) -> dict[str, float] | None:
-    """All of an arm's segments as one estimate: improvement of the candidate side and its interval."""
+    """All of an arm's segments as one estimate: improvement of the candidate side and its 1 - alpha interval."""
     if len(segments) < 2:
         return None
-    test = SequentialTest(dataclasses.replace(design, min_segments=1, max_segments=len(segments)))
-    for seg in segments:
-        look = test.add(seg["cand_s"][:rounds], seg["best_s"][:rounds])
-    return {"estimate_pct": look.estimate_pct, "lower_pct": look.lower_pct, "upper_pct": look.upper_pct,
-            "segments": look.segments}
+    r = np.array([np.log(np.asarray(s["cand_s"][:rounds]) / np.asarray(s["best_s"][:rounds])) for s in segments])
+    st = look_stats(r[None], OffsetBound.default("cuda").sd)
+    est, se, df = float(st.estimate[0]), float(st.se[0]), float(st.df[0])
+    q = float(student.ppf(1 - design.alpha, df))
+    lo, hi = sorted((improvement_pct(est + q * se, design.metric), improvement_pct(est - q * se, design.metric)))
+    return {"estimate_pct": improvement_pct(est, design.metric), "lower_pct": lo, "upper_pct": hi,
+            "segments": len(segments)}
 
 
 def summarize(arms: dict[str, list[dict[str, Any]]], protocol: PerfProtocol, metric: str,
               old_rounds: int, orders: int = 2000) -> dict[str, Any]:
-    design = Design(alpha=protocol.alpha, min_improvement_pct=protocol.min_improvement_pct,
-                    min_segments=protocol.min_segments, max_segments=protocol.max_segments,
-                    offset_floor_pct=protocol.offset_floor_pct, spending_gamma=protocol.spending_gamma,
-                    futility_z=protocol.futility_z, metric=metric)
+    design = dataclasses.replace(Design.from_protocol(protocol, metric), pairs=1)  # the study times segments
     out = {}
     for arm, segments in arms.items():
         row = {"segments": len(segments)}
@@ -139,11 +159,11 @@ def summarize(arms: dict[str, list[dict[str, Any]]], protocol: PerfProtocol, met
                          "decisions": [r.get("decision", "keep" if r["keep"] else "discard") for r in runs]}
         medians = [float(np.median(np.log(np.asarray(s["cand_s"]) / np.asarray(s["best_s"])))) for s in segments]
         row["segment_median_log_ratio_sd"] = float(np.std(medians, ddof=1)) if len(medians) > 1 else None
-        locations = [Segment.of(s["cand_s"][:protocol.rounds], s["best_s"][:protocol.rounds]).location
-                     for s in segments]
-        row["segment_trimmed_mean_sd_pct"] = 100 * float(np.std(locations, ddof=1)) if len(segments) > 1 else None
-        if arm == "null":
-            row["suggested_offset_floor_pct"] = suggested_offset_floor_pct(locations)
+        spread = aa_spread(segments, protocol.rounds)
+        row["segment_trimmed_mean_sd_pct"] = 100 * float(np.sqrt(spread.spread_var)) if spread else None
+        if arm == "null" and spread is not None:
+            prior = OffsetBound.default("cuda")
+            row["offset_bound_pct"] = pooled_bound(prior, [spread], protocol.bound_confidence, 1).pct
         row["new"]["resampled"] = resampled(segments, design, protocol.rounds, orders)
         row["pooled"] = pooled(segments, design, protocol.rounds)
         out[arm] = row
@@ -225,7 +245,10 @@ class PairPool:
 def run_study(config_path: Path, lane_name: str, null_segments: int, speedups: list[float],
               segments_per_speedup: int, steps: int | None, rounds: int | None, old_rounds: int, pool_size: int,
               load: int, affinity: tuple[int, ...] | None, deadline_s: float | None,
-              out: Path | None, sandboxed: bool = True, overhead_segments: int = 0) -> dict[str, Any]:
+              out: Path | None, sandboxed: bool = True, overhead_segments: int = 0, tree: Path | None = None,
+              quiet: bool = False) -> dict[str, Any]:
+    """Collect the arms (see the module docstring); `tree`: the folder whose model_under_test is timed (default
+    the project root; `dit-ar calibrate` passes the best worktree)."""
     config = load_config(config_path)
     lane = config.lane(lane_name)
     target = device.resolve_lane(config, lane)
@@ -235,8 +258,9 @@ def run_study(config_path: Path, lane_name: str, null_segments: int, speedups: l
                                    cpu_affinity=affinity or lane.performance.cpu_affinity)
     policy = SandboxPolicy((), lane.is_cuda) if sandboxed else None
     launcher = WorkerLauncher(target, protocol.threads, protocol.round_timeout_s, policy)
-    root = config.root
-    prompts = tuple(c.prompt for c in load_corpus(root / lane.corpus))
+    project = config.root
+    root = tree or project
+    prompts = tuple(c.prompt for c in load_corpus(project / lane.corpus))
     tmp = Path(tempfile.mkdtemp(prefix="dit-ar-study-"))
     started = time.perf_counter()
     spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(load)]
@@ -244,11 +268,11 @@ def run_study(config_path: Path, lane_name: str, null_segments: int, speedups: l
         s.start()
 
     def spec_for(side_root: Path) -> dict[str, Any]:
-        spec = lane.workload(launcher.model_root(side_root), root)
+        spec = lane.workload(launcher.model_root(side_root), project)
         return {**spec, "steps": steps} if steps else spec
 
     def pool(cand_root: Path, best_root: Path, tag: str, best_launcher: WorkerLauncher | None = None) -> PairPool:
-        best_spec = lane.workload((best_launcher or launcher).model_root(best_root), root)
+        best_spec = lane.workload((best_launcher or launcher).model_root(best_root), project)
         best_spec = {**best_spec, "steps": steps} if steps else best_spec
         return PairPool(Side(tag, cand_root, spec_for(cand_root)), Side(tag, best_root, best_spec),
                         launcher, tmp / "logs", pool_size, protocol.cpu_affinity, best_launcher)
@@ -291,7 +315,8 @@ def run_study(config_path: Path, lane_name: str, null_segments: int, speedups: l
                 pair.close()
             results["arms"][arm].append(_segment_data(seg))
             _save(results, protocol, lane.primary_metric, old_rounds, out, started)
-            print(" ".join(f"{a}:{len(s)}" for a, s in results["arms"].items()), flush=True)
+            if not quiet:
+                print(" ".join(f"{a}:{len(s)}" for a, s in results["arms"].items()), flush=True)
     except TimeoutError:
         results["stopped"] = f"deadline of {deadline_s:.0f} s reached"
     finally:
@@ -306,7 +331,7 @@ def run_study(config_path: Path, lane_name: str, null_segments: int, speedups: l
 
 def _segment_data(seg: Any) -> dict[str, Any]:
     return {"cand_s": seg.cand_s, "best_s": seg.best_s, "warmup_s": seg.warmup_s, "build_s": seg.build_s,
-            "problems": seg.unfaithful}
+            "orders": seg.orders, "problems": seg.unfaithful}
 
 
 def _save(results: dict[str, Any], protocol: PerfProtocol, metric: str, old_rounds: int, out: Path | None,

@@ -41,6 +41,14 @@ def verdict_section(tr: Any, exp: Experiment) -> None:
     if perf is not None and perf.look is not None:
         for line in speed_lines(perf, exp.session.lane):
             tr.write_line(line)
+        if perf.rounds_flagged:
+            tr.write_line(f"rounds: {perf.rounds_flagged}")
+        forked = perf.pool.get("fork_times")
+        if forked:
+            ready = [t for side in forked.values() for t in side["fork_ready_s"]]
+            starts = [t for side in forked.values() for t in side["zygote_ready_s"]]
+            tr.write_line(f"workers: {len(ready)} forked, ready in {max(ready, default=0):.2f} s at most; "
+                          f"fork servers started in {max(starts, default=0):.1f} s")
     for reason in verdict.reasons[:10]:
         tr.write_line(f"- {reason}")
     spent = exp.seconds()

@@ -39,7 +39,7 @@ from typing import Iterable
 
 from . import zh
 
-INDEX_VERSION = 4
+INDEX_VERSION = 5
 
 # BM25 parameters and field weights.
 K1 = 1.2
@@ -55,7 +55,13 @@ W_CJK_BIGRAM = 0.5    # Chinese characters the dictionary does not know, matched
 SECOND_PASSAGE_SHARE = 0.25
 # Index pages list every topic; they should not outrank the page they point to. The glossary repeats
 # every term (in English and Chinese) and counts less for the same reason.
-FILE_WEIGHTS = {"README.md": 0.5, "04_glossary.md": 0.6}
+FILE_WEIGHTS = {"README.md": 0.5, "04_glossary.md": 0.6, "03_sources.md": 0.5}
+# The bibliography (09_reference/03_sources.md) names every technique next to its paper; it is where to
+# look up a citation, not an answer, so it counts half, like the index page.
+# Example command lines (a `dit-ar ...` line in a code block) and above all the query quoted in an example
+# `dit-ar search "..."` show how to ask, not what a page is about: their words count this much.
+W_COMMAND = 0.3
+W_EXAMPLE_QUERY = 0.05
 # Reference lists (a page's "Sources" section) repeat keywords from everywhere; they count less.
 HEADING_WEIGHTS = {"sources": 0.6, "source": 0.6, "references": 0.6}
 MAX_PASSAGES_PER_FILE = 3
@@ -409,13 +415,39 @@ def _file_title_tokens(rel: str, title: str) -> list[str]:
     return tokens(title) + tokens(stem.replace("_", " ")) + tokens(folder.replace("_", " "))
 
 
+_COMMAND_LINE = re.compile(r"^\s*(?:\$\s+)?dit-ar\s.*$", re.M)
+_EXAMPLE_QUERY = re.compile(r"""(dit-ar\s+(?:--config\s+\S+\s+)?search\s+)("[^"\n]*"|'[^'\n]*')""")
+
+
+def weighted_parts(body: str) -> list[tuple[str, float]]:
+    """A passage's text in parts with their weight: quoted example queries of `dit-ar search`, the rest of
+    `dit-ar` command lines in code blocks, and everything else at full weight."""
+    parts: list[tuple[str, float]] = []
+    rest: list[str] = []
+    fenced = body.lstrip().startswith(("```", "~~~"))
+    pos = 0
+    for match in _EXAMPLE_QUERY.finditer(body):
+        rest.append(body[pos:match.start(2)])
+        parts.append((match.group(2), W_EXAMPLE_QUERY))
+        pos = match.end(2)
+    rest.append(body[pos:])
+    text = "".join(rest)
+    if fenced:
+        commands = _COMMAND_LINE.findall(text)
+        parts += [(line, W_COMMAND) for line in commands]
+        text = _COMMAND_LINE.sub("", text)
+    return [(text, W_BODY)] + parts
+
+
 def _docs_for_file(rel: str, text: str) -> list[_Doc]:
     title, parts = split_markdown(text)
     title_toks = Counter(_file_title_tokens(rel, title))
     docs = []
     for line, heading, body in parts:
-        body_toks = Counter(tokens(body))
-        body_toks.update(_bigrams(body))
+        body_toks: Counter[str] = Counter()
+        for part, weight in weighted_parts(body):
+            for token in tokens(part) + _bigrams(part):
+                body_toks[token] += weight
         head_toks = Counter(tokens(heading))
         head_toks.update(_bigrams(heading))
         tf: dict[str, float] = {}

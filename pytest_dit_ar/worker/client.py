@@ -102,6 +102,7 @@ class WorkerProcess:
         self.prelude_s = 0.0  # the worker's own start: imports, CUDA context (from its hello)
         self._buf = b""
         self._outputs = 0
+        self._token = secrets.token_hex(4)  # output names of workers sharing one scratch folder stay apart
 
     @property
     def model_root(self) -> Path:
@@ -117,27 +118,41 @@ class WorkerProcess:
 
     def spawn(self) -> "WorkerProcess":
         """Start the process. Call from the main thread: the child dies with the thread that spawned it."""
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.scratch.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-I", "-c", BOOTSTRAP, "--root", str(self.model_root),
+        self._launch(self.argv(BOOTSTRAP), subprocess.PIPE, subprocess.PIPE)
+        return self
+
+    def argv(self, bootstrap: str) -> list[str]:
+        """The command line of a worker (or of a fork server, with its own bootstrap) for this side."""
+        argv = [sys.executable, "-I", "-c", bootstrap, "--root", str(self.model_root),
                 "--device", self.target.device, "--threads", str(self.threads)]
         if self.target.memory_cap_gb:
             argv += ["--cap-gb", str(self.target.memory_cap_gb)]
-        env = {**self.target.env, "PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": "PASSIVE",
-               PATH_VARIABLE: os.pathsep.join(worker_sys_path(self.root))}
+        return argv
+
+    def environment(self) -> dict[str, str]:
+        """The variables a worker gets on top of the lane's (the same for both sides)."""
+        return {**self.target.env, "PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": "PASSIVE",
+                PATH_VARIABLE: os.pathsep.join(worker_sys_path(self.root))}
+
+    def _launch(self, argv: list[str], stdin: Any, stdout: Any) -> None:
+        """Popen `argv` for this side, in its sandbox unless the policy says none."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        env = self.environment()
         with open(self.log_path, "ab") as log:
+            stdout = log if stdout is None else stdout
             if self.sandbox is None:
-                self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                self.proc = subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=log,
                                              cwd=self.root, env={**os.environ, **env}, bufsize=0,
                                              preexec_fn=_die_with_parent)
-                return self
+                return
             read_end, write_end = os.pipe()
             expose = (*self.sandbox.expose, *(Path(p) for p in worker_sys_path(self.root)))
             tree = self._stage_tree()
             spec = sandbox_mod.SandboxSpec(tree, self.scratch, self.sandbox.hide, self.sandbox.gpu, env, expose)
             try:
-                self.proc = subprocess.Popen(sandbox_mod.command(spec, argv, write_end), stdin=subprocess.PIPE,
-                                             stdout=subprocess.PIPE, stderr=log, bufsize=0, pass_fds=(write_end,),
+                self.proc = subprocess.Popen(sandbox_mod.command(spec, argv, write_end), stdin=stdin,
+                                             stdout=stdout, stderr=log, bufsize=0, pass_fds=(write_end,),
                                              preexec_fn=_die_with_parent)
             finally:
                 os.close(write_end)
@@ -149,7 +164,6 @@ class WorkerProcess:
                               "`dit-ar doctor` checks the sandbox") from None
             finally:
                 os.close(read_end)
-        return self
 
     def _stage_tree(self) -> Path:
         """A copy of the side's mutable paths in the staging folder: all the sandbox shows of its tree."""
@@ -213,7 +227,7 @@ class WorkerProcess:
         """One timed generate. The worker writes its outputs to its scratch folder; the harness reads and
         checks them itself (shape, resolution, finite values): nothing the worker reports about them counts."""
         self._outputs += 1
-        name = f"out-{self._outputs}.safetensors"
+        name = f"out-{self._token}-{self._outputs}.safetensors"
         fields: dict[str, Any] = {"requests": requests, "out": self._inside(name)}
         if perturb:
             fields["perturb"] = perturb

@@ -18,7 +18,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from . import protocol
 
@@ -72,7 +72,7 @@ def import_model(root: Path) -> Any:
 PRELOAD = (("diffusers", "ModelMixin"), ("diffusers", "SchedulerMixin"), ("quality_suite.audit", ""))
 
 
-def _preload() -> None:
+def preload() -> None:
     for module, attr in PRELOAD:
         loaded = importlib.import_module(module)
         if attr:
@@ -85,7 +85,7 @@ class Worker:
     def __init__(self, root: Path, device: str, threads: int, cap_gb: float | None):
         import torch
 
-        _preload()
+        preload()
 
         self.torch = torch
         self.root, self.device = root, device
@@ -209,6 +209,18 @@ class Worker:
         return mem
 
 
+def settle(torch: Any) -> None:
+    """Wait for every kernel this process queued on any stream of any visible GPU (a device-wide
+    synchronize), so that nothing the side left running overlaps the other side's timed round. A no-op
+    where CUDA was never initialised (CPU lanes, a worker that has not touched the GPU)."""
+    cuda = getattr(torch, "cuda", None)
+    if cuda is None or not cuda.is_initialized():
+        return
+    for index in range(cuda.device_count()):
+        with cuda.device(index):
+            cuda.synchronize()
+
+
 def serve(worker: Worker, proto: Any, stdin: Any) -> None:
     ops: dict[str, Callable[..., dict[str, Any]]] = {"build": worker.build, "generate": worker.generate,
                                                      "activation_dtypes": worker.activation_dtypes,
@@ -231,6 +243,8 @@ def serve(worker: Worker, proto: Any, stdin: Any) -> None:
             reply = {"ok": False, "kind": protocol.error_kind(exc), "error": f"{type(exc).__name__}: {exc}",
                      "traceback": traceback.format_exc()[-6000:]}
             traceback.print_exc(file=sys.stderr)
+        with contextlib.suppress(Exception):  # a broken context is the next request's error
+            settle(worker.torch)  # before the reply: the round trip includes whatever the side queued
         proto.write(protocol.encode(reply).decode())
         proto.flush()
 
@@ -243,9 +257,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--cap-gb", type=float, default=None)
     args = parser.parse_args(argv)
+    return run(args.root, args.device, args.threads, args.cap_gb, started)
+
+
+def run(root: Path, device: str, threads: int, cap_gb: float | None, started: float) -> int:
+    """Build the worker, say hello on the protocol channel and serve until exit (an exec'd worker's main,
+    and a forked child of the fork server after it took over its own stdin, stdout and log)."""
     proto = _channel()
     try:
-        worker = Worker(args.root, args.device, args.threads, args.cap_gb)
+        worker = Worker(root, device, threads, cap_gb)
     except BaseException as exc:
         proto.write(protocol.encode({"ok": False, "kind": "exception", "error": f"{type(exc).__name__}: {exc}",
                                      "traceback": traceback.format_exc()[-6000:]}).decode())
@@ -254,7 +274,20 @@ def main(argv: list[str] | None = None) -> int:
                                  "identity": worker.identity, "prelude_s": time.perf_counter() - started}).decode())
     proto.flush()
     serve(worker, proto, sys.stdin)
-    return 0
+    leave()
+
+
+def leave() -> NoReturn:
+    """Exit after the harness's exit request: the candidate's atexit handlers run (a helper rank it started
+    is closed there), the interpreter's own teardown does not (with torch loaded it took several seconds
+    under load, between segments: the harness waited for it)."""
+    import atexit
+
+    atexit._run_exitfuncs()  # noqa: SLF001 - what sys.exit would run, without the module teardown
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -53,6 +53,16 @@ def test_faster_exact_commit_is_kept_and_a_manual_reset_is_recoverable(loop_repo
     row = ledger_rows(loop_repo)[-1]
     assert row.status is Status.KEEP and row.commit == sha and row.improvement_pct > 2.0
     assert git(loop_repo / ".autoresearch/worktrees/best", "rev-parse", "HEAD") == sha
+    # segment 1 is the quality run's exec'd pair, every later pair came from the fork servers; orders alternate
+    perf = json.loads((loop_repo / row[16] / "perf.json").read_text())
+    segments = perf["segments"]
+    assert len(segments) >= 2 and not segments[0]["forked"]
+    assert all(s["forked"] and set(s["ready_s"]) == {"cand", "best"} for s in segments[1:]), segments
+    assert all(a != b for s in segments for a, b in zip(s["orders"], s["orders"][1:]))
+    assert [r["order"] for r in segments[0]["rounds"]] == segments[0]["orders"]
+    times = perf["pool"]["fork_times"]
+    assert len(times["candidate"]["zygote_ready_s"]) == 1 and len(times["best"]["fork_ready_s"]) == len(segments) - 1
+    assert "workers: " in proc.stdout and "forked" in proc.stdout
     # a mistaken extra reset by hand is detected by status and undone by recover
     git(loop_repo, "reset", "-q", "--hard", "HEAD^")
     info = json.loads(run(loop_repo, "status", "--json", check=True).stdout)

@@ -99,6 +99,14 @@ def test_renaming_guardrails_no_longer_drops_them_silently(tmp_path: Path) -> No
     ({"mutable_paths": ["pytest_dit_ar/"]}, "mutable_paths", "no overlap"),
     ({"fixed_paths": ["/etc"]}, "fixed_paths[0]", "relative path"),
     ({"performance__cpu_affinity": []}, "performance.cpu_affinity", "non-empty"),
+    ({"performance__pair_cores": "two"}, "performance.pair_cores", '"one"'),
+    ({"performance__fork_servers_per_side": 0}, "performance.fork_servers_per_side", "positive"),
+    ({"performance__offset_floor_pct": 3.4}, "performance.offset_floor_pct", "offset_bound_pct"),
+    ({"lanes__dit-xl2-256__performance__offset_floor_pct": 7.0}, "lanes.dit-xl2-256.performance.offset_floor_pct",
+     "offset_bound_pct"),
+    ({"performance__bound_confidence": 1.0}, "performance.bound_confidence", "confidence level"),
+    ({"performance__pairs": 0}, "performance.pairs", "positive"),
+    ({"performance__offset_bound_pct": -1.0}, "performance.offset_bound_pct", "positive"),
 ])
 def test_bad_values_name_the_key_and_what_was_expected(tmp_path: Path, change: dict, key: str,
                                                         expected: str) -> None:

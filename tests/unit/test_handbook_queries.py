@@ -128,6 +128,19 @@ ENGLISH: list[tuple[str, Expected]] = [
     ("does compile work with offload and CUDA graphs", R + "05_technique_interaction_matrix.md"),
     ("DISCARD-QUALITY reason outside the noise envelope", R + "06_verdict_reasons_and_next_steps.md"),
     ("8-bit weights", (A + "04_quantization_on_ampere.md", K + "04_int8_matmul_with_torch_int_mm.md")),
+    # issue 23: what the docs review found agents asking
+    ("can a quantization be kept on a lane without a task metric",
+     (A + "05_approximations_without_a_task_metric.md", A + "04_quantization_on_ampere.md")),
+    ("int8 on a GPU lane with no task metric", (A + "05_approximations_without_a_task_metric.md",
+                                                A + "04_quantization_on_ampere.md")),
+    ("is the p95 guardrail judged after two segments", (F + "02_benchmarking_and_quality_gates.md",
+                                                        F + "04_target_hardware_and_quality_contract.md",
+                                                        R + "06_verdict_reasons_and_next_steps.md")),
+    ("how is the speed verdict decided sequential test fresh process pairs",
+     (F + "02_benchmarking_and_quality_gates.md", R + "02_false_keeps_and_pitfalls.md")),
+    ("DISCARD-QUALITY timed outputs against the best's for the same request",
+     R + "06_verdict_reasons_and_next_steps.md"),
+    ("T5 out of memory offload", (M + "03_text_encoder_on_24gb.md", M + "07_offload_budgets_for_text_encoders.md")),
 ]
 
 CHINESE: list[tuple[str, Expected]] = [
@@ -175,6 +188,13 @@ CHINESE: list[tuple[str, Expected]] = [
     ("先做什么 优化顺序", G + "08_a5500_optimization_ladder.md"),
     ("bf16 和 fp32 的误差 TF32", G + "01_precision_bf16_fp16_tf32.md"),
     ("启动开销 和 计算瓶颈 怎么区分", BN + "01_bottleneck_taxonomy.md"),
+    # issue 23
+    ("量化 int8 能不能 保留 没有任务指标", (A + "05_approximations_without_a_task_metric.md",
+                                    A + "04_quantization_on_ampere.md")),
+    ("显存不够 T5 卸载", (M + "03_text_encoder_on_24gb.md", M + "07_offload_budgets_for_text_encoders.md")),
+    ("p95 护栏 什么时候 判断", (F + "02_benchmarking_and_quality_gates.md",
+                          F + "04_target_hardware_and_quality_contract.md")),
+    ("速度 判决 序贯检验 分段", (F + "02_benchmarking_and_quality_gates.md", R + "02_false_keeps_and_pitfalls.md")),
 ]
 
 TYPOS: list[tuple[str, Expected]] = [
@@ -195,6 +215,12 @@ TYPOS: list[tuple[str, Expected]] = [
     ("microbenchmrak L2 flsh", K + "03_microbenchmark_method.md"),
     ("flase keeep noise", R + "02_false_keeps_and_pitfalls.md"),
     ("glosary", R + "04_glossary.md"),
+    # issue 23
+    ("quantizaton kept without task metrc", (A + "05_approximations_without_a_task_metric.md",
+                                             A + "04_quantization_on_ampere.md")),
+    ("p95 guardrial judged", (F + "02_benchmarking_and_quality_gates.md",
+                              F + "04_target_hardware_and_quality_contract.md")),
+    ("sequental test segmnets", (F + "02_benchmarking_and_quality_gates.md", R + "02_false_keeps_and_pitfalls.md")),
 ]
 
 SETS = {"English": ENGLISH, "Chinese": CHINESE, "typos": TYPOS}

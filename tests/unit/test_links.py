@@ -3,6 +3,7 @@
 Two kinds of reference are checked, outside fenced code blocks:
 
 * markdown links `[text](target)` whose target is not a URL: resolved against the linking file's folder;
+* repository paths written in plain prose (`see docs/quality.md`), under a top-level folder of the project;
 * repository paths written as code spans (`docs/probes/dit_probe.py`, `03_single_gpu/...md`): a span
   without spaces whose first segment is a top-level entry of the repository, a handbook section
   (`00_foundations`, ...), `knowledge`, or `probes` (the old, broken form of `docs/probes/`). It must
@@ -103,10 +104,25 @@ def repo_path(span: str) -> str | None:
     return None
 
 
+# A repository path written in plain prose, without backticks (`docs/DESIGN.md §1`, "see docs/quality.md").
+_BARE = re.compile(r"(?<![\w/`.:@~-])((?:docs|handbook|examples|tools|tests|config|quality_suite|perf_suite|"
+                   r"pytest_dit_ar|dit_ar_contract|model_under_test|assets)/[\w./{},*-]*[\w/}*])")
+
+
+def bare_paths(line: str) -> list[str]:
+    """Repository paths in a prose line outside code spans, links and URLs."""
+    text = _SPAN.sub(" ", line)
+    text = re.sub(r"\]\([^)]*\)", "]", text)
+    text = re.sub(r"\S+://\S+", " ", text)
+    return [_SUFFIX.sub("", m.group(1)) for m in _BARE.finditer(text)]
+
+
 def references(doc: Path) -> list[tuple[int, str, str]]:
     """(line, kind, target) for every checked reference in one file."""
     found = []
     for number, line in _prose_lines(doc.read_text(encoding="utf-8")):
+        for path in bare_paths(line):
+            found.append((number, "path", path))
         for match in _LINK.finditer(line):
             target = match.group(1)
             if "://" in target or target.startswith(("#", "mailto:")):
@@ -146,6 +162,7 @@ def test_the_checker_finds_paths_and_links(tmp_path):
                    encoding="utf-8")
     kinds = [(k, t) for _, k, t in references(doc)]
     assert kinds == [("link", "missing.md"), ("path", "docs/nothing_here.py")]
+    assert bare_paths("see docs/quality.md, `docs/x.md` and https://github.com/a/b/docs/y.md.") == ["docs/quality.md"]
 
 
 def test_old_probe_paths_are_gone():

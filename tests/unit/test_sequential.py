@@ -7,10 +7,22 @@ import math
 
 import numpy as np
 import pytest
+from scipy.stats import chi2
 
-from perf_suite.sequential import Design, SequentialTest, boundaries, improvement_pct, spent
+from perf_suite.sequential import (
+    Design,
+    OffsetBound,
+    PairSpread,
+    SequentialTest,
+    boundaries,
+    improvement_pct,
+    pooled_bound,
+    spent,
+    trimmed,
+)
 
-DESIGN = Design(alpha=0.01, min_improvement_pct=2.0, min_segments=2, max_segments=6, offset_floor_pct=1.0)
+DESIGN = Design(alpha=0.01, min_improvement_pct=2.0, min_segments=2, max_segments=6, rounds=8)
+BOUND = OffsetBound.of_pct(1.0, "test")
 
 
 def segment(rng: np.random.Generator, effect: float, n: int = 8, noise: float = 0.03, offset_sd: float = 0.01,
@@ -27,7 +39,7 @@ def segment(rng: np.random.Generator, effect: float, n: int = 8, noise: float = 
 
 
 def run(rng: np.random.Generator, effect: float, design: Design = DESIGN, **kw) -> object:
-    test = SequentialTest(design)
+    test = SequentialTest(design, BOUND)
     while True:
         look = test.add(*segment(rng, effect, **kw))
         if look.final:
@@ -48,10 +60,19 @@ def test_boundaries_spend_exactly_alpha() -> None:
 
 
 def test_no_ops_are_kept_at_most_alpha_of_the_time_even_with_offsets_and_bursts() -> None:
-    """Process offsets at the floor (0.7% per process = 1% between the two of a pair) and bursts."""
+    """Process offsets at the bound (0.7% per process = 1% between the two of a pair) and bursts."""
+    from perf_suite.sequential import KEEP, run_experiments
+
     rng = np.random.default_rng(1)
-    kept = sum(run(rng, 0.0, offset_sd=0.007, burst=0.15).decision == "keep" for _ in range(2000))
-    assert kept <= 30, f"{kept} of 2000 no-op experiments kept (alpha 1%; 3,000 runs gave 0.4%)"
+    shape, n = (3000, 6, 8), 8  # the model of segment(), vectorised: offsets, per-side noise, one-sided bursts
+    r = (rng.normal(0, 0.007, shape[:2] + (1,)) - rng.normal(0, 0.007, shape[:2] + (1,))
+         + rng.normal(0, 0.03, shape) - rng.normal(0, 0.03, shape))
+    hit, side = rng.random(shape) < 0.15, rng.random(shape) < 0.5
+    r = r + np.where(hit & side, math.log(3), 0.0) - np.where(hit & ~side, math.log(3), 0.0)
+    assert r.shape[-1] == n
+    kept = int(np.sum(run_experiments(r, DESIGN, BOUND.sd).decision == KEEP))
+    assert kept <= 30, f"{kept} of 3000 no-op experiments kept (alpha 1%)"
+    assert run(rng, 0.0, offset_sd=0.007, burst=0.15).final  # the look-by-look path runs the same code
 
 
 def test_a_clear_win_is_kept_at_the_first_possible_look() -> None:
@@ -75,22 +96,23 @@ def test_a_slower_candidate_stops_after_one_segment() -> None:
 def test_an_unclear_small_effect_ends_inconclusive_with_its_interval() -> None:
     look = run(np.random.default_rng(5), 0.03, noise=0.30, offset_sd=0.02)
     assert look.decision in ("inconclusive", "not-faster", "keep")
-    noisy = SequentialTest(Design(max_segments=2, min_segments=2, futility_z=5.0))
+    noisy = SequentialTest(Design(max_segments=2, min_segments=2, futility_z=5.0, rounds=8), BOUND)
     rng = np.random.default_rng(6)
     noisy.add(*segment(rng, 0.03, noise=0.4))
     look = noisy.add(*segment(rng, 0.03, noise=0.4))
     assert look.decision == "inconclusive"
-    assert look.reason.startswith(f"inconclusive after {look.rounds} rounds (2 segments):")
+    assert look.reason.startswith(f"inconclusive after {look.rounds} rounds in 2 pairs:")
     assert f"[{look.lower_pct:+.2f}%, {look.upper_pct:+.2f}%]" in look.reason
 
 
 def test_process_offsets_larger_than_the_floor_widen_the_interval() -> None:
     rng = np.random.default_rng(7)
-    steady, offset = SequentialTest(DESIGN), SequentialTest(DESIGN)
+    patient = Design(max_segments=6, rounds=8, futility_z=50.0)  # never stops for futility
+    steady, offset = SequentialTest(patient, BOUND), SequentialTest(patient, BOUND)
     for _ in range(3):
         steady.add(*segment(rng, 0.0, noise=0.005, offset_sd=0.0))
         offset.add(*segment(rng, 0.0, noise=0.005, offset_sd=0.05))
-    assert steady.current().offset_sd == pytest.approx(math.log1p(0.01))  # the floor
+    assert steady.current().offset_sd == pytest.approx(math.log1p(0.01))  # the bound B
     assert offset.current().offset_sd > 0.02 and offset.current().standard_error > steady.current().standard_error
 
 
@@ -120,13 +142,76 @@ def test_the_study_judges_both_protocols_on_the_same_segments() -> None:
     assert sum(r["segments"] for r in new_protocol(arms["null"], DESIGN, 8)) <= len(arms["null"])
 
 
-def test_the_suggested_offset_floor_is_an_upper_bound_of_the_no_op_spread() -> None:
-    from perf_suite.sequential import suggested_offset_floor_pct
-
+def test_the_pooled_bound_covers_the_between_process_sd_alone() -> None:
+    """B bounds sigma_b, not the total spread: with no offset at all and noisy rounds it stays near 0 (the
+    shipped floor rule gave the total spread, ~4% here), and with sigma_b = 2% it covers 2% about 90% of the
+    time; below `min_df` pooled degrees of freedom the prior stands."""
     rng = np.random.default_rng(7)
-    covered = 0
-    for _ in range(200):
-        locations = list(rng.normal(0.0, 0.05, size=12))  # true between-process sd 5% (log scale)
-        covered += suggested_offset_floor_pct(locations) >= 100 * math.expm1(0.05)
-    assert 0.85 <= covered / 200 <= 0.95  # a 90% upper bound
-    assert suggested_offset_floor_pct([0.01, -0.02]) is None  # too few no-op segments to say
+    prior = OffsetBound.of_pct(2.5, "prior")
+
+    def spread(sigma_b: float, m: int = 8, n: int = 16) -> PairSpread:
+        r = sigma_b * rng.standard_normal((m, 1)) + 0.12 * rng.standard_normal((m, n))
+        loc, var, _ = trimmed(r[None])
+        return PairSpread(m, float(loc.var(ddof=1)), float(var.mean()))
+
+    quiet, total = [], []
+    for _ in range(100):
+        spreads = [spread(0.0) for _ in range(3)]
+        quiet.append(pooled_bound(prior, spreads).pct)
+        s2 = np.mean([s.spread_var for s in spreads])  # the shipped floor rule: a bound on the total spread
+        total.append(100 * math.expm1(math.sqrt(s2 * 21 / chi2.ppf(0.1, 21))))
+    assert np.median(quiet) < 0.7 * np.median(total)
+    covered = [pooled_bound(prior, [spread(0.02) for _ in range(3)]).sd >= 0.02 for _ in range(200)]
+    assert 0.80 <= np.mean(covered) <= 0.97
+    assert pooled_bound(prior, [PairSpread(4, 0.01, 0.001)]) is prior  # 3 df < min_df 7: the prior
+    assert "pooled from 2 experiments (14 df)" in pooled_bound(prior, [PairSpread(8, 1e-4, 1e-5)] * 2).source
+
+
+def test_satterthwaite_df_when_the_bound_binds_and_k_minus_1_when_the_spread_binds() -> None:
+    from perf_suite.sequential import look_stats
+
+    rng = np.random.default_rng(3)
+    r = 0.05 * rng.standard_normal((1, 6, 8))
+    st = look_stats(r, math.log1p(0.07))  # B = 7% binds
+    W = float(st.within_var[0])
+    assert float(st.df[0]) > 5 * 6  # more than the shipped sum of within df (the bound is known)
+    assert float(st.df[0]) == pytest.approx((math.log1p(0.07) ** 2 + W) ** 2 / (W ** 2 / 30), rel=0.35)
+    wide = r + 0.2 * rng.standard_normal((1, 6, 1))  # a spread far above B binds: k - 1 df
+    assert float(look_stats(wide, 0.001).df[0]) == 5
+
+
+def test_design_from_protocol_is_the_one_place_the_protocol_becomes_a_design() -> None:
+    from dit_ar_contract.config import PerfProtocol
+
+    p = PerfProtocol(rounds=16, max_segments=8, futility_target_pct=3.0, pairs=1)
+    d = Design.from_protocol(p, "images_per_s", max_segments=1)
+    assert (d.rounds, d.max_segments, d.min_segments, d.metric, d.futility_target_pct) == (16, 1, 1, "images_per_s",
+                                                                                         3.0)
+    c = Design.from_protocol(PerfProtocol(pairs=8, rounds=36, first_look_rounds=4, look_every_rounds=2), "latency_ms")
+    pts = c.schedule()
+    assert c.concurrent and [p.rounds for p in pts] == list(range(4, 37, 2)) and all(p.pairs == 8 for p in pts)
+    assert c.fractions()[0] == pytest.approx(4 / 36) and c.fractions()[-1] == 1.0
+
+
+def test_the_concurrent_interface_takes_every_pairs_rounds_so_far() -> None:
+    rng = np.random.default_rng(11)
+    test = SequentialTest(Design(pairs=4, rounds=12, first_look_rounds=4, look_every_rounds=4), BOUND)
+    cand = [[] for _ in range(4)]
+    best = [[] for _ in range(4)]
+    look = None
+    while (point := test.next_look()) is not None:
+        for i in range(4):  # round-robin: every pair gets its next rounds
+            while len(cand[i]) < point.rounds:
+                b = float(rng.uniform(0.4, 0.41))
+                cand[i].append(b * 0.8)
+                best[i].append(b)
+        look = test.update(cand, best)
+    assert look is not None and look.decision == "keep" and look.rounds == 16 and look.segments == 4
+    with pytest.raises(ValueError, match="already decided"):
+        test.update(cand, best)
+    fresh = SequentialTest(Design(pairs=4, rounds=12), BOUND)
+    with pytest.raises(ValueError, match="needs 4 pairs"):
+        fresh.update(cand[:3], best[:3])
+    with pytest.raises(ValueError, match="update"):
+        fresh.add(cand[0], best[0])
+    assert test.spread().pairs == 4

@@ -1,0 +1,375 @@
+"""Harness side of the fork servers: cheap fresh workers for every pair after the first.
+
+A `Zygote` is one separately exec'd process per side and layout, in that side's own sandbox (the same
+sandbox a worker gets), that imported the fixed prelude and waits (worker/zygote.py). `Zygote.fork`
+returns a `ForkedWorker`: a `WorkerProcess` whose process is a child of the zygote, reached through pipes
+the harness made and passed over the zygote's socket. `SideZygotes` holds a side's zygotes and deals the
+forks round-robin over them, so that the pairs of one experiment sample several address-space layouts
+(a zygote's children share its layout: Lee et al., NDSS 2014); `ForkServers` holds both sides.
+
+Freezing: a forked worker's freeze stops every sandbox of its side (the zygotes, their children and
+anything a child left behind), so nothing of the side runs while the other side is timed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dit_ar_contract.errors import CandidateCrash, Refused
+
+from . import protocol
+from .client import PATH_VARIABLE, WorkerLauncher, WorkerProcess, log_tail
+
+ZYGOTE_BOOTSTRAP = ("import os, sys; sys.path[:0] = os.environ.pop('" + PATH_VARIABLE + "').split(os.pathsep); "
+                    "from pytest_dit_ar.worker.zygote import main; sys.exit(main())")
+NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
+
+
+def host_pid(candidates: list[int], inner_pid: int) -> int | None:
+    """The host PID of the process that is `inner_pid` inside its PID namespace (the last NSpid field)."""
+    for pid in candidates:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("NSpid:") and int(line.split()[-1]) == inner_pid:
+                    return pid
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+class _ForkedHandle:
+    """What WorkerProcess needs of a Popen, for a process the harness did not start (a zygote's child):
+    its pipes, and its life through a pidfd."""
+
+    def __init__(self, pid: int, stdin_fd: int, stdout_fd: int):
+        self.pid = pid
+        self.stdin = os.fdopen(stdin_fd, "wb", buffering=0)
+        self.stdout = os.fdopen(stdout_fd, "rb", buffering=0)
+        self._pidfd = os.pidfd_open(pid)
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and select.select([self._pidfd], [], [], 0)[0]:
+            self.returncode = -1  # the zygote reaped it: the code is not ours to read
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            ready = select.select([self._pidfd], [], [], timeout)[0]
+            if not ready:
+                import subprocess
+
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0)
+            self.returncode = -1
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            try:
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def close(self) -> None:
+        for f in (self.stdin, self.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+        try:
+            os.close(self._pidfd)
+        except OSError:
+            pass
+
+
+@dataclass
+class ForkTimes:
+    """How long the fork servers took: each zygote's start (spawn to hello) and each fork (request to hello)."""
+
+    zygote_ready_s: list[float] = field(default_factory=list)
+    fork_ready_s: list[float] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, list[float]]:
+        return {"zygote_ready_s": self.zygote_ready_s, "fork_ready_s": self.fork_ready_s}
+
+
+class Zygote(WorkerProcess):
+    """One fork server of one side, in its own sandbox; `fork` makes fresh workers from it."""
+
+    def __init__(self, *args: Any, side_group: "SideZygotes | None" = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.group = side_group
+        self._sock: socket.socket | None = None
+        self.inner_pid = -1
+        self.host_pid = -1
+        self.spawned_at = 0.0
+        self.forks = 0
+
+    def environment(self) -> dict[str, str]:
+        return {**super().environment(), NVML_CHECK: "1"}
+
+    def spawn(self) -> "Zygote":
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.spawned_at = time.perf_counter()
+        try:
+            self._launch(self.argv(ZYGOTE_BOOTSTRAP), theirs.fileno(), None)
+        finally:
+            theirs.close()
+        self._sock = mine
+        return self
+
+    def handshake(self) -> "Zygote":
+        hello = self._receive(self.timeout_s)
+        if not hello.get("ok"):  # only fixed code ran: the harness's or the machine's problem
+            raise Refused(f"the {self.side} fork server failed to start ({hello.get('error')}; see "
+                          f"{self.log_path}): set performance.fork_server to false to time exec'd pairs")
+        self.inner_pid = int(hello["pid"])
+        self.prelude_s = float(hello.get("prelude_s", 0.0))
+        found = host_pid(self._candidates(), self.inner_pid) if self.namespace else self.proc.pid
+        if found is None:
+            raise CandidateCrash(f"the {self.side} fork server's process is gone", log_tail(self.log_path))
+        self.host_pid = found
+        return self
+
+    def _candidates(self) -> list[int]:
+        return self.namespace.pids() if self.namespace else ([self.proc.pid] if self.proc else [])
+
+    def _receive(self, timeout_s: float) -> dict[str, Any]:
+        assert self._sock is not None
+        ready = select.select([self._sock], [], [], timeout_s)[0]
+        data = self._sock.recv(1 << 16) if ready else b""
+        if not data:
+            self.kill()
+            raise CandidateCrash(f"the {self.side} fork server gave no answer within {timeout_s:.0f} s",
+                                 log_tail(self.log_path))
+        return protocol.decode(data)
+
+    def fork(self, log_path: Path) -> "ForkedWorker":
+        """A fresh worker, forked from this zygote, its hello not yet read (call `handshake`)."""
+        if self._sock is None or self.host_pid < 0:
+            raise RuntimeError("the fork server was not started")
+        self.thaw()  # a frozen zygote cannot fork
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        to_child, from_harness = os.pipe()[::-1]  # (write end kept here, read end for the child)
+        from_child, to_harness = os.pipe()
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        started = time.perf_counter()
+        try:
+            socket.send_fds(self._sock, [json.dumps({"op": "fork"}).encode()], [from_harness, to_harness, log])
+            reply = self._receive(60.0)
+        finally:
+            for fd in (from_harness, to_harness, log):
+                os.close(fd)
+        if not reply.get("ok"):
+            os.close(to_child)
+            os.close(from_child)
+            raise CandidateCrash(f"the {self.side} fork server could not fork: {reply.get('error')}")
+        inner = int(reply["pid"])
+        pid = host_pid(self._candidates(), inner) if self.namespace else inner
+        if pid is None:
+            os.close(to_child)
+            os.close(from_child)
+            raise CandidateCrash(f"the {self.side} worker forked by the fork server died at once",
+                                 log_tail(log_path))
+        try:
+            handle = _ForkedHandle(pid, to_child, from_child)
+        except ProcessLookupError:
+            os.close(to_child)
+            os.close(from_child)
+            raise CandidateCrash(f"the {self.side} worker forked by the fork server died at once",
+                                 log_tail(log_path)) from None
+        self.forks += 1
+        return ForkedWorker(self, handle, log_path, started)
+
+    def freeze(self) -> None:
+        if self.group is not None:
+            self.group.freeze()
+        else:
+            super().freeze()
+
+    def freeze_own(self) -> None:
+        super().freeze()
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self.thaw()
+            try:
+                self._sock.send(json.dumps({"op": "exit"}).encode())
+            except OSError:
+                pass
+            self._sock.close()
+            self._sock = None
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=10)
+            except Exception:  # noqa: BLE001 - a zygote that does not leave is killed
+                self.kill()
+            self.kill()  # whatever a child left in the sandbox goes with it
+            self.proc = None
+
+
+class ForkedWorker(WorkerProcess):
+    """A worker forked from a side's zygote: the same protocol and checks as an exec'd worker."""
+
+    def __init__(self, zygote: Zygote, handle: _ForkedHandle, log_path: Path, forked_at: float):
+        super().__init__(zygote.side, zygote.root, zygote.target, zygote.threads, log_path, zygote.timeout_s,
+                         zygote.sandbox)
+        self.zygote = zygote
+        self.proc = handle  # type: ignore[assignment]
+        self.namespace = zygote.namespace
+        self.scratch, self.stage = zygote.scratch, zygote.stage  # the zygote's mounts are the child's
+        self.forked_at = forked_at
+        self.ready_s: float | None = None  # fork request to hello, by the harness's clock
+
+    def spawn(self) -> "ForkedWorker":
+        return self  # forked already
+
+    def handshake(self) -> "ForkedWorker":
+        super().handshake()
+        self.ready_s = time.perf_counter() - self.forked_at
+        return self
+
+    def processes(self) -> list[int]:
+        """The child and whatever else runs in its side's sandbox, the zygotes and their other workers
+        excepted (a helper the child started still counts: it cannot hide memory)."""
+        if self.namespace is None:
+            return [self.pid] if self.proc is not None and self.proc.poll() is None else []
+        others = self.zygote.group.others(self) if self.zygote.group else {self.zygote.host_pid}
+        return [p for p in self.namespace.pids() if p not in others and p != self.namespace.init_pid]
+
+    def freeze(self) -> None:
+        if self.zygote.group is not None:
+            self.zygote.group.freeze()
+        if self.namespace is not None:
+            self.namespace.freeze()
+        elif self.proc is not None and self.proc.poll() is None:
+            os.kill(self.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        if self.namespace is not None:
+            self.namespace.thaw()
+        elif self.proc is not None and self.proc.poll() is None:
+            os.kill(self.pid, signal.SIGCONT)
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+
+    def close(self) -> None:
+        if self.proc is None:
+            return
+        handle = self.proc
+        super().close()  # thaw, exit request, wait (or kill)
+        assert isinstance(handle, _ForkedHandle)
+        handle.close()
+        if self.zygote.group is not None:
+            self.zygote.group.forget(self)
+
+
+class SideZygotes:
+    """A side's `count` zygotes; forks are dealt round-robin over them (pair i from zygote i mod count)."""
+
+    def __init__(self, launcher: WorkerLauncher, side: str, root: Path, log_dir: Path, count: int = 1):
+        if count < 1:
+            raise ValueError("a side needs at least one fork server")
+        self.side, self.log_dir = side, log_dir
+        self.zygotes = [Zygote(side, root, launcher.target, launcher.threads,
+                               log_dir / f"forkserver-{side}-{i}.log", launcher.timeout_s, launcher.sandbox,
+                               side_group=self) for i in range(count)]
+        self.live: list[ForkedWorker] = []
+        self.forked = 0
+        self.times = ForkTimes()
+
+    def spawn(self) -> "SideZygotes":
+        for z in self.zygotes:
+            z.spawn()
+        return self
+
+    def ready(self) -> "SideZygotes":
+        """Wait for every zygote's hello (call before any timed round: their imports must not overlap it)."""
+        for z in self.zygotes:
+            if z.host_pid < 0:
+                z.handshake()
+                self.times.zygote_ready_s.append(time.perf_counter() - z.spawned_at)
+        return self
+
+    def fork(self, tag: str) -> ForkedWorker:
+        zygote = self.zygotes[self.forked % len(self.zygotes)]
+        self.forked += 1
+        worker = zygote.fork(self.log_dir / f"worker-{self.side}-{tag}.log")
+        self.live.append(worker)
+        return worker
+
+    def note_ready(self, worker: ForkedWorker) -> None:
+        if worker.ready_s is not None:
+            self.times.fork_ready_s.append(worker.ready_s)
+
+    def others(self, worker: ForkedWorker) -> set[int]:
+        """Host PIDs of this side's zygotes and of its live workers other than `worker`."""
+        return {z.host_pid for z in self.zygotes} | {w.pid for w in self.live if w is not worker}
+
+    def forget(self, worker: ForkedWorker) -> None:
+        if worker in self.live:
+            self.live.remove(worker)
+
+    def freeze(self) -> None:
+        """Stop the side: each zygote's sandbox (its children with it), or, unsandboxed, each process."""
+        for z in self.zygotes:
+            if z.proc is not None:
+                z.freeze_own()
+        for w in self.live:
+            if w.namespace is None and w.proc is not None and w.proc.poll() is None:
+                os.kill(w.pid, signal.SIGSTOP)
+
+    def close(self) -> None:
+        for w in list(self.live):
+            w.kill()
+            self.forget(w)
+        for z in self.zygotes:
+            z.close()
+
+    def kill(self) -> None:
+        for z in self.zygotes:
+            z.kill()
+
+
+class ForkServers:
+    """Both sides' zygotes for one experiment: started early (beside the quality run), used for every
+    pair that is not the quality run's."""
+
+    def __init__(self, launcher: WorkerLauncher, cand_root: Path, best_root: Path, log_dir: Path, per_side: int = 1):
+        self.cand = SideZygotes(launcher, "candidate", cand_root, log_dir, per_side)
+        self.best = SideZygotes(launcher, "best", best_root, log_dir, per_side)
+
+    def spawn(self) -> "ForkServers":
+        self.cand.spawn()
+        self.best.spawn()
+        return self
+
+    def ready(self) -> "ForkServers":
+        self.cand.ready()
+        self.best.ready()
+        return self
+
+    def fork_pair(self, tag: str) -> tuple[ForkedWorker, ForkedWorker]:
+        self.ready()
+        return self.cand.fork(tag), self.best.fork(tag)
+
+    def times(self) -> dict[str, dict[str, list[float]]]:
+        return {"candidate": self.cand.times.as_dict(), "best": self.best.times.as_dict()}
+
+    def close(self) -> None:
+        self.cand.close()
+        self.best.close()
+
+    def kill(self) -> None:
+        self.cand.kill()
+        self.best.kill()

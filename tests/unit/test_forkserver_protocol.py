@@ -1,0 +1,126 @@
+"""The fork server's protocol on the harness side, against a fake zygote in a thread (no subprocess):
+a fork request carries the new worker's stdin, stdout and log descriptors; the harness keeps only its
+own ends, and the forked worker then speaks the ordinary worker protocol over them."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from dit_ar_contract.device import LaneTarget
+from pytest_dit_ar.worker import protocol, zygote
+from pytest_dit_ar.worker.forkserver import SideZygotes, Zygote, host_pid
+
+
+def target() -> LaneTarget:
+    import dataclasses
+
+    fields = {f.name: f for f in dataclasses.fields(LaneTarget)}
+    values = {name: None for name in fields}
+    values.update(device="cpu", env={}, memory_cap_gb=None)
+    return LaneTarget(**values)  # type: ignore[arg-type]
+
+
+def fake_zygote(sock: socket.socket, seen: dict) -> None:
+    """Answer one fork like worker/zygote.py's parent, then act as the child on the received descriptors."""
+    data, fds, _, _ = socket.recv_fds(sock, zygote.MAX_MESSAGE, 3)
+    seen["request"], seen["fds"] = json.loads(data), len(fds)
+    zygote.send(sock, {"ok": True, "pid": os.getpid()})
+    stdin, stdout, log = fds
+    os.write(log, b"child log line\n")
+    os.write(stdout, protocol.encode({"ok": True, "protocol": protocol.VERSION, "pid": os.getpid(),
+                                      "identity": {"kind": "cpu", "name": "fake"}, "prelude_s": 0.01}))
+    line = b""
+    while not line.endswith(b"\n"):
+        line += os.read(stdin, 1)
+    seen["op"] = protocol.decode(line)["op"]
+    os.write(stdout, protocol.encode({"ok": True, "answer": 42}))
+    for fd in fds:
+        os.close(fd)
+
+
+@pytest.fixture
+def zygote_pair(tmp_path: Path):
+    z = Zygote("candidate", tmp_path, target(), 1, tmp_path / "fs.log", 30.0, None)
+    harness, fake = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    z._sock, z.host_pid, z.inner_pid = harness, os.getpid(), os.getpid()  # noqa: SLF001 - as handshake sets them
+    yield z, fake
+    harness.close()
+    fake.close()
+
+
+def test_a_fork_passes_three_descriptors_and_the_worker_speaks_the_protocol(zygote_pair, tmp_path: Path) -> None:
+    z, fake = zygote_pair
+    seen: dict = {}
+    before = len(os.listdir("/proc/self/fd"))
+    thread = threading.Thread(target=fake_zygote, args=(fake, seen))
+    thread.start()
+    worker = z.fork(tmp_path / "worker.log")
+    worker.handshake()
+    assert seen["request"] == {"op": "fork"} and seen["fds"] == 3
+    assert worker.identity == {"kind": "cpu", "name": "fake"} and worker.ready_s is not None
+    assert worker.request("peak") == {"ok": True, "answer": 42} and seen["op"] == "peak"
+    thread.join(5)
+    assert (tmp_path / "worker.log").read_text() == "child log line\n"
+    # the harness kept its two pipe ends and a pidfd; the child's ends and the log went to the zygote
+    assert len(os.listdir("/proc/self/fd")) - before == 3
+    assert worker.scratch == z.scratch and z.forks == 1
+
+
+def test_a_refused_fork_is_a_crash_and_leaks_nothing(zygote_pair, tmp_path: Path) -> None:
+    from dit_ar_contract.errors import CandidateCrash
+
+    z, fake = zygote_pair
+
+    def refuse() -> None:
+        _, fds, _, _ = socket.recv_fds(fake, zygote.MAX_MESSAGE, 3)
+        for fd in fds:
+            os.close(fd)
+        zygote.send(fake, {"ok": False, "error": "no"})
+
+    thread = threading.Thread(target=refuse)
+    before = len(os.listdir("/proc/self/fd"))
+    thread.start()
+    with pytest.raises(CandidateCrash, match="could not fork: no"):
+        z.fork(tmp_path / "w.log")
+    thread.join(5)
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_forks_are_dealt_round_robin_over_a_sides_fork_servers(tmp_path: Path) -> None:
+    from pytest_dit_ar.worker.client import WorkerLauncher
+
+    side = SideZygotes(WorkerLauncher(target(), 1, 30.0), "best", tmp_path, tmp_path, count=3)
+    picked = []
+    for z in side.zygotes:
+        z.fork = lambda log, z=z: picked.append(z) or types_namespace()  # type: ignore[method-assign]
+    for i in range(7):
+        side.fork(f"p{i}")
+    assert picked == [side.zygotes[i % 3] for i in range(7)]
+    with pytest.raises(ValueError):
+        SideZygotes(WorkerLauncher(target(), 1, 30.0), "best", tmp_path, tmp_path, count=0)
+
+
+def types_namespace():
+    import types
+
+    return types.SimpleNamespace(pid=-1)
+
+
+def test_host_pid_reads_the_innermost_pid() -> None:
+    me = os.getpid()
+    assert host_pid([me], me) == me
+    assert host_pid([me], -5) is None
+
+
+def test_the_fork_servers_environment_keeps_cuda_uninitialised(tmp_path: Path) -> None:
+    z = Zygote("best", tmp_path, target(), 1, tmp_path / "fs.log", 30.0, None)
+    assert z.environment()["PYTORCH_NVML_BASED_CUDA_CHECK"] == "1"
+    code = [line.split("#")[0] for line in Path(zygote.__file__).read_text().split('"""', 2)[2].splitlines()]
+    touching = [line for line in code if "cuda" in line and "is_initialized()" not in line]
+    assert not touching  # past the docstring, CUDA is only asked whether it was initialised (it must not be)

@@ -1,0 +1,158 @@
+"""The verdict's operating characteristics by simulation, side by side with the protocol shipped before issue 20
+(the tables of docs/perf-harness.md).
+
+Noise regimes come from perf_suite.simulation (fitted to docs/data/h200 and docs/data/cpu, plus a CUDA-graph-quiet
+and a mixed regime); the new designs are judged by perf_suite.sequential.run_experiments, the code that judges
+real experiments; "before" is a replica of the shipped pre-issue-20 rule (fixed floor on the between part taken
+from the total spread, df = summed within df, z >= 0 futility).
+
+    python tools/verdict_study.py              # all tables (a few minutes on the 2-core VM)
+    python tools/verdict_study.py --quick      # N / 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+from scipy.special import ndtr, stdtrit
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from dit_ar_contract.config import load_config  # noqa: E402
+from perf_suite.sequential import KEEP, Design, OffsetBound, boundaries, pair_parts, run_experiments  # noqa: E402
+from perf_suite.simulation import Regime, regimes, simulate_session  # noqa: E402
+
+EFFECTS = (0.0, 2.5, 3.0, 5.0, 10.0)
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Verdict wall time: timed rounds, plus per extra fresh pair its build and warm-up (segments layout)."""
+
+    latency_s: float
+    pair_s: float  # start-up + warm-up of one more fresh pair (not overlapped)
+    rewarm_s: float = 0.0  # concurrent layout: one re-warm round per worker
+
+    def wall(self, design: Design, rounds: np.ndarray) -> np.ndarray:
+        timed = rounds * 2 * self.latency_s
+        if design.concurrent:
+            return timed + design.pairs * 2 * self.rewarm_s
+        pairs = np.ceil(rounds / design.rounds)
+        return timed + (pairs - 1) * self.pair_s
+
+
+def before(r: np.ndarray, floor_pct: float, alpha: float = 0.01, min_improvement: float = 2.0) -> tuple:
+    """The shipped rule before issue 20, vectorised: segments of 8 rounds, 2..6 of them."""
+    N, K, n = r.shape
+    parts = pair_parts(r)
+    c = boundaries(alpha, tuple(k / K for k in range(2, K + 1)), 1.0)
+    f2 = math.log1p(floor_pct / 100) ** 2
+    decision, used = np.full(N, -1), np.zeros(N, int)
+    for k in range(1, K + 1):
+        loc, var = parts.loc[:, :k], parts.var[:, :k]
+        est, W = loc.mean(1), var.mean(1)
+        b = np.full(N, f2) if k < 2 else np.maximum(f2, loc.var(1, ddof=1) - W)
+        se = np.sqrt((b + W) / k)
+        z = est / se
+        df = k * parts.df
+        gain = -np.expm1(est) * 100
+        keep = (z <= -stdtrit(df, ndtr(c[k - 2]))) & (gain >= min_improvement) if k >= 2 else np.zeros(N, bool)
+        optimistic = -np.expm1(est - stdtrit(df, ndtr(2.0)) * se) * 100
+        stop = keep | (optimistic < min_improvement) | ((z >= 0) & (k >= 2)) | (k == K)
+        new = stop & (decision < 0)
+        decision[new] = np.where(keep[new], KEEP, 1)
+        used[new] = k * n
+    return decision, used
+
+
+def row(label: str, cells: list[str]) -> str:
+    return "| " + label + " | " + " | ".join(cells) + " |"
+
+
+def table(regime: Regime, designs: dict[str, tuple[Design, float, Cost]], floor: float, cost_before: Cost, N: int,
+          rng: np.random.Generator) -> list[str]:
+    out = [row("design (B)", [f"{e:g}%" if e else "no-op" for e in EFFECTS] + ["10% KEEP wall (median)"]),
+           row("---", ["---"] * (len(EFFECTS) + 1))]
+    cells, keep10 = [], ""
+    for e in EFFECTS:
+        n = N * 4 if e == 0 else N
+        d, used = before(regime.draw(rng, (n, 6, 8), e), floor)
+        kept = d == KEEP
+        cells.append(f"{100 * kept.mean():.{2 if e == 0 else 1}f}% ({used.mean():.0f} r)")
+        if e == 10.0 and kept.any():
+            keep10 = f"{np.median(cost_before.wall(Design(rounds=8), used[kept])):.0f} s"
+    out.append(row(f"before: floor {floor:g}%, 8 rounds x 2..6", cells + [keep10]))
+    for label, (design, bound_pct, cost) in designs.items():
+        last = design.schedule()[-1]
+        cells, keep10 = [], ""
+        for e in EFFECTS:
+            n = N * 4 if e == 0 else N
+            res = run_experiments(regime.draw(rng, (n, last.pairs, last.rounds), e), design,
+                                  math.log1p(bound_pct / 100))
+            kept = res.decision == KEEP
+            cells.append(f"{100 * kept.mean():.{2 if e == 0 else 1}f}% ({res.rounds.mean():.0f} r)")
+            if e == 10.0 and kept.any():
+                keep10 = f"{np.median(cost.wall(design, res.rounds[kept])):.0f} s"
+        out.append(row(f"{label} (B {bound_pct:g}%)", cells + [keep10]))
+    return out
+
+
+def sessions(regime: Regime, design: Design, prior: OffsetBound, N: int, rng: np.random.Generator) -> str:
+    """40 no-op experiments in a row against one best, B learned as the session goes."""
+    out = simulate_session(regime, design, prior, [0.0] * 40, N, rng)
+    per = out.decision == KEEP
+    return (f"40 no-ops in a row, {N} sessions: kept {100 * per.mean():.2f}% of experiments, sessions with 0 keeps "
+            f"{100 * np.mean(~per.any(1)):.0f}%; B median after 1 / 5 / 40 experiments: "
+            f"{np.median(out.bound_pct[:, 1]):.2f}% / {np.median(out.bound_pct[:, 5]):.2f}% / "
+            f"{np.median(out.bound_pct[:, -1]):.2f}%")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--seed", type=int, default=20)
+    args = parser.parse_args(argv)
+    N = 250 if args.quick else 1000
+    rng = np.random.default_rng(args.seed)
+    t0 = time.process_time()
+    cfg = load_config(ROOT / "config" / "autoresearch.json")
+    cpu = Design.from_protocol(cfg.lanes["embedded-cpu"].performance, "latency_ms")
+    gpu = Design.from_protocol(cfg.lanes["dit-xl2-256"].performance, "latency_ms")
+    conc = Design(pairs=8, rounds=36, first_look_rounds=4, look_every_rounds=2)
+    regs = regimes(ROOT / "docs" / "data")
+    gpu_cost, cpu_cost = Cost(0.45, 9.8, 0.45), Cost(0.15, 12.0, 0.15)
+    plans = {
+        "eager-h200": (7.0, Cost(0.45, 9.8), {f"segments {gpu.rounds} x 2..{gpu.max_segments}": (gpu, 2.5, gpu_cost),
+                                              "segments, B learned": (gpu, 1.8, gpu_cost),
+                                              "concurrent 8 x <=36": (conc, 2.5, gpu_cost),
+                                              "concurrent, B learned": (conc, 1.8, gpu_cost)}),
+        "graph": (7.0, Cost(0.30, 9.8), {f"segments {gpu.rounds} x 2..{gpu.max_segments}": (gpu, 2.5, gpu_cost),
+                                         "segments, B learned": (gpu, 0.14, replace(gpu_cost, latency_s=0.30)),
+                                         "concurrent 8 x <=36": (conc, 2.5, replace(gpu_cost, latency_s=0.30)),
+                                         "concurrent, B learned": (conc, 0.14, replace(gpu_cost, latency_s=0.30))}),
+        "mixed": (7.0, Cost(0.38, 9.8), {f"segments {gpu.rounds} x 2..{gpu.max_segments}, B of the graphed best":
+                                         (gpu, 0.14, gpu_cost),
+                                         "concurrent 8 x <=36, B of the graphed best": (conc, 0.14, gpu_cost)}),
+        "cpu": (3.4, Cost(0.15, 12.0), {f"segments {cpu.rounds} x 2..{cpu.max_segments}": (cpu, 2.5, cpu_cost),
+                                        "segments, B learned": (cpu, 1.9, cpu_cost),
+                                        "concurrent 8 x <=36": (conc, 2.5, cpu_cost)}),
+    }
+    print(f"N = {N} experiments per cell ({4 * N} for no-ops); cells: kept (mean paired rounds)\n")
+    for name, (floor, cost_before, designs) in plans.items():
+        print(f"### {regs[name].name}\n")
+        print("\n".join(table(regs[name], designs, floor, cost_before, N, rng)))
+        design = cpu if name == "cpu" else gpu
+        print("\n" + sessions(regs[name], design, OffsetBound.of_pct(2.5), max(N // 10, 25), rng) + "\n")
+    print(f"[{time.process_time() - t0:.0f} s CPU]")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
