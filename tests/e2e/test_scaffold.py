@@ -23,11 +23,11 @@ from pathlib import Path
 
 import git as gitpython
 import pytest
-from loop_helpers import DELAY_LINE, FAST_PERF
-from tiny_pipelines import BUILDERS, RESOLUTION, save_tiny
 
 from pytest_dit_ar.cli import scaffold as sc
-from pytest_dit_ar.loop.study import SLEEP_WRAPPER
+from pytest_dit_ar.loop.patching import SLEEP_WRAPPER
+from tests.helpers.loop import DELAY_LINE, FAST_PERF
+from tests.helpers.tiny_pipelines import BUILDERS, RESOLUTION, save_tiny
 
 PROJECT = Path(__file__).resolve().parents[2]
 README_SECTION = "## Use it on your own model"

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from loop_helpers import PROJECT
 
 from dit_ar_contract.config import PerfProtocol
 from perf_suite.sequential import PairSpread
@@ -20,6 +19,7 @@ from pytest_dit_ar.cli.main import main
 from pytest_dit_ar.loop import calibration
 from pytest_dit_ar.state.noise import LaneNoise, NoiseProfile, read_noise, record_spread, store_profile
 from pytest_dit_ar.state.paths import StatePaths
+from tests.helpers.loop import PROJECT
 
 
 def project(tmp_path: Path, lane: str | None = "embedded-cpu") -> Path:

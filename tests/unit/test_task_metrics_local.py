@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from loop_helpers import PROJECT
 
 from dit_ar_contract.config import ClassifierSettings, ClipSettings, load_config
 from dit_ar_contract.errors import ConfigError, Refused, UnknownKeyError
 from quality_suite import task_metrics
 from quality_suite.classifier import preprocess
 from quality_suite.corpora import Case
+from tests.helpers.loop import PROJECT
 
 RAW = json.loads((PROJECT / "config" / "autoresearch.json").read_text())
 QUALITY = load_config(PROJECT / "config" / "autoresearch.json").lanes["embedded-cpu"].quality
