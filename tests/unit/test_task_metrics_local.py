@@ -34,10 +34,11 @@ def write_config(root: Path, raw: dict) -> Path:
     (root / "config").mkdir(parents=True, exist_ok=True)
     corpus_dir = PROJECT / "quality_suite" / "corpus"
     for lane in raw["lanes"].values():
-        dest = root / lane["corpus"]
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes((PROJECT / lane["corpus"]).read_bytes())
-        (dest.parent / "checksums.json").write_bytes((corpus_dir / "checksums.json").read_bytes())
+        for corpus in filter(None, (lane["corpus"], lane.get("holdout_corpus"))):
+            dest = root / corpus
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes((PROJECT / corpus).read_bytes())
+            (dest.parent / "checksums.json").write_bytes((corpus_dir / "checksums.json").read_bytes())
     path = root / "config" / "autoresearch.json"
     path.write_text(json.dumps(raw))
     return path
