@@ -16,11 +16,10 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from .errors import ConfigError, UnknownKeyError
 
-CLASSES = ("exact", "numerical", "approximate", "quantization")
 PRIMARY_METRICS = ("latency_ms", "images_per_s")
 DEFAULT_CONFIG = Path("config/autoresearch.json")
 SCHEMA_VERSION = 1
@@ -179,6 +178,24 @@ class QualityContract:
     classifier: ClassifierSettings = field(default_factory=ClassifierSettings)
 
 
+class WorkloadSpec(TypedDict):
+    """What `model_under_test.build_pipeline(spec)` receives (DESIGN §2), made by `Lane.workload`. A plain dict
+    at run time, so the mutable side imports nothing of the harness; `model_under_test/__init__.py` names every
+    key (a unit test holds it to this list)."""
+
+    root: str  # the side's tree, as its worker sees it
+    lane: str
+    preset: str
+    weights: str | None  # a pipeline folder or file, absolute; None: the preset's own
+    device: str
+    resolution: int
+    steps: int
+    guidance: float
+    batch: int
+    options: dict[str, Any]  # the preset's own options (docs/models.md)
+    gpus: int  # GPUs the worker sees (cuda:0 .. cuda:gpus-1)
+
+
 @dataclass(frozen=True)
 class Lane:
     """One named workload: the model, its device and size, its corpus, its metrics and its protocol."""
@@ -206,19 +223,21 @@ class Lane:
     def is_cuda(self) -> bool:
         return self.device.startswith("cuda")
 
-    def workload(self, root: Path, project: Path | None = None) -> dict[str, Any]:
+    def workload(self, root: Path, project: Path | None = None) -> WorkloadSpec:
         """The spec handed to model_under_test.build_pipeline (DESIGN §2): a plain dict, by design. `root` is
         the side's tree; relative weights resolve against `project` (the session's repository, default
         `root`), so both sides of an A/B build from the same fixed files."""
+        return WorkloadSpec(root=str(root), lane=self.name, preset=self.preset,
+                            weights=self.weights_path(project or root), device=self.device,
+                            resolution=self.resolution, steps=self.steps, guidance=self.guidance, batch=self.batch,
+                            options=copy.deepcopy(dict(self.options)), gpus=self.gpus)
+
+    def weights_path(self, project: Path) -> str | None:
+        """The lane's weights as an absolute path (relative ones resolve against the project); None: the preset's."""
         weights = self.weights
         if weights and not Path(weights).is_absolute():
-            weights = str(((project or root) / weights).resolve())
-        return {
-            "root": str(root), "lane": self.name, "preset": self.preset, "weights": weights,
-            "device": self.device, "resolution": self.resolution, "steps": self.steps,
-            "guidance": self.guidance, "batch": self.batch, "options": copy.deepcopy(dict(self.options)),
-            "gpus": self.gpus,
-        }
+            weights = str((project / weights).resolve())
+        return weights
 
     def metric_value(self, median_ms: float | None) -> float | None:
         """A batch latency in ms expressed as the lane's primary metric."""
@@ -469,6 +488,18 @@ def _lane(r: _Reader, name: str, node: Any, perf: dict, quality: dict, root: Pat
 def repo_root_for(config_path: Path) -> Path:
     """The repo root is the folder above the config file's folder (config/autoresearch.json)."""
     return Path(config_path).resolve().parent.parent
+
+
+def target_name(config_path: Path) -> str | None:
+    """The target's name as the config file spells it, without validating the rest (for read-only views of
+    a session whose config may be of another version); None when the file does not say."""
+    try:
+        data = json.loads(Path(config_path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    target = data.get("target") if isinstance(data, dict) else None
+    name = target.get("name") if isinstance(target, dict) else None
+    return name if isinstance(name, str) else None
 
 
 TOP_KEYS = ("schema_version", "target", "default_lane", "lanes", "mutable_paths", "fixed_paths", "quality",

@@ -7,7 +7,7 @@ The fixed harness calls exactly::
     result.images, result.latents, pipe.components["transformer"]
 
 ``spec`` keys: root, lane, preset, weights, device, resolution, steps, guidance, batch,
-options. See docs/models.md for the presets and their options.
+options, gpus. See docs/models.md for the presets and their options.
 
 Shapes are fixed per lane: every ``generate`` gets exactly ``spec["batch"]`` requests at the lane's
 resolution and steps (the harness pads the corpus to full batches), so a CUDA graph or a compiled graph

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from dit_ar_contract.classes import ChangeClass
+
 
 @dataclass(frozen=True)
 class Peak:
@@ -81,7 +83,7 @@ def floor_ms(flops_per_batch: float | None, peak_tflops: float | None, peak_meas
     scale = 1.0
     if cand_rows_per_image is not None and base_rows_per_image:
         scale = min(1.0, max(0.0, cand_rows_per_image / base_rows_per_image))
-    if effective_class == "quantization":
+    if effective_class == ChangeClass.QUANTIZATION:
         peak_tflops *= LOW_PRECISION_RATE
     if peak_measured:
         peak_tflops *= MEASURED_SLACK

@@ -8,6 +8,7 @@ metric weights and writes nothing; the loop decides where its result goes.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,7 @@ class QualityAssessment:
     task_baseline: dict[str, float]
     lpips: str = "not measured"
     fidelity: dict[str, dict[str, float]] = field(default_factory=dict)
+    approximate_outputs: bool = False  # the outputs may drift like an approximation's (dit_ar_contract.classes)
 
     def case_checks(self, case_id: str) -> tuple[gates.Check, ...]:
         return self.per_case[case_id].checks
@@ -94,8 +96,25 @@ class QualityAssessment:
             "aggregate": [c.as_dict() for c in self.aggregate],
             "per_case": {cid: {"fidelity": v.fidelity, "task_pass": v.task_pass,
                                "checks": [c.as_dict() for c in v.checks]} for cid, v in self.per_case.items()},
-            "failures": [c.describe() for c in self.failures()],
+            "failures": [c.describe() for c in self.failures()], "approximate_outputs": self.approximate_outputs,
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> QualityAssessment:
+        """What `as_dict` wrote (quality.json); `failures` is derived from the checks again."""
+        per_case = {}
+        for cid, case in (data.get("per_case") or {}).items():
+            if isinstance(case, Mapping):
+                per_case[str(cid)] = CaseResult(dict(case.get("fidelity") or {}),
+                                                tuple(gates.Check.from_dict(c) for c in case.get("checks") or ()),
+                                                case.get("task_pass"))
+        return cls(str(data.get("declared_class", "")), str(data.get("effective_class", "")),
+                   tuple(str(r) for r in data.get("audit_reasons") or ()), per_case,
+                   tuple(gates.Check.from_dict(c) for c in data.get("aggregate") or ()),
+                   dict(data.get("summary") or {}),
+                   dict(data.get("task_candidate") or {}), dict(data.get("task_baseline") or {}),
+                   str(data.get("lpips", "not measured")), {cid: case.fidelity for cid, case in per_case.items()},
+                   bool(data.get("approximate_outputs", False)))
 
 
 def assess(declared: str, inherited: str, candidate: Outputs, baseline: BaselineReference, cases: list[Case],
@@ -128,4 +147,4 @@ def assess(declared: str, inherited: str, candidate: Outputs, baseline: Baseline
                                        sharpness.mean_abs_log_change(candidate.images, baseline.outputs.images)
                                        ) if whole_corpus else []
     return QualityAssessment(declared, effective, tuple(reasons), per_case, tuple(aggregate), summary, task_cand,
-                             dict(baseline.task_metrics), lpips_status, fid)
+                             dict(baseline.task_metrics), lpips_status, fid, approx)

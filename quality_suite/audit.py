@@ -10,7 +10,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-ORDER = ("exact", "numerical", "approximate", "quantization")
+from dit_ar_contract.classes import ChangeClass
+from dit_ar_contract.classes import approximate_outputs as _approximate
+
 LOW_BIT_DTYPES = ("int8", "uint8", "int4", "uint4", "qint8", "quint8", "qint32", "quint4x2",
                   "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float4_e2m1fn_x2")
 QUANT_NAME_HINTS = ("quantiz", "qlinear", "int8", "int4", "fp8", "float8", "nf4", "bnb", "bitsandbytes",
@@ -120,13 +122,9 @@ def _storage_reasons(cand: PipelineInspection, base: PipelineInspection) -> list
     return reasons
 
 
-def raise_to(current: str, other: str) -> str:
-    return current if ORDER.index(current) >= ORDER.index(other) else other
-
-
-def findings(candidate: AuditEvidence, baseline: AuditEvidence) -> list[tuple[str, str]]:
+def findings(candidate: AuditEvidence, baseline: AuditEvidence) -> list[tuple[ChangeClass, str]]:
     """(class, reason) for every way the candidate's evidence departs from the baseline's."""
-    found: list[tuple[str, str]] = []
+    found: list[tuple[ChangeClass, str]] = []
     c_audit, b_audit = candidate.pipeline, baseline.pipeline
     c_dt, b_dt = set(c_audit.param_dtypes), set(b_audit.param_dtypes)
     c_act, b_act = set(candidate.activation_dtypes), set(baseline.activation_dtypes)
@@ -134,40 +132,42 @@ def findings(candidate: AuditEvidence, baseline: AuditEvidence) -> list[tuple[st
     low_bit = sorted((c_dt | c_act) & set(LOW_BIT_DTYPES) - (b_dt | b_act))
     new_quant = sorted(set(c_audit.quantized_types) - set(b_audit.quantized_types))
     if low_bit:
-        found.append(("quantization", f"low-bit dtypes {low_bit} that the baseline does not use"))
+        found.append((ChangeClass.QUANTIZATION, f"low-bit dtypes {low_bit} that the baseline does not use"))
     if new_quant:
-        found.append(("quantization", f"quantized module/tensor types {new_quant} that the baseline does not use"))
-    found += [("quantization", reason) for reason in _storage_reasons(c_audit, b_audit)]
+        found.append((ChangeClass.QUANTIZATION,
+                      f"quantized module/tensor types {new_quant} that the baseline does not use"))
+    found += [(ChangeClass.QUANTIZATION, reason) for reason in _storage_reasons(c_audit, b_audit)]
 
     new_float = sorted((c_dt | c_act) & set(FLOAT_DTYPES) - (b_dt | b_act))
     if new_float:
-        found.append(("numerical", f"float dtypes {new_float} appear that the baseline does not use"))
+        found.append((ChangeClass.NUMERICAL, f"float dtypes {new_float} appear that the baseline does not use"))
 
     b_rows, c_rows = baseline.denoiser_rows_per_image, candidate.denoiser_rows_per_image
     if b_rows and c_rows is not None and c_rows < b_rows - 1e-9:
-        found.append(("approximate", f"denoiser evaluations per image fell from {b_rows:g} to {c_rows:g}"))
+        found.append((ChangeClass.APPROXIMATE, f"denoiser evaluations per image fell from {b_rows:g} to {c_rows:g}"))
     return found
 
 
-def effective_class(declared: str, candidate: AuditEvidence, baseline: AuditEvidence,
-                    inherited: str = "exact") -> tuple[str, list[str]]:
+def effective_class(declared: ChangeClass | str, candidate: AuditEvidence, baseline: AuditEvidence,
+                    inherited: ChangeClass | str = ChangeClass.EXACT) -> tuple[ChangeClass, list[str]]:
     """The class the evidence supports, never milder than the declared one, and the reasons.
 
     `inherited` is the effective class of the current best: quality is judged against the original
     baseline, so whatever the kept commits changed is part of every later candidate's difference.
     """
-    cls, reasons = declared, []
+    cls, reasons = ChangeClass.from_word(declared), []
+    inherited = ChangeClass.from_word(inherited)
     for implied, reason in findings(candidate, baseline):
-        cls = raise_to(cls, implied)
+        cls = cls.raised_to(implied)
         reasons.append(reason)
-    if ORDER.index(inherited) > ORDER.index(cls):
-        cls = inherited
-    if inherited != "exact":
+    cls = cls.raised_to(inherited)
+    if inherited is not ChangeClass.EXACT:
         reasons.append(f"the current best is already {inherited} against the original baseline")
     return cls, reasons
 
 
-def approximate_outputs(declared: str, candidate: AuditEvidence, baseline: AuditEvidence,
-                        inherited: str = "exact") -> bool:
-    """Whether the outputs may legitimately drift like an approximation's (a step cut here or in the best)."""
-    return "approximate" in {declared, inherited} | {c for c, _ in findings(candidate, baseline)}
+def approximate_outputs(declared: ChangeClass | str, candidate: AuditEvidence, baseline: AuditEvidence,
+                        inherited: ChangeClass | str = ChangeClass.EXACT) -> bool:
+    """Whether the outputs may legitimately drift like an approximation's (a step cut here or in the best):
+    `dit_ar_contract.classes.approximate_outputs` of the declared, inherited and found classes."""
+    return _approximate([declared, inherited, *(c for c, _ in findings(candidate, baseline))])

@@ -69,11 +69,11 @@ def case_pngs(cand: dict[str, torch.Tensor], fidelity: dict[str, dict[str, float
     return out
 
 
-def write(run_dir: Path, cand: dict[str, torch.Tensor], base: dict[str, torch.Tensor],
+def write(grid_png: Path, cases_folder: Path, cand: dict[str, torch.Tensor], base: dict[str, torch.Tensor],
           fidelity: dict[str, dict[str, float]]) -> None:
-    """Both kinds of evidence for one run."""
-    grid(cand, base, fidelity, run_dir / "worst_cases.png")
-    case_pngs(cand, fidelity, run_dir / "cases")
+    """Both kinds of evidence for one run: the worst-case grid and the case images (the run folder names them)."""
+    grid(cand, base, fidelity, grid_png)
+    case_pngs(cand, fidelity, cases_folder)
 
 
 def case_diffs(cand: dict[str, torch.Tensor], base: dict[str, torch.Tensor], fidelity: dict[str, dict[str, float]],

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from dit_ar_contract.classes import ChangeClass
 from dit_ar_contract.config import ApproximateGate, NumericalGate, QualityContract
 
 from .metrics import mse_from_psnr
@@ -79,6 +80,11 @@ class Check:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Check:
+        known = {k: data[k] for k in ("value", "threshold", "case", "message", "op") if k in data}
+        return cls(str(data.get("name", "")), bool(data.get("passed")), **known)
+
 
 def _fmt(x: float | None, digits: int = 4) -> str:
     if x is None:
@@ -123,28 +129,27 @@ def _floors(t: NumericalGate | ApproximateGate, case: str, fid: dict[str, float]
     return checks
 
 
-def case_checks(cls: str, case: str, fid: dict[str, float], quality: QualityContract,
+def case_checks(cls: ChangeClass | str, case: str, fid: dict[str, float], quality: QualityContract,
                 envelope: dict[str, float], base_pass: bool | None = None,
                 cand_pass: bool | None = None, approximate_outputs: bool = False) -> list[Check]:
     """Checks for one corpus case under the gate of class `cls`.
 
     A quantization whose outputs are also an approximation's (a step cut in it or in the current best)
     gets the approximate fidelity floors instead of the numerical ones; its task gate stays strict."""
+    cls = ChangeClass.from_word(cls)
     kept = [Check("task_case_pass", bool(cand_pass), float(bool(cand_pass)), 1.0, case,
                   "the baseline passed this case, so the candidate must too")] if base_pass else []
-    if cls == "exact":
+    if cls is ChangeClass.EXACT:
         lim = exact_limits(envelope, quality)
         msg = "outside the baseline's noise envelope"
         return [_le("latent_rel_l2", fid["latent_rel_l2"], lim["latent_rel_l2"], case, msg),
                 _le("latent_max_abs", fid["latent_max_abs"], lim["latent_max_abs"], case, msg),
                 _ge("psnr_db", fid["psnr_db"], lim["psnr_db"], case, msg),
                 _ge("ssim", fid["ssim"], lim["ssim"], case, msg)] + kept
-    if cls in ("numerical", "quantization"):
-        approx = cls == "quantization" and approximate_outputs
+    if cls in (ChangeClass.NUMERICAL, ChangeClass.QUANTIZATION):
+        approx = cls is ChangeClass.QUANTIZATION and approximate_outputs
         return _floors(quality.approximate if approx else quality.numerical, case, fid) + kept
-    if cls == "approximate":
-        return _floors(quality.approximate, case, fid)
-    raise ValueError(f"unknown class {cls!r}")
+    return _floors(quality.approximate, case, fid)  # ChangeClass.APPROXIMATE
 
 
 def _tolerance_checks(task_cand: dict[str, float], task_base: dict[str, float], lower_is_better: set[str],
@@ -185,7 +190,7 @@ def _task_checks(task_cand: dict[str, float], task_base: dict[str, float], lower
     return checks
 
 
-def aggregate_checks(cls: str, summary: dict[str, Any], quality: QualityContract,
+def aggregate_checks(cls: ChangeClass | str, summary: dict[str, Any], quality: QualityContract,
                      task_cand: dict[str, float], task_base: dict[str, float],
                      lower_is_better: set[str], approximate_outputs: bool = False,
                      task_envelope: Mapping[str, float] | None = None,
@@ -199,24 +204,25 @@ def aggregate_checks(cls: str, summary: dict[str, Any], quality: QualityContract
     margins; quantization not at all. Approximate outputs must also keep the images' fine detail: the mean
     |log| change of per-case Laplacian energy is bounded (blur lowers it, leftover noise raises it), so a
     blur that flatters a Fréchet distance cannot pass."""
+    cls = ChangeClass.from_word(cls)
     checks: list[Check] = []
-    if cls in ("exact", "numerical"):
+    if cls in (ChangeClass.EXACT, ChangeClass.NUMERICAL):
         tolerances = task_tolerances(task_base, task_envelope, quality.exact.envelope_multiple)
         checks += _tolerance_checks(task_cand, task_base, lower_is_better, tolerances)
-    if sharpness_change is not None and (cls == "approximate" or approximate_outputs):
+    if sharpness_change is not None and (cls is ChangeClass.APPROXIMATE or approximate_outputs):
         limit = quality.approximate.max_sharpness_change
         checks.append(_le("sharpness_change", sharpness_change, limit, None,
                           "mean |log| change of the images' Laplacian energy against the baseline's"))
-    if (cls == "numerical" or (cls == "quantization" and not approximate_outputs)) and summary:
+    if (cls is ChangeClass.NUMERICAL or (cls is ChangeClass.QUANTIZATION and not approximate_outputs)) and summary:
         t = quality.numerical
         checks += [_ge("mean_psnr_db", summary["psnr_db"]["mean"], t.min_mean_psnr_db, None),
                    _ge("mean_ssim", summary["ssim"]["mean"], t.min_mean_ssim, None)]
-    if cls in ("approximate", "quantization") and not task_base and not task_cand:
-        claim = "non-inferiority" if cls == "approximate" else "zero regression"
+    if cls.judged_on_the_task and not task_base and not task_cand:
+        claim = "non-inferiority" if cls is ChangeClass.APPROXIMATE else "zero regression"
         checks.append(Check("task_metrics", False, 0.0, 1.0, None, f"the {cls} gate needs task-quality metrics to "
                             f"show {claim}; this lane configures none (see docs/quality.md, task metrics)"))
-    if cls == "approximate":
+    if cls is ChangeClass.APPROXIMATE:
         checks += _task_checks(task_cand, task_base, lower_is_better, quality.approximate.task_margin)
-    if cls == "quantization":
+    if cls is ChangeClass.QUANTIZATION:
         checks += _task_checks(task_cand, task_base, lower_is_better, {})
     return checks

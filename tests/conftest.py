@@ -1,3 +1,3 @@
 """Fixtures shared by both tiers."""
 
-from report_state import state  # noqa: F401 - the hand-built state directory of the report tests
+from tests.helpers.report_state import state  # noqa: F401 - the hand-built state directory of the report tests

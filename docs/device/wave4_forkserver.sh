@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 20 (fresh processes, clean rounds) on one H200, lane dit-xl2-256 at 8 steps; <= 150 s with the
-# environment setup (the driver stops itself at 110 s, killed at 125 s). NOT YET RUN.
+# environment setup (the driver stops itself at 110 s, killed at 125 s). Ran on 2026-12-01: docs/data/h200/wave4/call2/
 #   bash docs/device/wave4_forkserver.sh            # from the repository root; results in $OUT/forkserver/
 # What it measures (docs/device/wave4_forkserver.py, sandboxed unless the sandbox cannot start):
 #   - cold: an exec'd worker pair's spawn-to-hello, build and ready time, started at the same moment as

@@ -7,7 +7,8 @@ import os
 import sys
 from pathlib import Path
 
-from dit_ar_contract.config import CLASSES, DEFAULT_CONFIG, repo_root_for
+from dit_ar_contract.classes import WORDS as CLASSES
+from dit_ar_contract.config import DEFAULT_CONFIG, repo_root_for
 from dit_ar_contract.errors import EXIT_REFUSED, Refused
 
 from .. import __version__

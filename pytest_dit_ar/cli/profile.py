@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,14 +56,17 @@ def profile(session: Session, batch: int, repeats: int, run_dir: Path) -> dict[s
     from perf_suite import profiling
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    trace = run_dir / "trace.json"
     # unsandboxed: profiling decides nothing, and its trace is written outside a scratch folder
     from ..loop.evidence import launcher_for  # torch and the suites: only when profiling
-    from ..state.files import write_json_atomic
+    from ..state.files import write_record
     from ..state.paths import now
+    from ..state.runs import RunPaths
+
+    run = RunPaths(run_dir)
+    trace = run.trace
 
     launcher = launcher_for(session, sandboxed=False)
-    with launcher.worker("profile", session.root, run_dir / "worker-profile.log") as worker:
+    with launcher.worker("profile", session.root, run.worker_log("profile")) as worker:
         build = worker.request("build", spec=session.lane.workload(session.root))
         raw = worker.request("profile", requests=_requests(session, batch), trace=str(trace), repeats=repeats)
         peak = profiling.device_peak(worker)
@@ -72,9 +74,9 @@ def profile(session: Session, batch: int, repeats: int, run_dir: Path) -> dict[s
     summary = profiling.summarize(raw, peak, session.lane.steps, batch)
     info = {"lane": session.lane.name, "lane_id": session.lane_id, "device": identity.get("name"), "identity": identity,
             "commit": _commit(session.root), "created": now(),
-            "build_s": build["build_s"], "summary": summary, "trace": str(trace), "json": str(run_dir / "profile.json"),
+            "build_s": build["build_s"], "summary": summary, "trace": str(trace), "json": str(run.profile),
             "commands": profiling.deeper_commands(session.config.path, session.lane.name, run_dir, summary["top_ops"])}
-    write_json_atomic(run_dir / "profile.json", info)
+    write_record(run.profile, info)
     return info
 
 
@@ -94,6 +96,7 @@ def once(session: Session, batch: int, warmup: int) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..state.runs import profile_run_id
     from ..state.session import open_session
 
     session = open_session(args.config, args.lane, need_session=False)
@@ -103,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"one generate of {batch} on lane {session.lane_id}: {seconds * 1e3:.1f} ms "
               f"(after {args.warmup} warm-ups)")
         return 0
-    run_dir = session.paths.run(f"profile-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+    run_dir = session.paths.run(profile_run_id())
     info = profile(session, batch, args.repeats, run_dir)
     if args.json:
         print(json.dumps(info, indent=2))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..search.engine import FileHit, SearchResult, query_terms, search_report, snippet
 from ..search.location import find_handbook, user_cache
+from ..state.paths import StatePaths
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -63,7 +64,7 @@ def run(args) -> int:
         print(f"dit-ar search: no handbook folder at {root / 'handbook'} and none installed with the package "
               "(reinstall pytest-dit-ar from its wheel)", file=sys.stderr)
         return 2
-    cache = root / ".autoresearch" / "handbook_index.json"
+    cache = StatePaths(root).handbook_index
     result = search_report(query, handbook, top=max(1, int(args.top)),
                            cache_path=cache if cache.parent.is_dir() else user_cache())
     if getattr(args, "json", False):

@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import git
 
 from dit_ar_contract.config import repo_root_for
+from dit_ar_contract.device import DeviceIdentity
 from dit_ar_contract.errors import Refused
 from dit_ar_contract.status import Status
 
 from ..report.summary import latest_revalidation, session_rows
-from ..state import backup, gitops, integrity, ledger
-from ..state.baseline import manifest_problems
-from ..state.files import read_json, read_json_object
+from ..state import backup, gitops, integrity, ledger, runs
+from ..state.baseline import BaselineSummary, manifest_problems
+from ..state.best import BestRecord
+from ..state.files import read_json
+from ..state.ledger import LedgerRow
 from ..state.paths import STATE_DIR
+from ..state.runs import RunPaths
 from ..state.session import Session, open_session
 
 
@@ -37,43 +42,93 @@ def _head_relation(repo: git.Repo, head: str, best: str | None) -> tuple[str, st
     return f"HEAD {head[:10]} has diverged from the best {best[:10]}", "dit-ar recover"
 
 
-def _failures(session: Session, rows: list[ledger.LedgerRow]) -> list[dict[str, Any]]:
-    out = []
-    for row in [r for r in rows if r.status.is_failure][-5:]:
-        crash = session.root / row.run_dir / "crash.txt"
-        detail = crash.read_text(errors="replace").strip().splitlines()[0] if crash.is_file() else \
-            (row.reason or row.quality_summary)
-        out.append({"run_id": row.run_id, "status": row.status.word, "description": row.description,
-                    "detail": detail[:300], "run_dir": row.run_dir})
-    return out
+@dataclass(frozen=True)
+class Failure:
+    """A recent discard or crash: its row and the first line of what went wrong."""
+
+    row: LedgerRow
+    detail: str
+
+    def as_dict(self) -> dict[str, Any]:
+        row = self.row
+        return {"run_id": row.run_id, "status": row.status.word, "description": row.description,
+                "detail": self.detail, "run_dir": row.run_dir}
 
 
-def collect(session: Session, rows: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SessionStatus:
+    """What `dit-ar status` shows of one session (`as_dict` is its --json)."""
+
+    tag: str | None
+    branch: str | None
+    lane: str
+    lane_id: str
+    device: DeviceIdentity
+    head: str
+    best: BestRecord | None
+    best_ref: str | None
+    head_relation: str
+    fix: str | None
+    baseline: BaselineSummary | None
+    baseline_problems: list[str] | None  # None: no manifest (no baseline); []: intact
+    rows: tuple[LedgerRow, ...]  # the lane's whole ledger
+    recent: int
+    revalidation: dict[str, Any] | None = None  # the latest re-validation's line and warning (report.summary)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {s.word: sum(r.status is s for r in self.rows) for s in Status}
+
+    @property
+    def recent_rows(self) -> tuple[LedgerRow, ...]:
+        return self.rows[-self.recent:] if self.recent else ()
+
+    @property
+    def baseline_intact(self) -> bool:
+        return self.baseline_problems == []
+
+    def failures(self, root: Path) -> list[Failure]:
+        out = []
+        for row in [r for r in self.rows if r.status.is_failure][-5:]:
+            detail = RunPaths(root / row.run_dir).crash_headline() if row.run_dir else None
+            out.append(Failure(row, (detail or row.reason or row.quality_summary)[:300]))
+        return out
+
+    def as_dict(self, root: Path) -> dict[str, Any]:
+        best, base = self.best, self.baseline
+        timing = base.timing if base else None
+        return {
+            "tag": self.tag, "branch": self.branch, "lane": self.lane, "lane_id": self.lane_id,
+            "device": self.device.as_dict(), "head": self.head,
+            "best": {"commit": best.commit if best else None, "ref": self.best_ref,
+                     "median_ms": best.measurements.median_ms if best else None,
+                     "p95_ms": best.measurements.p95_ms if best else None},
+            "head_relation": self.head_relation, "fix": self.fix,
+            "baseline": {"present": self.baseline_problems is not None, "intact": self.baseline_intact,
+                         "commit": base.commit if base else None, "task_metrics": base.task_metrics if base else None,
+                         "envelope": base.envelope if base else None,
+                         "median_ms": timing.median_ms if timing else None,
+                         "noise_floor_pct": timing.noise_floor_pct if timing else None},
+            "counts": self.counts, "recent": [r.as_dict() for r in self.recent_rows],
+            "recent_failures": [f.as_dict() for f in self.failures(root)],
+            "revalidation": self.revalidation,
+        }
+
+
+def collect(session: Session, rows: int) -> SessionStatus:
     repo = gitops.open_repo(session.root)
     head = gitops.head_sha(repo)
     best = session.best()
     record = session.record
     ref = gitops.read_ref(repo, gitops.best_ref(record.tag, session.lane_id)) if record else None
-    best_sha = ref or (best.commit if best else None)
-    relation, fix = _head_relation(repo, head, best_sha)
-    all_rows = [r for r in ledger.read(session.paths.ledger) if r.lane == session.lane_id]
-    baseline = read_json_object(session.baseline_dir / "baseline.json")
-    timing = baseline.get("timing") or {}
-    problems = manifest_problems(session.baseline_dir)
-    return {
-        "tag": record.tag if record else None, "branch": gitops.current_branch(repo), "lane": session.lane.name,
-        "lane_id": session.lane_id, "device": session.target.identity.as_dict(), "head": head,
-        "best": {"commit": best.commit if best else None, "ref": ref,
-                 "median_ms": best.measurements.median_ms if best else None,
-                 "p95_ms": best.measurements.p95_ms if best else None},
-        "head_relation": relation, "fix": fix,
-        "baseline": {"present": problems is not None, "intact": problems == [], "commit": baseline.get("commit"),
-                     "task_metrics": baseline.get("task_metrics"), "envelope": baseline.get("envelope"),
-                     "median_ms": timing.get("median_ms"), "noise_floor_pct": timing.get("noise_floor_pct")},
-        "counts": {s.word: sum(r.status is s for r in all_rows) for s in Status},
-        "recent": [r.as_dict() for r in all_rows[-rows:]], "recent_failures": _failures(session, all_rows),
-        "revalidation": _revalidation(session, all_rows),
-    }
+    relation, fix = _head_relation(repo, head, ref or (best.commit if best else None))
+    lane_rows = tuple(r for r in ledger.read(session.paths.ledger) if r.lane == session.lane_id)
+    return SessionStatus(
+        tag=record.tag if record else None, branch=gitops.current_branch(repo), lane=session.lane.name,
+        lane_id=session.lane_id, device=session.target.identity, head=head, best=best, best_ref=ref,
+        head_relation=relation, fix=fix, baseline=runs.read_baseline(session.baseline_dir / runs.BASELINE_RECORD),
+        baseline_problems=manifest_problems(session.baseline_dir), rows=lane_rows, recent=rows,
+        revalidation=_revalidation(session, list(lane_rows)))
 
 
 def _revalidation(session: Session, rows: list[ledger.LedgerRow]) -> dict[str, Any] | None:
@@ -92,34 +147,38 @@ def _num(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
-def _print(info: dict[str, Any]) -> None:
-    print(f"session {info['tag']}  branch {info['branch']}  lane {info['lane_id']} on {info['device'].get('name')}")
-    best = info["best"]
-    print(f"best {str(best['commit'])[:10]}  median {_num(best['median_ms'])} ms, p95 {_num(best['p95_ms'])} ms")
-    print(f"HEAD {info['head'][:10]}: {info['head_relation']}")
-    if info["fix"]:
-        print(f"  fix: {info['fix']}")
-    b = info["baseline"]
-    state = "intact" if b["intact"] else ("DAMAGED — run `dit-ar recover`" if b["present"] else "missing")
-    metrics = ", ".join(f"{k} {_num(v)}" for k, v in (b["task_metrics"] or {}).items()) or "none"
-    print(f"baseline {state}; task metrics {metrics}; median {_num(b['median_ms'])} ms; "
-          f"A/A noise {_num(b['noise_floor_pct'], 3)}%")
-    print("counts: " + ", ".join(f"{k}={v}" for k, v in info["counts"].items()))
-    reval = info.get("revalidation")
+def _print(info: SessionStatus, root: Path) -> None:
+    print(f"session {info.tag}  branch {info.branch}  lane {info.lane_id} on {info.device.name}")
+    best = info.best
+    median, p95 = (best.measurements.median_ms, best.measurements.p95_ms) if best else (None, None)
+    print(f"best {str(best.commit if best else None)[:10]}  median {_num(median)} ms, p95 {_num(p95)} ms")
+    print(f"HEAD {info.head[:10]}: {info.head_relation}")
+    if info.fix:
+        print(f"  fix: {info.fix}")
+    base = info.baseline
+    present = info.baseline_problems is not None
+    state = "intact" if info.baseline_intact else ("DAMAGED — run `dit-ar recover`" if present else "missing")
+    metrics = ", ".join(f"{k} {_num(v)}" for k, v in (base.task_metrics if base else {}).items()) or "none"
+    timing = base.timing if base else None
+    print(f"baseline {state}; task metrics {metrics}; median {_num(timing and timing.median_ms)} ms; "
+          f"A/A noise {_num(timing and timing.noise_floor_pct, 3)}%")
+    print("counts: " + ", ".join(f"{k}={v}" for k, v in info.counts.items()))
+    reval = info.revalidation
     print(f"re-validation: {reval['headline']}" if reval else "re-validation: none yet (`dit-ar revalidate`)")
     if reval and reval.get("warning"):
         print(reval["warning"])
-    if info["recent"]:
+    if info.recent_rows:
         print("recent (candidate: its median batch latency or images/s, the ledger's `candidate`; paired %: the "
               "verdict's paired estimate, the ledger's `improvement_pct`):")
         print(f"  {'time':<19}  {'status':<20} {'commit':<8}  {'candidate':>10}  {'paired %':>8}  description")
-        for r in info["recent"]:
-            print(f"  {r['timestamp'][:19]}  {r['status']:<20} {r['commit'][:8]}  {_num(r['candidate']):>10}  "
-                  f"{_num(r['improvement_pct'], 3):>8}  {r['description'][:60]}")
-    if info["recent_failures"]:
+        for r in info.recent_rows:
+            print(f"  {r.timestamp[:19]}  {r.status.word:<20} {r.commit[:8]}  {_num(r.candidate):>10}  "
+                  f"{_num(r.improvement_pct, 3):>8}  {r.description[:60]}")
+    failures = info.failures(root)
+    if failures:
         print("recent failures:")
-        for f in info["recent_failures"]:
-            print(f"  {f['run_id']} {f['status']}: {f['detail']}  ({f['run_dir']})")
+        for f in failures:
+            print(f"  {f.row.run_id} {f.row.status.word}: {f.detail}  ({f.row.run_dir})")
 
 
 def session_worktrees(config_path: Path) -> list[Path]:
@@ -129,40 +188,55 @@ def session_worktrees(config_path: Path) -> list[Path]:
     return [p for p in gitops.worktrees(repo) if STATE_DIR not in p.parts]
 
 
-def everywhere(config_path: Path, rows: int) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class WorktreeStatus:
+    """One worktree's session, or why it has no usable one."""
+
+    worktree: Path
+    status: SessionStatus | None = None
+    problem: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        if self.status is None:
+            return {"worktree": str(self.worktree), "problem": self.problem}
+        return {"worktree": str(self.worktree), **self.status.as_dict(self.worktree)}
+
+
+def everywhere(config_path: Path, rows: int) -> list[WorktreeStatus]:
     """`collect` for the session of every worktree (one command for sessions side by side)."""
     relative = Path(config_path).resolve().relative_to(repo_root_for(config_path))
     out = []
     for tree in session_worktrees(config_path):
         try:
-            out.append({"worktree": str(tree), **collect(open_session(tree / relative), rows)})
+            out.append(WorktreeStatus(tree, collect(open_session(tree / relative), rows)))
         except Refused as exc:  # no session there yet, or its lane cannot run on this machine
-            out.append({"worktree": str(tree), "problem": str(exc)})
+            out.append(WorktreeStatus(tree, problem=str(exc)))
     return out
 
 
-def _print_all(infos: list[dict[str, Any]]) -> None:
+def _print_all(infos: list[WorktreeStatus]) -> None:
     for info in infos:
-        print(f"== {info['worktree']}")
-        if "problem" in info:
-            print(f"no usable session: {info['problem']}")
+        print(f"== {info.worktree}")
+        if info.status is None:
+            print(f"no usable session: {info.problem}")
         else:
-            _print(info)
+            _print(info.status, info.worktree)
 
 
 def status(config_path: Path, as_json: bool = False, rows: int = 10, every_worktree: bool = False) -> int:
     if every_worktree:
         infos = everywhere(config_path, rows)
         if as_json:
-            print(json.dumps(infos, indent=2, default=str))
+            print(json.dumps([i.as_dict() for i in infos], indent=2, default=str))
         else:
             _print_all(infos)
         return 0
-    info = collect(open_session(config_path), rows)
+    session = open_session(config_path)
+    info = collect(session, rows)
     if as_json:
-        print(json.dumps(info, indent=2, default=str))
+        print(json.dumps(info.as_dict(session.root), indent=2, default=str))
     else:
-        _print(info)
+        _print(info, session.root)
     return 0
 
 

@@ -25,6 +25,7 @@ from ..state import gitops, integrity, records
 from ..state.baseline import BaselineSummary, BaselineTiming, Roofline, cases_dir
 from ..state.ledger import LedgerRow
 from ..state.paths import new_run_id, now
+from ..state.runs import RunPaths
 from ..state.session import Session, open_session, verify_integrity
 from ..worker.client import WorkerLauncher, WorkerProcess
 from . import gpu_locks, holdout, memory_plan
@@ -130,7 +131,7 @@ def _baseline(session: Session, out: Callable[[str], None], progress: bool, sand
     live = Live(sys.stdout, sys.stdout.isatty()) if progress else None  # beside the lines `out` prints
     if live is not None:
         live.phase("baseline: starting the worker")
-    with launcher.worker("baseline", session.root, run_dir / "worker-baseline.log") as worker:
+    with launcher.worker("baseline", session.root, RunPaths(run_dir).worker_log("baseline")) as worker:
         build = worker.request("build", spec=lane.workload(launcher.model_root(session.root), session.root))
         out(f"built {lane.preset} on {worker.device_name} in {build['build_s']:.1f} s")
         default = generate_corpus(worker, cases, lane.batch, key, lane.resolution, live=live,

@@ -14,6 +14,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import quality_suite
+from dit_ar_contract.classes import MILDEST
+from dit_ar_contract.config import WorkloadSpec
 from dit_ar_contract.errors import CandidateCrash, Refused
 from perf_suite.roofline import floor_ms
 from quality_suite import diff_images, gates, task_metrics
@@ -25,9 +27,10 @@ from quality_suite.metrics import fidelity_batch
 
 from ..state import gitops
 from ..state.baseline import BaselineSummary, cases_dir
-from ..state.files import write_json_atomic
+from ..state.files import write_record
 from ..state.noise import read_noise, record_spread
 from ..state.paths import STATE_DIR
+from ..state.runs import RunPaths
 from ..state.session import Session
 from ..worker import sandbox
 from ..worker.client import Generated, SandboxPolicy, WorkerLauncher, WorkerProcess
@@ -49,7 +52,7 @@ def sandbox_policy(session: Session) -> SandboxPolicy:
     hide += [(root / corpus).parent for lane in session.config.lanes.values()
              for corpus in (lane.corpus, lane.holdout_corpus) if corpus]  # the holdout, like the corpus
     hide.append(Path(quality_suite.__file__).resolve().parent / "corpus")
-    weights = session.lane.workload(root)["weights"]  # a pipeline folder outside the project (under /tmp, say)
+    weights = session.lane.weights_path(root)  # a pipeline folder outside the project (under /tmp, say)
     expose = (root.resolve(), *([Path(weights)] if weights else []))
     return SandboxPolicy(tuple(dict.fromkeys(p.resolve() for p in hide)), session.lane.is_cuda, expose,
                          session.config.mutable_paths)
@@ -96,6 +99,7 @@ class Evidence:
                  prefetch_best: bool = False, candidate_root: Path | None = None, sandboxed: bool = True,
                  case_ids: set[str] | None = None):
         self.session, self.declared_class, self.run_dir = session, declared_class, run_dir
+        self.run = RunPaths(run_dir)
         self.best_root = best_root
         self.candidate_root = candidate_root or session.root  # a clean checkout of HEAD in experiments
         self.prefetch_best = prefetch_best  # boot the best side during the quality run (experiments time it next)
@@ -164,8 +168,7 @@ class Evidence:
         """Remember a crash wherever it happened (the verdict is CRASH) and write crash.txt."""
         if self._crash is None:
             self._crash = exc
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "crash.txt").write_text(f"{exc}\n\n{exc.details}\n", encoding="utf-8")
+            self.run.write_crash(str(exc), exc.details)
 
     def _raise_if_crashed(self) -> None:
         if self._crash is not None:
@@ -180,7 +183,7 @@ class Evidence:
         self._raise_if_crashed()
         if self._run is None:
             worker = self.launcher.worker("candidate", self.candidate_root,
-                                          self.run_dir / "worker-candidate-quality.log").spawn()
+                                          self.run.worker_log("candidate", "quality")).spawn()
             best = self._spawn_best()
             self._spawn_forks()
             try:
@@ -253,7 +256,7 @@ class Evidence:
         if self.live is not None:
             self.live.phase(text)
 
-    def spec(self, side_root: Path) -> dict:
+    def spec(self, side_root: Path) -> WorkloadSpec:
         """The workload for a side's worker: the path the worker sees its tree at, weights from the project."""
         return self.session.lane.workload(self.launcher.model_root(side_root), self.session.root)
 
@@ -262,7 +265,7 @@ class Evidence:
             return None
         if not memory_plan.may_prefetch(self.memory, self.best_peak_mb()):
             return None  # two workers of the best's size do not fit the card: the best boots when timed
-        return self.launcher.worker("best", self.best_root, self.run_dir / "worker-best-block0.log").spawn()
+        return self.launcher.worker("best", self.best_root, self.run.worker_log("best", "block0")).spawn()
 
     def _spawn_forks(self) -> None:
         """Start both sides' fork servers (their imports run beside the quality run, never beside timed
@@ -289,7 +292,7 @@ class Evidence:
     def quality(self) -> QualityAssessment:
         if self._quality is None:
             self._quality = self._assess()
-            write_json_atomic(self.run_dir / "quality.json", self._quality.as_dict())
+            write_record(self.run.quality, self._quality.as_dict())
         return self._quality
 
     def _reference(self, cases: list[Case]) -> BaselineReference:
@@ -306,13 +309,14 @@ class Evidence:
         t = time.perf_counter()
         best = self.session.best()
         lane = self.session.lane
-        result = assess(self.declared_class, best.effective_class if best else "exact",
+        result = assess(self.declared_class, best.effective_class if best else MILDEST,
                         Outputs(run.outputs.images, run.outputs.latents, run.evidence), reference, cases,
                         lane.quality, lane.task_metrics, self.session.root, whole_corpus=self.case_ids is None)
-        diff_images.write(self.run_dir, run.outputs.images, reference.outputs.images, result.fidelity)
+        diff_images.write(self.run.worst_cases, self.run.cases, run.outputs.images, reference.outputs.images,
+                          result.fidelity)
         failing = [cid for cid, case in result.per_case.items() if any(not c.passed for c in case.checks)]
         diff_images.case_diffs(run.outputs.images, reference.outputs.images, result.fidelity, failing,
-                               self.run_dir / "diffs")
+                               self.run.diffs)
         self._spent("quality_metrics", t)
         return result
 
@@ -345,7 +349,7 @@ class Evidence:
                 self._spent("timing_fork_servers_close", t)
             for phase, spent in self._perf.seconds.items():
                 self._seconds[f"timing_{phase}"] = spent
-            write_json_atomic(self.run_dir / "perf.json", self._perf.as_dict())
+            write_record(self.run.perf, self._perf.as_dict())
             self._learn_noise(self._perf)
         return self._perf
 
@@ -379,11 +383,12 @@ class Evidence:
             cold_start_s=self._cold_start_s, bound=self._offset_bound())
 
     def _round_check(self) -> RoundCheck:
-        """Candidate vs best outputs of the same timed requests under the effective class's per-case gate."""
+        """Candidate vs best outputs of the same timed requests under the effective class's per-case gate (with
+        the quality gate's floors: the same `approximate_outputs` rule)."""
         quality = self.quality()
         cls = quality.effective_class
         envelope = self.baseline().envelope
-        approx = cls in ("approximate", "quantization")
+        approx = quality.approximate_outputs
         contract = self.session.lane.quality
 
         def check(cand: Generated, best: Generated) -> list[str]:

@@ -8,6 +8,7 @@ what it says.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import git
@@ -29,6 +30,16 @@ from . import gpu_locks, pregate
 from .evidence import Evidence
 from .outcomes import TestOutcomes
 from .verdict import Finding, Verdict, decide
+
+
+@dataclass(frozen=True)
+class RunDamage:
+    """What a run changed that a candidate may not (`post_run_problems`): the problems in words, the files to put
+    back (path -> the bytes before the run) and the environment changes that halt further experiments."""
+
+    problems: tuple[str, ...] = ()
+    restore: dict[Path, bytes] = field(default_factory=dict)
+    environment: tuple[str, ...] = ()
 
 
 class Experiment:
@@ -115,10 +126,9 @@ class Experiment:
                                    session.lane_id, seconds=self.seconds)
         self._ledger_bytes = session.paths.ledger.read_bytes() if session.paths.ledger.exists() else b""
         outside = gitops.out_of_scope(shape.changed, session.config.mutable_paths)
-        if outside:
-            return self.conclude(Verdict(Status.DISCARD_SCOPE, (f"the commit changes paths outside "
-                                                                f"{list(session.config.mutable_paths)}: {outside}",
-                                                                way_back(self.commit))))
+        if outside:  # judged before any candidate code runs: nothing else to find
+            return self.conclude(decide([f"the commit changes paths outside {list(session.config.mutable_paths)}: "
+                                         f"{outside}", way_back(self.commit)], None, None, None))
         problems = verify_integrity(session)
         if problems:
             raise Refused("fixed files differ from integrity.json before the run: " + "; ".join(problems[:5]))
@@ -155,8 +165,9 @@ class Experiment:
         return tamper.changes(self._fingerprint, tamper.fingerprint(self.repo, self._worktrees()))
 
     # -- after the run --------------------------------------------------------------------
-    def post_run_problems(self) -> list[str]:
-        """What the candidate may have changed while it ran: fixed files, baseline, ledger, git."""
+    def post_run_problems(self) -> RunDamage:
+        """What the candidate may have changed while it ran: fixed files, baseline, ledger, state, git and the
+        environment. A query: it writes nothing (`repair` puts back what can be put back)."""
         session, repo = self.session, self.repo
         assert session is not None and repo is not None and self.evidence is not None
         problems = verify_integrity(session)
@@ -164,27 +175,36 @@ class Experiment:
             session.verified_baseline()
         except Refused as exc:
             problems.append(f"baseline: {exc}")
+        restore: dict[Path, bytes] = {}
         ledger = session.paths.ledger
         current = ledger.read_bytes() if ledger.exists() else b""
         if current != self._ledger_bytes:
             problems.append("the ledger changed while the candidate ran (restored)")
-            write_bytes_atomic(ledger, self._ledger_bytes)
+            restore[ledger] = self._ledger_bytes
         for path, data in self._state_bytes.items():
             if not path.exists() or path.read_bytes() != data:
                 problems.append(f"{path.name} changed while the candidate ran (restored)")
-                write_bytes_atomic(path, data)
+                restore[path] = data
         if gitops.head_sha(repo) != self.commit or \
                 gitops.current_branch(repo) != gitops.branch_name(session.started.tag):
             problems.append("HEAD or the branch moved while the candidate ran")
         dirty = gitops.dirty_entries(repo)
         if dirty:
             problems.append(f"the candidate left changes in the tree: {dirty[:5]}")
-        changed = self.environment_changes()
+        changed = tuple(self.environment_changes())
         if changed:
-            session.paths.halt.write_text("\n".join(changed) + "\n")
-            problems.append(f"the run changed what the harness relies on: {changed[:5]}; experiments refuse until "
-                            f"{session.paths.halt} is deleted")
-        return problems
+            problems.append(f"the run changed what the harness relies on: {list(changed[:5])}; experiments refuse "
+                            f"until {session.paths.halt} is deleted")
+        return RunDamage(tuple(problems), restore, changed)
+
+    def repair(self, damage: RunDamage) -> None:
+        """Put back the ledger and state files the run changed, and write HALT for environment changes (what the
+        harness relies on and cannot restore itself)."""
+        assert self.session is not None
+        for path, data in damage.restore.items():
+            write_bytes_atomic(path, data)
+        if damage.environment:
+            self.session.paths.halt.write_text("\n".join(damage.environment) + "\n")
 
     def guard_before_refusal(self) -> Verdict | None:
         """Run the post-run checks before the run ends in a refusal (a harness error, an interruption): what
@@ -204,7 +224,9 @@ class Experiment:
         if self.live is not None:
             self.live.phase("judging")
         crash = evidence.crash
-        return decide(self.post_run_problems(), str(crash) if crash else None,
+        damage = self.post_run_problems()
+        self.repair(damage)
+        return decide(damage.problems, str(crash) if crash else None,
                       self._quality_finding(outcomes), self._performance_finding(outcomes))
 
     def _quality_finding(self, outcomes: TestOutcomes) -> Finding | None:

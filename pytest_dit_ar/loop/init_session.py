@@ -26,10 +26,9 @@ def _archive_previous(paths: StatePaths, old_tag: str) -> Path:
     """Move the previous session's state aside (the ledger and run folders stay where they are)."""
     dest = paths.archive / f"{old_tag}-{time.strftime('%Y%m%d-%H%M%S')}"
     dest.mkdir(parents=True)
-    for name in ("session.json", "integrity.json", "best.json", "baseline"):
-        src = paths.dir / name
+    for src in (paths.session, paths.integrity, paths.best, paths.baselines):
         if src.exists():
-            shutil.move(str(src), str(dest / name))
+            shutil.move(str(src), str(dest / src.name))
     return dest
 
 

@@ -30,6 +30,7 @@ from perf_suite import guardrails as guard
 from perf_suite.sequential import Design, Look, OffsetBound, PairSpread, SequentialTest
 from perf_suite.warmup import WarmupRule
 
+from ..state.runs import RunPaths
 from ..worker.client import Generated, WorkerLauncher, WorkerProcess
 from ..worker.forkserver import ForkedWorker, ForkServers
 from ..worker.gpu_memory import MemorySampler, nvml_reader
@@ -181,8 +182,9 @@ def boot(worker: WorkerProcess, spec: dict[str, Any]) -> float:
 
 def spawn_pair(launcher: WorkerLauncher, cand: Side, best: Side, log_dir: Path, tag: str) -> Pair:
     """Start both workers; they run only the fixed prelude (imports, device) until they are built."""
-    return Pair(launcher.worker("candidate", cand.root, log_dir / f"worker-candidate-{tag}.log").spawn(),
-                launcher.worker("best", best.root, log_dir / f"worker-best-{tag}.log").spawn())
+    logs = RunPaths(log_dir)
+    return Pair(launcher.worker("candidate", cand.root, logs.worker_log("candidate", tag)).spawn(),
+                launcher.worker("best", best.root, logs.worker_log("best", tag)).spawn())
 
 
 def build_pair(pair: Pair, cand: Side, best: Side, affinity: tuple[int, ...] | None = None) -> Pair:

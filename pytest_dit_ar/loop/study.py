@@ -55,25 +55,8 @@ from quality_suite.corpora import load_corpus
 
 from ..worker.client import SandboxPolicy, WorkerLauncher
 from .measurement import Pair, Side, boot, run_segment
+from .patching import SLEEP_WRAPPER
 
-SLEEP_WRAPPER = '''
-
-import time as _study_time
-_STUDY_DELAY_S = {delay}
-_study_build = build_pipeline
-
-
-def build_pipeline(spec):
-    pipe = _study_build(spec)
-    _gen = pipe.generate
-
-    def generate(requests):
-        _study_time.sleep(_STUDY_DELAY_S)
-        return _gen(requests)
-
-    pipe.generate = generate
-    return pipe
-'''
 OLD_BLOCKS = 2  # the earlier protocol: a block, then a confirming block in fresh workers
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SUITES = ("quality_suite", "perf_suite")
+MARKERS = ("quality", "perf")  # the suites' markers: `pytest -m quality`, `-m perf`
 
 
 @dataclass(frozen=True)

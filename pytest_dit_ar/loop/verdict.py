@@ -44,11 +44,15 @@ NO_QUALITY = "no quality evidence: the quality tests did not run"
 NO_PERFORMANCE = "no performance evidence: the speed test did not run"
 
 
-def decide(scope_problems: Sequence[str], crash: str | None, quality: Finding | None,
+def decide(out_of_bounds: Sequence[str], crash: str | None, quality: Finding | None,
            performance: Finding | None) -> Verdict:
-    """Scope, then crash, then quality, then performance; the first gate that fails decides."""
-    if scope_problems:
-        return Verdict(Status.DISCARD_SCOPE, tuple(scope_problems))
+    """Scope, then crash, then quality, then performance; the first gate that fails decides.
+
+    `out_of_bounds` is what the candidate changed that a candidate may not: paths outside the mutable ones in
+    its commit (found before the run), and fixed files, the baseline, the state, git or the environment changed
+    while it ran (found after it). Any of them is a scope discard."""
+    if out_of_bounds:
+        return Verdict(Status.DISCARD_SCOPE, tuple(out_of_bounds))
     if crash:
         return Verdict(Status.CRASH, (crash,))
     if quality is None:

@@ -19,6 +19,7 @@ import pytest
 
 from dit_ar_contract.errors import EXIT_REFUSED, CandidateCrash, Refused
 
+from ..state.baseline import cases_dir
 from .session import REFUSED_EXIT, PluginSession
 
 
@@ -113,7 +114,7 @@ def dit_ar_baseline_case(dit_ar, dit_ar_evidence, dit_ar_case) -> CaseArtifacts:
     """The baseline's image, latent and PNG path for `dit_ar_case` (read from the verified baseline)."""
     def load() -> CaseArtifacts:
         images, latents = dit_ar_evidence.baseline_cases([dit_ar_case])
-        folder = dit_ar_evidence.session.baseline_dir / "cases"
+        folder = cases_dir(dit_ar_evidence.session.baseline_dir)
         return CaseArtifacts(dit_ar_case.id, images[dit_ar_case.id], latents[dit_ar_case.id],
                              folder / f"{dit_ar_case.id}.png")
     return _guarded(dit_ar, load)
@@ -149,7 +150,7 @@ def _refuse_in_process_model() -> None:
 def dit_ar_worker(dit_ar, dit_ar_evidence) -> Iterator[Any]:
     """A started worker with the working tree's pipeline built, for timing a generate round trip
     (`worker.generate(requests)` returns the harness's time and the outputs it read)."""
-    log = dit_ar_evidence.run_dir / "worker-benchmark.log"
+    log = dit_ar_evidence.run.worker_log("benchmark")
     worker = _guarded(dit_ar, lambda: dit_ar_evidence.launcher.worker("candidate", dit_ar_evidence.candidate_root,
                                                                        log).start())
     try:

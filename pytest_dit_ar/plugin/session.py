@@ -13,13 +13,15 @@ from typing import Any
 
 import pytest
 
-from dit_ar_contract.config import CLASSES, DEFAULT_CONFIG
+from dit_ar_contract.classes import MILDEST
+from dit_ar_contract.classes import WORDS as CLASSES
+from dit_ar_contract.config import DEFAULT_CONFIG
 from dit_ar_contract.errors import EXIT_REFUSED, CandidateCrash, Refused
 
-from ..loop.pregate import summary as pregate_summary
-from ..loop.suites import SUITES, SuiteFiles, suite_files
+from ..loop import selection
+from ..loop.selection import selects_suites
+from ..loop.suites import MARKERS, SUITES, SuiteFiles, suite_files
 
-MARKERS = ("quality", "perf")
 REFUSED_EXIT = "dit-ar refused (the reason is the last line)"
 # what a suite test may end with: a failed check (assert, pytest.fail), the candidate's crash (its worker died,
 # raised, ran out of memory), a skip, an exit (a refusal); anything else is the harness's own error
@@ -177,32 +179,23 @@ class PluginSession:
 
     def _check_request(self, session: pytest.Session) -> None:
         """Refuse an experiment that is not exactly the whole required test set, or lacks its inputs."""
+        problem = selection.refusal(self._request(session), self.suites.tests, Path(self.config.rootpath).resolve())
+        if problem:
+            raise Refused(problem)
+
+    def _request(self, session: pytest.Session) -> selection.Request:
+        """What this run asked for, in pytest's options and its collection."""
         opt = self.config.option
-        if session.testsfailed:
-            raise Refused("collection failed (see the errors above); nothing was judged")
-        if self.classification not in CLASSES:
-            raise Refused(f"--dit-ar-classification (or the ini key dit_ar_classification) must be one of "
-                          f"{', '.join(CLASSES)}; got {self.classification!r}")
-        if not self.description or not self.description.strip():
-            raise Refused("--dit-ar-description is required: say in one line what the candidate changes")
-        partial = {"-k": opt.keyword, "-m": opt.markexpr, "--lf": getattr(opt, "lf", False),
-                   "--sw": getattr(opt, "stepwise", False), "-x/--maxfail": opt.maxfail,
-                   "-n (xdist)": getattr(opt, "numprocesses", None), "--deselect": self.deselected,
-                   "--benchmark-skip": getattr(opt, "benchmark_skip", False),
-                   "--benchmark-only": getattr(opt, "benchmark_only", False)}
-        used = [name for name, value in partial.items() if value]
-        if used:
-            raise Refused(f"an experiment runs the whole required test set; remove {', '.join(used)}")
-        required = set(self.suites.tests)
-        for arg in self.config.args:
-            if "::" in arg or (Path(arg).is_file() and Path(arg).resolve() not in required):
-                raise Refused(f"an experiment runs the whole required test set; node id or file {arg!r} "
-                              "selects part of it")
-        root = Path(self.config.rootpath).resolve()
-        collected = {Path(str(item.path)).resolve() for item in session.items}
-        missing = sorted(str(p.relative_to(root)) if root in p.parents else str(p) for p in required - collected)
-        if missing:
-            raise Refused(f"an experiment runs the whole required test set; not selected: {missing}")
+        narrowing = {"-k": opt.keyword, "-m": opt.markexpr, "--lf": getattr(opt, "lf", False),
+                     "--sw": getattr(opt, "stepwise", False), "-x/--maxfail": opt.maxfail,
+                     "-n (xdist)": getattr(opt, "numprocesses", None), "--deselect": self.deselected,
+                     "--benchmark-skip": getattr(opt, "benchmark_skip", False),
+                     "--benchmark-only": getattr(opt, "benchmark_only", False)}
+        arguments = tuple(selection.Argument(arg, Path(arg).resolve() if Path(arg).is_file() else None)
+                          for arg in self.config.args)
+        return selection.Request(self.classification, self.description, narrowing, arguments,
+                                 frozenset(Path(str(item.path)).resolve() for item in session.items),
+                                 bool(session.testsfailed))
 
     # -- running -----------------------------------------------------------------------------------
     def raised(self, item: pytest.Item, call: pytest.CallInfo) -> None:
@@ -239,7 +232,7 @@ class PluginSession:
         best_root = session.paths.best_worktree if session.paths.best_worktree.is_dir() else None
         run_dir = session.paths.run(new_run_id("plain"))
         sandboxed = not self.unsandboxed and sandbox_problem() is None  # a plain run decides nothing
-        evidence = Evidence(session, self.classification or "exact", run_dir, best_root, sandboxed=sandboxed,
+        evidence = Evidence(session, self.classification or MILDEST.word, run_dir, best_root, sandboxed=sandboxed,
                             case_ids=self.selected_cases)
         self._show_progress(evidence, session.lane.performance)
         return evidence
@@ -272,48 +265,11 @@ class PluginSession:
         session.exitstatus = verdict.exit_code
 
     def summary(self, tr: Any) -> None:
+        """The terminal summary: failing cases, plain runs' speed, the experiment's verdict (plugin/summary.py)."""
+        from . import summary
+
         evidence = self.experiment.evidence if self.experiment else self._plain
-        if evidence is not None:
-            # a re-run judges the working tree: the same one in a plain run, the parent after an experiment's reset
-            failures_section(tr, evidence, [] if self.experiment_mode else self.failed_ids)
-            if not self.experiment_mode:
-                speed_section(tr, evidence)
-        exp = self.experiment
-        if exp is None or exp.verdict is None:
-            return
-        tr.section("dit-ar experiment")
-        tr.write_line(f"run {exp.run_id}  lane {exp.session.lane_id}  commit {exp.commit[:10]} "
-                      f"(parent {exp.parent[:10]})")
-        quality = exp.evidence.quality_result if exp.evidence else None
-        if quality is not None:
-            tr.write_line(f"class: declared {quality.declared_class}, effective {quality.effective_class}"
-                          + (f" ({'; '.join(quality.audit_reasons)})" if quality.audit_reasons else ""))
-            tr.write_line(f"quality: {quality.headline()}")
-        perf = exp.evidence.performance_result if exp.evidence else None
-        if perf is not None and perf.look is not None:
-            for line in speed_lines(perf, exp.session.lane):
-                tr.write_line(line)
-            tr.write_line(f"start-up: {perf.startup_line()}")
-            if perf.rounds_flagged:
-                tr.write_line(f"rounds: {perf.rounds_flagged}")
-            forked = perf.pool.get("fork_times")
-            if forked:
-                ready = [t for side in forked.values() for t in side["fork_ready_s"]]
-                starts = [t for side in forked.values() for t in side["zygote_ready_s"]]
-                tr.write_line(f"workers: {len(ready)} forked, ready in {max(ready, default=0):.2f} s at most; "
-                              f"fork servers started in {max(starts, default=0):.1f} s")
-        for reason in exp.verdict.reasons[:10]:
-            tr.write_line(f"- {reason}")
-        if exp.pregate:
-            tr.write_line(f"static pre-gate (flags, does not refuse): {pregate_summary(exp.pregate)}")
-            for finding in exp.pregate[:8]:
-                tr.write_line(f"  {finding.describe()}")
-        spent = exp.seconds()
-        tr.write_line("time: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in spent.items()))
-        action = "kept as the new best" if exp.verdict.exit_code == 0 else \
-            f"reset to {exp.parent[:10]} (your commit {exp.commit[:10]} stays in `git reflog`: " \
-            f"`git cherry-pick -n {exp.commit[:10]}` brings its changes back)"
-        tr.write_line(f"{action}; evidence in {exp.run_dir}")
+        summary.write(tr, evidence, self.experiment, speed=not self.experiment_mode, failed_ids=self.failed_ids)
 
     def unconfigure(self) -> None:
         if self._plain is not None:
@@ -324,24 +280,6 @@ class PluginSession:
             _last_line("REFUSED: " + one_line(self.refusal))
         elif self.last_line:
             _last_line(self.last_line)
-
-
-def selects_suites(markexpr: str) -> bool:
-    """Whether a `-m` expression asks for the suites: it selects a test marked `quality` or `perf` alone, and
-    not an unmarked test (`-m quality`, `-m "perf or quality"`; not `-m "not perf"`)."""
-    if not markexpr.strip():
-        return False
-    from _pytest.mark.expression import Expression
-
-    try:
-        expression = Expression.compile(markexpr)
-    except Exception:  # a malformed expression is pytest's to report
-        return False
-
-    def selects(marks: set[str]) -> bool:
-        return bool(expression.evaluate(lambda name, **_: name in marks))
-
-    return not selects(set()) and any(selects({marker}) for marker in MARKERS)
 
 
 def harness_error(nodeid: str, call: pytest.CallInfo) -> str | None:
@@ -362,59 +300,6 @@ def _last_line(text: str) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     print(text, flush=True)
-
-
-def failures_section(tr: Any, evidence: Any, failed_ids: list[str] | None = None) -> None:
-    """The failing cases with metric, value, threshold and the path of their baseline | candidate | diff picture,
-    and the failing tests as node ids to paste back (`pytest '<id>'`)."""
-    quality = evidence.quality_result
-    if quality is None or quality.passed:
-        return
-    tr.section("dit-ar quality failures")
-    pictures = evidence.run_dir / "diffs"
-    for case_id, result in quality.per_case.items():
-        for check in (c for c in result.checks if not c.passed):
-            tr.write_line(f"{case_id}: {check.name} {check.value:.4g} (needs {check.op} {check.threshold:.4g})  "
-                          f"{pictures / (case_id + '.png')}")
-    for check in (c for c in quality.aggregate if not c.passed):
-        tr.write_line(f"corpus: {check.describe()}")
-    for nodeid in (failed_ids or [])[:10]:
-        tr.write_line(f"re-run: pytest '{nodeid}'")
-
-
-def speed_section(tr: Any, evidence: Any) -> None:
-    """Plain `pytest -m perf`: the candidate against the best, in words."""
-    perf = evidence.performance_result
-    if perf is None or perf.look is None:
-        return
-    tr.section("dit-ar speed against the best")
-    for line in speed_lines(perf, evidence.session.lane):
-        tr.write_line(line)
-    tr.write_line(f"start-up: {perf.startup_line()}")
-    if perf.reasons:
-        tr.write_line(f"verdict of the speed test: {perf.reasons[0]}")
-
-
-def speed_lines(perf: Any, lane: Any) -> list[str]:
-    """One speed figure per line, each named by its statistic: the paired estimate the verdict uses, then each
-    side's median batch latency (unpaired: the machine's drift between rounds is in it), and a note when the
-    two disagree in direction."""
-    look = perf.look
-    lines = [f"speed: {look.estimate_pct:+.2f}% [{look.lower_pct:+.2f}%, {look.upper_pct:+.2f}%] paired estimate "
-             f"(the verdict's figure: trimmed mean of each round's candidate/best time ratio, {look.rounds} rounds in "
-             f"{look.segments} fresh worker pair{'s' if look.segments != 1 else ''}; + is faster)"]
-    cand, best = perf.median_ms("cand"), perf.median_ms("best")
-    for side, ms in (("candidate", cand), ("best", best)):
-        if ms is None:
-            continue
-        gpu_s = lane.gpu_seconds_per_image(ms)
-        cost = f"; {gpu_s:.3g} GPU-s per image on {lane.gpus} GPU{'s' if lane.gpus > 1 else ''}" if gpu_s else ""
-        lines.append(f"{side} latency: {ms:.1f} ms per batch (median of its own timed rounds{cost})")
-    if cand is not None and best is not None and (cand < best) != (look.estimate_pct > 0) and cand != best:
-        lines.append("note: the medians and the paired estimate disagree in direction: the machine's speed drifted "
-                     "between rounds; the paired estimate compares each round's candidate with the best timed "
-                     "next to it, the medians do not")
-    return lines
 
 
 class _ReporterStream:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -13,6 +12,8 @@ from matplotlib.ticker import MaxNLocator
 from PIL import Image
 
 from dit_ar_contract.status import Status
+
+from ..state.runs import SegmentRun
 
 STATUS_COLOURS = {s.word: s.colour for s in Status}
 
@@ -53,7 +54,7 @@ def progress(points: list[Point], metric: str, title: str, path: Path) -> Path:
 
     if kept:
         xs, ys = [x for x, _ in kept], [v for _, v in kept]
-        ax.step(xs + [max(p.x for p in points)], ys + [ys[-1]], where="post", color=STATUS_COLOURS["keep"],
+        ax.step(xs + [max(p.x for p in points)], ys + [ys[-1]], where="post", color=Status.KEEP.colour,
                 lw=2, label="best so far", zorder=2)
     base = next((p for p in points if p.status == "baseline" and p.value is not None), None)
     if base is not None:
@@ -81,7 +82,7 @@ def progress(points: list[Point], metric: str, title: str, path: Path) -> Path:
     return _save(fig, path)
 
 
-def timing(blocks: list[dict[str, Any]], path: Path) -> Path:
+def timing(blocks: list[SegmentRun], path: Path) -> Path:
     """Candidate vs best round-trip times per segment (or per block, in runs made before segments): a box
     per side with the samples jittered on top."""
     fig = Figure(figsize=(2.2 + 2.4 * max(1, len(blocks)), 3.4))
@@ -90,12 +91,12 @@ def timing(blocks: list[dict[str, Any]], path: Path) -> Path:
     data, positions, colours, labels = [], [], [], []
     for i, block in enumerate(blocks):
         for j, (key, colour, name) in enumerate((("best_s", "#1f4e9c", "best"), ("cand_s", "#d9480f", "cand"))):
-            ms = [1e3 * float(v) for v in block.get(key) or []]
+            ms = [1e3 * v for v in (block.best_s if key == "best_s" else block.cand_s)]
             pos = 3 * i + j + 1
             data.append(ms)
             positions.append(pos)
             colours.append(colour)
-            labels.append(f"{name}\n{'segment' if 'look' in block else 'block'} {block.get('index', i) + 1}")
+            labels.append(f"{name}\n{'segment' if block.is_segment else 'block'} {block.index + 1}")
             if ms:
                 ax.scatter(pos + rng.uniform(-0.15, 0.15, len(ms)), ms, s=14, color=colour, alpha=0.7, zorder=3)
     if any(data):

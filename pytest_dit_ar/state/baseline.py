@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dit_ar_contract.device import DeviceIdentity
 from dit_ar_contract.digest import sha256_file
 from dit_ar_contract.errors import Refused
 
 from . import integrity
-from .files import read_json
+from .files import load_record, read_json
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,23 @@ class BaselineSummary:
     generation_seconds: float = 0.0
     task_envelope: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def device(self) -> DeviceIdentity:
+        """The device the baseline ran on, as its worker reported it."""
+        return DeviceIdentity.from_dict(self.environment.get("device"))
+
+    @property
+    def workload_device(self) -> str:
+        return str(self.workload.get("device", ""))
+
+    @property
+    def gpus(self) -> int:
+        return int(self.workload.get("gpus", 1))
+
+    @property
+    def batch(self) -> int:
+        return int(self.workload.get("batch", 1))
+
     def as_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "roofline"}
         data["cases"] = list(self.cases)
@@ -77,7 +95,9 @@ class BaselineSummary:
     def from_dict(cls, data: dict[str, Any]) -> BaselineSummary:
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
-        timing = data.get("timing") or {}
+        timing = dict(data.get("timing") or {})
+        if "aa_block" in timing:  # written before the sequential test's segments
+            timing.setdefault("aa_segment", timing["aa_block"])
         timing_keys = {f.name for f in dataclasses.fields(BaselineTiming)}
         values["timing"] = BaselineTiming(**{k: v for k, v in timing.items() if k in timing_keys})
         values["roofline"] = Roofline(**{k: data[k] for k in ROOFLINE_KEYS if k in data})
@@ -85,8 +105,14 @@ class BaselineSummary:
         return cls(**values)
 
 
+BASELINE_RECORD = "baseline.json"  # the summary's file in the lane's baseline folder and in the baseline's run
+
+
+CASES = "cases"  # the case images of a baseline folder and of a run folder
+
+
 def cases_dir(folder: Path) -> Path:
-    return folder / "cases"
+    return folder / CASES
 
 
 def manifest_problems(folder: Path) -> list[str] | None:
@@ -108,4 +134,4 @@ def verify_baseline(folder: Path, lane_id: str, recorded_manifest_sha256: str | 
     if problems:
         raise Refused(f"the baseline in {folder} does not match its manifest ({'; '.join(problems[:5])}); "
                       "run `dit-ar recover`, or start a new session (`dit-ar init --tag NEW`)")
-    return BaselineSummary.from_dict(read_json(folder / "baseline.json"))
+    return BaselineSummary.from_dict(load_record(folder / BASELINE_RECORD))

@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from dit_ar_contract.classes import MILDEST
 from dit_ar_contract.errors import Refused
 
 from .files import read_json
@@ -27,7 +28,7 @@ class BestRecord:
     updated: str
     ref: str
     measurements: Measurements = field(default_factory=Measurements)
-    effective_class: str = "exact"  # against the original baseline; inherited by later candidates
+    effective_class: str = MILDEST.word  # against the original baseline; inherited by later candidates
     history: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from dit_ar_contract.errors import Refused
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -24,6 +27,25 @@ def write_json_atomic(path: Path, data: Any) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
+FORMAT_VERSION = 1  # of the JSON records of runs and baselines; a record without one was written as version 1
+VERSION_KEY = "format_version"
+
+
+def write_record(path: Path, data: Mapping[str, Any]) -> None:
+    """A record (run or baseline) with this harness's format version, written atomically."""
+    write_json_atomic(path, {**data, VERSION_KEY: FORMAT_VERSION})
+
+
+def load_record(path: Path) -> dict[str, Any]:
+    """A record's JSON object ({} when absent or unreadable); refuses a format this harness does not know."""
+    data = read_json_object(path)
+    version = data.get(VERSION_KEY, 1)
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise Refused(f"{path}: file format version {version!r} is not supported (this pytest-dit-ar reads up to "
+                      f"{FORMAT_VERSION}); read it with the newer pytest-dit-ar that wrote it")
+    return data
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:

@@ -35,10 +35,10 @@ def snapshot(root: Path, paths: list[str] | tuple[str, ...]) -> dict[str, str]:
     return files
 
 
-def diff(expected: dict[str, str], actual: dict[str, str]) -> list[str]:
-    """Human-readable differences: changed, missing and added files."""
+def diff(expected: dict[str, str], actual: dict[str, str], gone: str = "missing") -> list[str]:
+    """Human-readable differences of two name -> digest maps: changed, `gone` (missing) and added names."""
     problems = [f"changed: {p}" for p in sorted(expected) if p in actual and actual[p] != expected[p]]
-    problems += [f"missing: {p}" for p in sorted(expected) if p not in actual]
+    problems += [f"{gone}: {p}" for p in sorted(expected) if p not in actual]
     problems += [f"added: {p}" for p in sorted(actual) if p not in expected]
     return problems
 

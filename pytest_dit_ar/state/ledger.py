@@ -16,6 +16,7 @@ import dataclasses
 import math
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,7 +51,7 @@ class LedgerRow:
     flags: str = ""
 
     def cells(self, columns: tuple[str, ...]) -> list[str]:
-        return [_cell(getattr(self, c)) for c in columns]
+        return [cell(getattr(self, c)) for c in columns]
 
     def as_dict(self) -> dict[str, object]:
         """JSON-ready: numbers stay numbers, the status is its ledger word."""
@@ -69,13 +70,25 @@ class LedgerRow:
                 values[name] = text
         return cls(**values)
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> LedgerRow:
+        """The row `as_dict` wrote (e.g. into experiment.json); unknown keys are left out."""
+        values = {name: data[name] for name in COLUMNS if name in data}
+        values["status"] = Status.from_word(str(data.get("status")))
+        for name in NUMBERS & values.keys():
+            number = values[name]
+            values[name] = float(number) if isinstance(number, (int, float)) and not isinstance(number, bool) \
+                else None
+        return cls(**values)
+
 
 COLUMNS = tuple(f.name for f in dataclasses.fields(LedgerRow))
 COLUMNS_V1 = COLUMNS[:17]
 NUMBERS = frozenset({"best_before", "candidate", "improvement_pct", "p_value", "peak_vram_mb"})
 
 
-def _cell(value: object) -> str:
+def cell(value: object) -> str:
+    """A value as the ledger's text (floats to 6 significant digits, None as empty)."""
     if value is None:
         return ""
     if isinstance(value, Status):

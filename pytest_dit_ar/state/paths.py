@@ -83,8 +83,12 @@ class StatePaths:
     def archive(self) -> Path:
         return self.dir / "archive"
 
+    @property
+    def baselines(self) -> Path:
+        return self.dir / "baseline"
+
     def baseline(self, lane_id: str) -> Path:
-        return self.dir / "baseline" / lane_id
+        return self.baselines / lane_id
 
     def run(self, run_id: str) -> Path:
         return self.runs / run_id

@@ -1,7 +1,10 @@
 """Every write of a finished run, in one place: the run record, the ledger row and the best commit.
 
 Order matters for crash safety: the run folder first (nothing points at it yet), then the ledger row
-(append-only), then the best ref (recoverable), best.json and the best worktree.
+(append-only), then the best ref (recoverable), best.json and the best worktree. A baseline's run record
+is its run folder's copy of baseline.json and the lane's baseline folder (summary, manifest, its git copy,
+then session.json's pointer to it, the one write that makes the new baseline current); the ledger row and
+the best follow in the same order. tests/unit/test_records.py holds both paths to it.
 """
 
 from __future__ import annotations
@@ -11,19 +14,18 @@ from typing import Any
 
 import git
 
+from dit_ar_contract.classes import MILDEST
 from dit_ar_contract.digest import sha256_file
 from dit_ar_contract.status import Status
 
 from . import backup, gitops, integrity, ledger
-from .baseline import BaselineSummary
+from .baseline import BASELINE_RECORD, BaselineSummary
 from .best import BestRecord, Measurements, read_best
-from .files import read_json, write_json_atomic
+from .files import read_json, write_json_atomic, write_record
 from .ledger import LedgerRow
 from .paths import now
+from .runs import RunPaths
 from .session import LaneBaseline, Session, SessionRecord
-
-EXPERIMENT_RECORD = "experiment.json"
-BASELINE_RECORD = "baseline.json"
 
 
 def record_experiment(session: Session, repo: git.Repo, row: LedgerRow, run_dir: Path, reasons: list[str],
@@ -31,14 +33,14 @@ def record_experiment(session: Session, repo: git.Repo, row: LedgerRow, run_dir:
                       details: dict[str, Any] | None = None) -> None:
     """The run record, the ledger row and, for a keep, the new best."""
     record = {**row.as_dict(), "reasons": reasons, "duration_s": duration_s, **(details or {})}
-    write_json_atomic(run_dir / EXPERIMENT_RECORD, record)
+    write_record(RunPaths(run_dir).experiment, record)
     ledger.append(session.paths.ledger, row)
     if row.status is Status.KEEP:
         set_best(session, repo, row.commit, row.run_id, measurements or Measurements(), row.effective_class)
 
 
 def set_best(session: Session, repo: git.Repo, commit: str, run_id: str, measurements: Measurements,
-             effective_class: str = "exact") -> BestRecord:
+             effective_class: str = MILDEST.word) -> BestRecord:
     """Make `commit` the lane's best: ref first (recoverable), then best.json, then the worktree."""
     tag = session.started.tag
     ref = gitops.best_ref(tag, session.lane_id)
@@ -57,9 +59,11 @@ def set_best(session: Session, repo: git.Repo, commit: str, run_id: str, measure
 
 def record_baseline(session: Session, repo: git.Repo, summary: BaselineSummary, row: LedgerRow,
                     run_dir: Path) -> SessionRecord:
-    """baseline.json, its manifest and git copy, session.json's pointer to it, the best and the ledger row."""
+    """The run's baseline.json, the lane's baseline folder (summary, manifest, git copy), session.json's
+    pointer to it, then the ledger row and the best."""
+    write_record(RunPaths(run_dir).baseline, summary.as_dict())
     folder = session.baseline_dir
-    write_json_atomic(folder / BASELINE_RECORD, summary.as_dict())
+    write_record(folder / BASELINE_RECORD, summary.as_dict())
     manifest = {"lane_id": session.lane_id, "commit": summary.commit, "files": integrity.manifest_of(folder)}
     write_json_atomic(folder / integrity.MANIFEST, manifest)
     backup.save_folder(repo, folder, gitops.baseline_ref(session.started.tag, session.lane_id),
@@ -67,10 +71,9 @@ def record_baseline(session: Session, repo: git.Repo, summary: BaselineSummary, 
     pointer = LaneBaseline(sha256_file(folder / integrity.MANIFEST), summary.commit, summary.run_id)
     record = session.started.with_baseline(session.lane_id, pointer)
     write_session(session, record)
+    ledger.append(session.paths.ledger, row)
     timing = summary.timing
     set_best(session, repo, summary.commit, summary.run_id, Measurements(timing.median_ms, timing.p95_ms))
-    write_json_atomic(run_dir / BASELINE_RECORD, summary.as_dict())
-    ledger.append(session.paths.ledger, row)
     return record
 
 

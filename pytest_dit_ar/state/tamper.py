@@ -20,6 +20,8 @@ import git
 
 from dit_ar_contract.digest import sha256_file
 
+from . import integrity
+
 
 def site_folders() -> list[Path]:
     """Every folder Python imports installed packages from."""
@@ -69,7 +71,4 @@ def fingerprint(repo: git.Repo, worktrees: list[Path]) -> dict[str, str]:
 
 def changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
     """What differs, in words ("changed: git hook pre-commit", "added: git hook post-checkout", ...)."""
-    out = [f"changed: {k}" for k in sorted(before) if k in after and after[k] != before[k]]
-    out += [f"removed: {k}" for k in sorted(before) if k not in after]
-    out += [f"added: {k}" for k in sorted(after) if k not in before]
-    return out
+    return integrity.diff(before, after, gone="removed")

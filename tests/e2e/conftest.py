@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from loop_helpers import clone_state, make_project_copy, run
+
+from tests.helpers.loop import clone_state, make_project_copy, run
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
-from loop_helpers import DELAY_LINE, commit_change, experiment, git, last_line, ledger_rows
+
+from pytest_dit_ar.loop.patching import wrap_generate
+from pytest_dit_ar.state import runs
+from pytest_dit_ar.state.paths import StatePaths
+from tests.helpers.loop import DELAY_LINE, commit_change, experiment, git, last_line, ledger_rows
 
 pytestmark = pytest.mark.slow
 TOKEN = "dit-ar-attack-token"
@@ -67,26 +71,9 @@ def judged_and_intact(repo: Path, cls: str, desc: str, allowed: tuple[str, ...])
     return proc.stdout
 
 
-WRAP = '''
-
-_build_attack = build_pipeline
-
-
-def build_pipeline(spec):
-    pipe = _build_attack(spec)
-    _gen = pipe.generate
-{setup}
-    def generate(requests):
-{body}
-
-    pipe.generate = generate
-    return pipe
-'''
-
-
 def wrap(body: str, setup: str = "") -> str:
-    indent = lambda text, n: "\n".join(" " * n + line if line else line for line in text.strip("\n").splitlines())  # noqa: E731
-    return WRAP.format(setup=indent(setup, 4) + "\n" if setup else "", body=indent(body, 8))
+    """A candidate whose generate() runs `body` (the harness's one model patch, `patching.wrap_generate`)."""
+    return wrap_generate("attack", body, setup)
 
 
 # -- 1. telling the quality run from the timed rounds ------------------------------------------------
@@ -148,12 +135,12 @@ def test_a_daemon_burning_cpu_cannot_slow_the_best_and_dies(loop_repo: Path) -> 
     assert last_line(proc) in ("VERDICT: KEEP", "VERDICT: DISCARD-PERFORMANCE"), proc.stdout[-4000:]
     time.sleep(2)
     assert survivors() == []
-    run = loop_repo / ledger_rows(loop_repo)[-1][16]
-    baseline = json.loads((loop_repo / ".autoresearch/baseline/embedded-cpu/baseline.json").read_text())
-    aa = baseline["timing"]["aa_segment"]
-    quiet_ms = 1e3 * statistics.median(aa["cand_s"] + aa["best_s"])
-    for segment in json.loads((run / "perf.json").read_text())["segments"]:
-        best_ms = 1e3 * statistics.median(segment["best_s"])
+    run = loop_repo / ledger_rows(loop_repo)[-1].run_dir
+    baseline = runs.read_baseline(StatePaths(loop_repo).baseline("embedded-cpu") / runs.BASELINE_RECORD)
+    aa = runs.PerfRecord.aa_segment(baseline).segments[0]
+    quiet_ms = 1e3 * statistics.median(aa.cand_s + aa.best_s)
+    for segment in runs.read_perf(run).segments:
+        best_ms = 1e3 * statistics.median(segment.best_s)
         assert best_ms < 1.25 * quiet_ms, (best_ms, quiet_ms)  # a spinner beside it costs a 2-thread model ~60%
 
 
@@ -263,9 +250,9 @@ def test_the_ledger_row_of_an_unsandboxed_run_says_so(loop_repo: Path) -> None:
     commit_change(loop_repo, "model_under_test/pipeline.py", "\n# a comment: a no-op change\n", "no-op")
     proc = experiment(loop_repo, "exact", "no-op, unsandboxed", "--unsandboxed")
     assert last_line(proc).startswith("VERDICT:"), proc.stdout[-2000:]
-    assert ledger_rows(loop_repo)[-1][18] == "unsandboxed"
-    info = json.loads((loop_repo / ledger_rows(loop_repo)[-1][16] / "experiment.json").read_text())
-    assert info["flags"] == "unsandboxed"
+    assert ledger_rows(loop_repo)[-1].flags == "unsandboxed"
+    info = runs.read_experiment(loop_repo / ledger_rows(loop_repo)[-1].run_dir)
+    assert info.row is not None and info.row.flags == "unsandboxed"
     # the best worker runs with -I -B: no __pycache__ in the best worktree, so no DISCARD-SCOPE and no HALT
     assert last_line(proc) != "VERDICT: DISCARD-SCOPE" and not (loop_repo / ".autoresearch" / "HALT").exists()
 
@@ -294,8 +281,8 @@ def test_a_module_never_imported_changes_nothing_but_is_flagged(loop_repo: Path)
                   "a dormant module")
     judged_and_intact(loop_repo, "exact", "dormant module", ("VERDICT: DISCARD-PERFORMANCE",))
     row = ledger_rows(loop_repo)[-1]
-    assert "pregate=" in row[18] and "signal" in row[18]
-    info = json.loads((loop_repo / row[16] / "experiment.json").read_text())
+    assert "pregate=" in row.flags and "signal" in row.flags
+    info = json.loads((loop_repo / row.run_dir / "experiment.json").read_text())
     assert {f["rule"] for f in info["pregate"]} >= {"signal", "clock"}
 
 

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from loop_helpers import make_project_copy, run
+
+from tests.helpers.loop import make_project_copy, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.extended]  # 3 fresh worker pairs: about a minute on a busy 2-core VM
 

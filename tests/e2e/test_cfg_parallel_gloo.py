@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from loop_helpers import PROJECT
+
+from tests.helpers.loop import PROJECT
 
 EXAMPLE = PROJECT / "examples" / "cfg-parallel"
 CONFIG = json.loads((PROJECT / "assets" / "embedded-digits" / "transformer" / "config.json").read_text())

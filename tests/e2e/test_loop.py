@@ -11,7 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from loop_helpers import commit_change, env_for, experiment, git, last_line, ledger_rows, run, set_slow
+
+from dit_ar_contract.status import Status
+from pytest_dit_ar.loop.patching import wrap_build, wrap_generate
+from pytest_dit_ar.state.runs import RunPaths
+from tests.helpers.loop import commit_change, env_for, experiment, git, last_line, ledger_rows, run, set_slow
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +52,7 @@ def test_faster_exact_commit_is_kept_and_a_manual_reset_is_recoverable(loop_repo
     assert best["commit"] == sha
     assert git(loop_repo, "rev-parse", "refs/autoresearch/t1/best/embedded-cpu") == sha
     row = ledger_rows(loop_repo)[-1]
-    assert row[5] == "keep" and row[3] == sha and float(row[11]) > 2.0
+    assert row.status is Status.KEEP and row.commit == sha and row.improvement_pct > 2.0
     assert git(loop_repo / ".autoresearch/worktrees/best", "rev-parse", "HEAD") == sha
     noise = json.loads((loop_repo / ".autoresearch/noise.json").read_text())["embedded-cpu"]
     assert noise["best_commit"] == parent and noise["spreads"][0]["pairs"] >= 2  # pooled against the old best
@@ -77,34 +81,22 @@ def test_slower_commit_is_discarded_and_reset(loop_repo: Path) -> None:
     assert last_line(proc) == "VERDICT: DISCARD-PERFORMANCE", proc.stdout + proc.stderr
     assert proc.returncode == 1
     assert head(loop_repo) == parent
-    assert ledger_rows(loop_repo)[-1][5] == "discard-performance"
+    assert ledger_rows(loop_repo)[-1].status is Status.DISCARD_PERFORMANCE
 
 
 def test_output_corruption_is_a_quality_discard(loop_repo: Path) -> None:
     parent = head(loop_repo)
-    commit_change(loop_repo, "model_under_test/__init__.py", '''
-_build_q = build_pipeline
-
-
-def build_pipeline(spec):
-    pipe = _build_q(spec)
-    _gen = pipe.generate
-
-    def generate(requests):
+    commit_change(loop_repo, "model_under_test/__init__.py", wrap_generate("q", """\
         out = _gen(requests)
         out.images = (out.images + 0.2).clamp(0, 1)
-        return out
-
-    pipe.generate = generate
-    return pipe
-''', "brighten the output")
+        return out"""), "brighten the output")
     proc = experiment(loop_repo, "exact", "brighten the output")
     assert last_line(proc) == "VERDICT: DISCARD-QUALITY", proc.stdout + proc.stderr
     assert "psnr_db" in proc.stdout
     live = proc.stdout.find("dit-ar: [")  # the phases, one line each in this pipe, written while the tests ran
     assert 0 <= live < proc.stdout.find("quality: candidate corpus") < proc.stdout.find("= FAILURES ="), proc.stdout
     assert head(loop_repo) == parent
-    assert ledger_rows(loop_repo)[-1][5] == "discard-quality"
+    assert ledger_rows(loop_repo)[-1].status is Status.DISCARD_QUALITY
 
 
 def test_commit_to_fixed_path_is_a_scope_discard(loop_repo: Path) -> None:
@@ -115,36 +107,27 @@ def test_commit_to_fixed_path_is_a_scope_discard(loop_repo: Path) -> None:
     assert proc.returncode == 1
     assert "git cherry-pick -n" in proc.stdout + proc.stderr  # the way back is printed
     assert head(loop_repo) == parent
-    assert ledger_rows(loop_repo)[-1][5] == "discard-scope"
+    assert ledger_rows(loop_repo)[-1].status is Status.DISCARD_SCOPE
+
+
+TAMPER = """\
+import pathlib
+gates = pathlib.Path(spec["root"]) / "quality_suite" / "gates.py"
+gates.write_text(gates.read_text() + "\\n# tampered at run time\\n")
+return _build_{tag}(spec)"""
 
 
 @pytest.mark.extended
 def test_writing_a_fixed_file_at_run_time_is_prevented_and_unsandboxed_detected(loop_repo: Path) -> None:
     parent = head(loop_repo)
     original = (loop_repo / "quality_suite/gates.py").read_text()
-    commit_change(loop_repo, "model_under_test/__init__.py", '''
-_build_w = build_pipeline
-
-
-def build_pipeline(spec):
-    import pathlib
-    gates = pathlib.Path(spec["root"]) / "quality_suite" / "gates.py"
-    gates.write_text(gates.read_text() + "\\n# tampered at run time\\n")
-    return _build_w(spec)
-''', "tamper with the gate at run time")
+    commit_change(loop_repo, "model_under_test/__init__.py", wrap_build("w", TAMPER.format(tag="w")),
+                  "tamper with the gate at run time")
     sandboxed = experiment(loop_repo, "exact", "tamper at run time")  # prevented: the gate is not even visible
     assert last_line(sandboxed) == "VERDICT: CRASH", sandboxed.stdout + sandboxed.stderr
     assert head(loop_repo) == parent and (loop_repo / "quality_suite/gates.py").read_text() == original
-    commit_change(loop_repo, "model_under_test/__init__.py", '''
-_build_w2 = build_pipeline
-
-
-def build_pipeline(spec):
-    import pathlib
-    gates = pathlib.Path(spec["root"]) / "quality_suite" / "gates.py"
-    gates.write_text(gates.read_text() + "\\n# tampered at run time\\n")
-    return _build_w2(spec)
-''', "tamper with the gate at run time, unsandboxed")
+    commit_change(loop_repo, "model_under_test/__init__.py", wrap_build("w2", TAMPER.format(tag="w2")),
+                  "tamper with the gate at run time, unsandboxed")
     proc = experiment(loop_repo, "exact", "tamper at run time", "--unsandboxed")  # detected afterwards
     assert last_line(proc) == "VERDICT: DISCARD-SCOPE", proc.stdout + proc.stderr
     assert "quality_suite/gates.py" in proc.stdout
@@ -158,27 +141,14 @@ def build_pipeline(spec):
 ], ids=["raises", "nan"])
 def test_crashing_candidate_is_reset(loop_repo: Path, body: str, word: str) -> None:
     parent = head(loop_repo)
-    commit_change(loop_repo, "model_under_test/__init__.py", f'''
-_build_c = build_pipeline
-
-
-def build_pipeline(spec):
-    pipe = _build_c(spec)
-    _gen = pipe.generate
-
-    def generate(requests):
-        {body}
-
-    pipe.generate = generate
-    return pipe
-''', "crash")
+    commit_change(loop_repo, "model_under_test/__init__.py", wrap_generate("c", body), "crash")
     proc = experiment(loop_repo, "exact", "crash")
     assert last_line(proc) == "VERDICT: CRASH", proc.stdout + proc.stderr
     assert proc.returncode == 1
     assert head(loop_repo) == parent
     row = ledger_rows(loop_repo)[-1]
-    assert row[5] == "crash"
-    crash = (loop_repo / row[16] / "crash.txt").read_text()
+    assert row.status is Status.CRASH
+    crash = RunPaths(loop_repo / row.run_dir).crash_text() or ""
     assert word in crash
 
 
@@ -283,7 +253,7 @@ def test_two_concurrent_experiments_serialize_or_refuse(loop_repo: Path) -> None
     refused = next(r for r in results if r[2] == 2)
     assert "another experiment" in refused[0] + refused[1]
     assert len(ledger_rows(loop_repo)) == rows_before + 1
-    assert ledger_rows(loop_repo)[-1][5] == "keep"
+    assert ledger_rows(loop_repo)[-1].status is Status.KEEP
 
 
 @pytest.mark.extended

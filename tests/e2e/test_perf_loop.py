@@ -9,7 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
-from loop_helpers import (
+
+from pytest_dit_ar.loop.patching import wrap_build, wrap_generate
+from pytest_dit_ar.state import runs
+from pytest_dit_ar.state.runs import RunPaths
+from tests.helpers.loop import (
     commit_change,
     env_for,
     experiment,
@@ -17,7 +21,6 @@ from loop_helpers import (
     last_line,
     ledger_rows,
     make_project_copy,
-    wrap_generate,
 )
 
 # The quality run is 20 batches of the 40-case corpus plus one activation-dtype probe; the corpus file and
@@ -25,12 +28,12 @@ from loop_helpers import (
 QUALITY_CALLS = 21
 
 
-def run_record(repo: Path) -> Path:
-    return repo / ledger_rows(repo)[-1][16]
+def run_record(repo: Path) -> RunPaths:
+    return RunPaths(repo / ledger_rows(repo)[-1].run_dir)
 
 
 def perf_reasons(repo: Path) -> str:
-    return json.dumps(json.loads((run_record(repo) / "experiment.json").read_text())["reasons"])
+    return json.dumps(runs.read_experiment(run_record(repo).dir).reasons)
 
 
 # -- candidates that try to fool the timing ----------------------------------------------------
@@ -53,7 +56,7 @@ def test_patched_clocks_cannot_hide_a_slowdown(loop_repo: Path) -> None:
     proc = experiment(loop_repo, "exact", "patched clocks")
     assert last_line(proc) == "VERDICT: DISCARD-PERFORMANCE", proc.stdout + proc.stderr
     assert git(loop_repo, "rev-parse", "HEAD") == parent
-    assert float(ledger_rows(loop_repo)[-1][11]) < 0  # measured slower, whatever the candidate's clocks say
+    assert ledger_rows(loop_repo)[-1].improvement_pct < 0  # measured slower, whatever the candidate's clocks say
 
 
 @pytest.mark.extended
@@ -67,8 +70,8 @@ def test_memoising_outputs_gains_nothing(loop_repo: Path) -> None:
         return cache[key]""", "    cache = {}\n"), "memoise outputs by request")
     proc = experiment(loop_repo, "exact", "memoise outputs")
     assert last_line(proc) == "VERDICT: DISCARD-PERFORMANCE", proc.stdout + proc.stderr
-    perf = json.loads((run_record(loop_repo) / "perf.json").read_text())
-    seeds = [s for segment in perf["segments"] for round_ in segment["seeds"] for s in round_]
+    perf = runs.read_perf(run_record(loop_repo).dir)
+    seeds = [s for segment in perf.segments for round_ in segment.seeds for s in round_]
     assert len(seeds) == len(set(seeds)) > 0
 
 
@@ -106,11 +109,11 @@ def test_worker_crash_mid_measurement_is_a_crash(loop_repo: Path) -> None:
     assert last_line(proc) == "VERDICT: CRASH", proc.stdout + proc.stderr
     assert time.monotonic() - start < 400, "the dead worker was waited for, not detected"
     assert git(loop_repo, "rev-parse", "HEAD") == parent
-    crash = (run_record(loop_repo) / "crash.txt").read_text()
+    crash = run_record(loop_repo).crash_text() or ""
     assert "exit code 3" in crash
     # it died during timing: the quality run was complete, the timing never was
-    assert (run_record(loop_repo) / "quality.json").exists(), "it did not die during timing"
-    assert not (run_record(loop_repo) / "perf.json").exists()
+    assert run_record(loop_repo).quality.exists(), "it did not die during timing"
+    assert not run_record(loop_repo).perf.exists()
 
 
 @pytest.mark.extended
@@ -119,17 +122,11 @@ def test_memory_guardrail_breach_is_a_performance_discard(loop_repo: Path) -> No
     """Peak RSS (read by the harness from /proc) above the lane's peak_memory_mb guardrail."""
     cfg = json.loads((loop_repo / "config" / "autoresearch.json").read_text())
     budget = int(cfg["lanes"]["embedded-cpu"]["guardrails"]["peak_memory_mb"])
-    commit_change(loop_repo, "model_under_test/__init__.py", f'''
-
-_build_hog = build_pipeline
-
-
-def build_pipeline(spec):
-    import torch
-    hog = torch.ones(({budget} + 512) * 2**20 // 4)  # more than the budget, written so that it is resident
-    del hog
-    return _build_hog(spec)
-''', "allocate more than the memory budget")
+    commit_change(loop_repo, "model_under_test/__init__.py", wrap_build("hog", f"""\
+import torch
+hog = torch.ones(({budget} + 512) * 2**20 // 4)  # more than the budget, written so that it is resident
+del hog
+return _build_hog(spec)"""), "allocate more than the memory budget")
     proc = experiment(loop_repo, "exact", "allocate more than the memory budget")
     assert last_line(proc) == "VERDICT: DISCARD-PERFORMANCE", proc.stdout + proc.stderr
     assert f"exceeds the budget {budget} MB" in perf_reasons(loop_repo)

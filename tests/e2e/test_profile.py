@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from loop_helpers import make_project_copy, run
+
+from tests.helpers.loop import make_project_copy, run
 
 STAGES = ("text_encode", "denoise", "decode")
 

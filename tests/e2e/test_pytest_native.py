@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from loop_helpers import PROJECT, env_for, git, ledger_rows, make_project_copy, run, set_slow, wrap_generate
+
+from pytest_dit_ar.loop.patching import wrap_generate
+from tests.helpers.loop import PROJECT, env_for, git, ledger_rows, make_project_copy, run, set_slow
 
 EXPERIMENT = ("--dit-ar-experiment", "--dit-ar-description", "x", "-W", "ignore::pytest.PytestAssertRewriteWarning")
 

@@ -11,7 +11,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from loop_helpers import (
+
+from dit_ar_contract.errors import Refused
+from dit_ar_contract.status import Status
+from pytest_dit_ar.loop.patching import wrap_build, wrap_generate
+from pytest_dit_ar.state import runs
+from pytest_dit_ar.state.ledger import LedgerRow
+from pytest_dit_ar.state.runs import RunPaths
+from quality_suite.assessment import QualityAssessment
+from tests.helpers.loop import (
     commit_change,
     env_for,
     experiment,
@@ -21,49 +29,40 @@ from loop_helpers import (
     make_project_copy,
     run,
     set_slow,
-    wrap_generate,
 )
 
-from dit_ar_contract.errors import Refused
-
-WRAP = '''
-
-_build_{tag} = build_pipeline
+wrap = wrap_build  # a new build_pipeline around the previous one (the harness's one model patch)
 
 
-def build_pipeline(spec):
-{body}
-'''
-
-
-def wrap(tag: str, body: str) -> str:
-    """Source appended to model_under_test/__init__.py: a new build_pipeline around the previous one."""
-    return WRAP.format(tag=tag, body="\n".join("    " + line for line in body.strip().splitlines()))
-
-
-def run_record(repo: Path) -> tuple[list[str], dict]:
-    """The last ledger row and its run's quality.json."""
+def run_record(repo: Path) -> tuple[LedgerRow, QualityAssessment]:
+    """The last ledger row and its run's quality.json, read by the harness's readers."""
     row = ledger_rows(repo)[-1]
-    return row, json.loads((repo / row[16] / "quality.json").read_text())
+    quality = runs.read_quality(repo / row.run_dir)
+    assert quality is not None, f"no quality.json in {row.run_dir}"
+    return row, quality
 
 
-def judged(repo: Path, cls: str, desc: str) -> tuple[subprocess.CompletedProcess, list[str], dict]:
+def failures(quality: QualityAssessment) -> list[str]:
+    return [c.describe() for c in quality.failures()]
+
+
+def judged(repo: Path, cls: str, desc: str) -> tuple[subprocess.CompletedProcess, LedgerRow, QualityAssessment]:
     proc = experiment(repo, cls, desc)
     assert last_line(proc).startswith("VERDICT:"), proc.stdout + proc.stderr
     row, quality = run_record(repo)
     return proc, row, quality
 
 
-def consistent_verdict(row: list[str], quality: dict) -> None:
+def consistent_verdict(row: LedgerRow, quality: QualityAssessment) -> None:
     """DISCARD-QUALITY when a quality check of the corpus failed, or when an output timed on fresh seeds fails
     the same class's per-case gate (a borderline change such as bf16 can pass the corpus and miss a floor on
     another seed); otherwise performance decided."""
-    if quality["failures"]:
-        assert row[5] == "discard-quality" and quality["failures"][0] in row[14]
-    elif row[5] == "discard-quality":
-        assert "timed outputs against the best's" in row[14], row[14]
+    if failures(quality):
+        assert row.status is Status.DISCARD_QUALITY and failures(quality)[0] in row.quality_summary
+    elif row.status is Status.DISCARD_QUALITY:
+        assert "timed outputs against the best's" in row.quality_summary, row.quality_summary
     else:
-        assert row[5] in ("keep", "discard-performance")
+        assert row.status in (Status.KEEP, Status.DISCARD_PERFORMANCE)
 
 
 @pytest.mark.extended
@@ -80,12 +79,12 @@ def test_batched_cfg_is_an_exact_reordering_that_passes(loop_repo: Path) -> None
     commit_change(loop_repo, "model_under_test/pipeline.py", text.replace(two_passes, one_pass),
                   "batch CFG into one forward", append=False)
     proc, row, quality = judged(loop_repo, "exact", "batch CFG into one forward")
-    assert row[7] == "exact" and quality["audit_reasons"] == []
-    assert quality["failures"] == [], proc.stdout
+    assert row.effective_class == "exact" and quality.audit_reasons == ()
+    assert failures(quality) == [], proc.stdout
     consistent_verdict(row, quality)
-    run_dir = loop_repo / row[16]
-    assert (run_dir / "worst_cases.png").is_file() and len(list((run_dir / "cases").glob("*.png"))) == 40
-    assert quality["lpips"].startswith(("unavailable", "computed"))
+    run = RunPaths(loop_repo / row.run_dir)
+    assert run.worst_cases.is_file() and len(list(run.cases.glob("*.png"))) == 40
+    assert quality.lpips.startswith(("unavailable", "computed"))
 
 
 @pytest.mark.extended
@@ -97,10 +96,10 @@ pipe = _build_bf16(spec)
 pipe.transformer.to(torch.bfloat16)
 return pipe"""), "bf16 transformer")
     proc, row, quality = judged(loop_repo, "exact", "bf16 transformer")
-    assert row[6] == "exact" and row[7] == "numerical"
-    assert any("bfloat16" in r for r in quality["audit_reasons"])
+    assert row.declared_class == "exact" and row.effective_class == "numerical"
+    assert any("bfloat16" in r for r in quality.audit_reasons)
     # the numerical gate: mean floors, and task scores within the baseline's own variation
-    assert {c["name"] for c in quality["aggregate"]} == {"mean_psnr_db", "mean_ssim", "judge_accuracy",
+    assert {c.name for c in quality.aggregate} == {"mean_psnr_db", "mean_ssim", "judge_accuracy",
                                                          "frechet_distance"}
     assert "class: declared exact, effective numerical" in proc.stdout
     consistent_verdict(row, quality)
@@ -115,16 +114,17 @@ pipe = _build_int8(spec)
 pipe.transformer = torch.ao.quantization.quantize_dynamic(pipe.transformer, {torch.nn.Linear}, dtype=torch.qint8)
 return pipe"""), "int8 dynamic quantization")
     proc, row, quality = judged(loop_repo, "exact", "int8 dynamic quantization")
-    assert row[7] == "quantization", quality["audit_reasons"]
-    cand, base = quality["task_candidate"], quality["task_baseline"]
+    assert row.effective_class == "quantization", quality.audit_reasons
+    cand, base = quality.task_candidate, quality.task_baseline
     regressed = [n for n in base if (cand[n] > base[n] if n == "frechet_distance" else cand[n] < base[n])]
-    lost = [cid for cid, v in quality["per_case"].items()
-            if any(c["name"] == "task_case_pass" and not c["passed"] for c in v["checks"])]
-    print(f"\nint8: task {cand} vs baseline {base}; regressed {regressed}; lost cases {lost}; verdict {row[5]}")
-    failing = {f.split(":")[0].split(" case ")[0] for f in quality["failures"]}
+    lost = [cid for cid, v in quality.per_case.items()
+            if any(c.name == "task_case_pass" and not c.passed for c in v.checks)]
+    print(f"\nint8: task {cand} vs baseline {base}; regressed {regressed}; lost cases {lost}; "
+          f"verdict {row.status.word}")
+    failing = {f.split(":")[0].split(" case ")[0] for f in failures(quality)}
     assert set(regressed) <= failing and bool(lost) == ("task_case_pass" in failing)
     if regressed or lost:
-        assert row[5] == "discard-quality" and last_line(proc) == "VERDICT: DISCARD-QUALITY"
+        assert row.status is Status.DISCARD_QUALITY and last_line(proc) == "VERDICT: DISCARD-QUALITY"
     consistent_verdict(row, quality)
 
 
@@ -134,11 +134,11 @@ def test_fewer_steps_are_audited_as_approximate(loop_repo: Path) -> None:
     commit_change(loop_repo, "model_under_test/__init__.py", wrap("steps", """
 return _build_steps(dict(spec, steps=spec["steps"] // 2))"""), "half the sampling steps")
     proc, row, quality = judged(loop_repo, "exact", "half the sampling steps")
-    assert row[7] == "approximate"
+    assert row.effective_class == "approximate"
     steps = json.loads((loop_repo / "config/autoresearch.json").read_text())["lanes"]["embedded-cpu"]["steps"]
     rows = 2 * steps  # two classifier-free guidance passes per step in the baseline
-    assert any(f"denoiser evaluations per image fell from {rows} to {rows // 2}" in r for r in quality["audit_reasons"])
-    assert {c["name"] for c in quality["aggregate"]} == {"judge_accuracy", "frechet_distance", "sharpness_change"}
+    assert any(f"denoiser evaluations per image fell from {rows} to {rows // 2}" in r for r in quality.audit_reasons)
+    assert {c.name for c in quality.aggregate} == {"judge_accuracy", "frechet_distance", "sharpness_change"}
     consistent_verdict(row, quality)
 
 
@@ -152,7 +152,7 @@ def test_nan_output_is_a_crash(loop_repo: Path) -> None:
         return out"""), "NaN latents")
     proc = experiment(loop_repo, "exact", "NaN latents")
     assert last_line(proc) == "VERDICT: CRASH" and proc.returncode == 1, proc.stdout + proc.stderr
-    assert ledger_rows(loop_repo)[-1][5] == "crash" and git(loop_repo, "rev-parse", "HEAD") == parent
+    assert ledger_rows(loop_repo)[-1].status is Status.CRASH and git(loop_repo, "rev-parse", "HEAD") == parent
 
 
 @pytest.mark.extended
@@ -167,9 +167,9 @@ def test_added_noise_is_a_quality_discard_naming_the_metric(loop_repo: Path) -> 
     proc, row, quality = judged(loop_repo, "exact", "noisy images")
     assert last_line(proc) == "VERDICT: DISCARD-QUALITY" and proc.returncode == 1
     assert git(loop_repo, "rev-parse", "HEAD") == parent
-    first = quality["failures"][0]
+    first = failures(quality)[0]
     assert first.startswith("psnr_db case ") and "(needs >= " in first
-    assert first in proc.stdout and first in row[14]  # terminal summary and ledger name metric, case, threshold
+    assert first in proc.stdout and first in row.quality_summary  # summary and ledger name metric, case, threshold
 
 
 # -- plain runs against the baseline (no experiment, no git change) ---------------------------------

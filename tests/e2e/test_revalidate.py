@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from loop_helpers import last_line, ledger_rows, run, set_slow
+
+from tests.helpers.loop import last_line, ledger_rows, run, set_slow
 
 SLOW_MACHINE_S = 1800  # a loaded 2-core machine: a keep and a re-validation each take minutes there
 
@@ -31,10 +32,10 @@ def test_revalidate_after_a_keep(loop_repo: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "re-validated" in proc.stdout and "holdout: passes" in proc.stdout, proc.stdout[-3000:]
     rows = ledger_rows(loop_repo)
-    assert [r[5] for r in rows] == ["baseline", "keep", "revalidate"]
-    assert rows[-1][3] == kept
+    assert [r.status.word for r in rows] == ["baseline", "keep", "revalidate"]
+    assert rows[-1].commit == kept
     assert json.loads((state / "best.json").read_text()) == best_before  # never moves the best
-    record = json.loads((loop_repo / rows[-1][16] / "revalidate.json").read_text())
+    record = json.loads((loop_repo / rows[-1].run_dir / "revalidate.json").read_text())
     assert record["measured"]["estimate_pct"] > 0 and record["product"] is not None
     assert record["holdout"]["cases"] == 10 and record["holdout"]["ok"] is True
 

@@ -13,76 +13,28 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
 import sys
-import sysconfig
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import git as gitpython
 import pytest
-from loop_helpers import DELAY_LINE, FAST_PERF
-from tiny_pipelines import BUILDERS, RESOLUTION, save_tiny
 
 from pytest_dit_ar.cli import scaffold as sc
-from pytest_dit_ar.loop.study import SLEEP_WRAPPER
+from pytest_dit_ar.loop.patching import SLEEP_WRAPPER
+from tests.helpers.loop import DELAY_LINE, FAST_PERF
+from tests.helpers.tiny_pipelines import BUILDERS, RESOLUTION, save_tiny
+from tests.helpers.venv import Venv, build_wheel, make_venv
 
 PROJECT = Path(__file__).resolve().parents[2]
 README_SECTION = "## Use it on your own model"
 FAST = {**FAST_PERF, "rounds": 6, "max_segments": 2}  # one decision after two fresh worker pairs
 
 
-@dataclass(frozen=True)
-class Venv:
-    """A virtual environment with the wheel installed."""
-
-    root: Path
-    python: Path
-    site: Path
-
-    def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS", "VIRTUAL_ENV")}
-        env["PATH"] = f"{self.root / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-        return env
-
-    def run(self, cwd: Path, *argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run(list(argv), cwd=cwd, env=self.env(), capture_output=True, text=True, timeout=timeout)
-
-    def dit_ar(self, cwd: Path, *args: str, expect: int | None = 0) -> subprocess.CompletedProcess:
-        start = time.monotonic()
-        proc = self.run(cwd, "dit-ar", *args)
-        print(f"dit-ar {args[0]}: {time.monotonic() - start:.1f} s")
-        if expect is not None:
-            assert proc.returncode == expect, f"dit-ar {' '.join(args)} exited {proc.returncode}\n" \
-                                              f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-        return proc
-
-
-def build_wheel(dest: Path) -> Path:
-    """The README's build command, unless CI already built the wheel."""
-    given = os.environ.get("DIT_AR_WHEEL")
-    if given:
-        return Path(given)
-    subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dest), str(PROJECT)],
-                   check=True, capture_output=True, text=True, timeout=300)
-    return next(dest.glob("pytest_dit_ar-*.whl"))
-
-
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
+    """The wheel in a fresh venv that sees the test environment's packages (not this checkout's editable install)."""
     base = tmp_path_factory.mktemp("byo")
-    wheel = build_wheel(base / "dist")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(base / "venv")], check=True, timeout=120)
-    python = base / "venv" / "bin" / "python"
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
-    # the test environment's packages without its .pth files (so not this checkout's editable install)
-    (site / "dit_ar_test_env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
-                    "--quiet", str(wheel)], check=True, capture_output=True, text=True, timeout=300)
-    return Venv(base / "venv", python, site)
+    return make_venv(base / "venv", str(build_wheel(base / "dist")))
 
 
 def commit_all(repo: Path, message: str) -> str:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from loop_helpers import git, run, set_slow
 
 from dit_ar_contract.errors import Refused
+from pytest_dit_ar.state.paths import StatePaths
+from pytest_dit_ar.state.session import read_record
+from tests.helpers.loop import git, run, set_slow
 
 
 def test_init_at_another_commit_needs_new_baseline_and_records_it(loop_repo: Path) -> None:
@@ -16,11 +17,11 @@ def test_init_at_another_commit_needs_new_baseline_and_records_it(loop_repo: Pat
     moved = set_slow(loop_repo, 0.0, "a commit that is not the lane's baseline")
     refused = run(loop_repo, "init", "--tag", "t2", "--lane", "embedded-cpu")
     assert refused.returncode == 2 and "--new-baseline" in refused.stderr and origin[:10] in refused.stderr
-    assert json.loads((loop_repo / ".autoresearch/session.json").read_text())["tag"] == "t1"  # nothing changed
+    assert read_record(StatePaths(loop_repo)).tag == "t1"  # nothing changed
     accepted = run(loop_repo, "init", "--tag", "t2", "--lane", "embedded-cpu", "--new-baseline", check=True)
     assert "new baseline origin" in accepted.stdout
-    record = json.loads((loop_repo / ".autoresearch/session.json").read_text())
-    assert record["baseline_commit"] == moved and record["new_origin_from"] == origin[:12]
+    record = read_record(StatePaths(loop_repo))
+    assert record.baseline_commit == moved and record.new_origin_from == origin[:12]
 
 
 @pytest.mark.slow

@@ -4,7 +4,7 @@ The exact commands of the issue, in a second git worktree of a project checkout:
 `dit-ar baseline`, one no-op commit, `dit-ar experiment`. The harness comes from a wheel, or from an editable
 install of the *other* checkout (the first clone): either way the worktree's own `quality_suite/` and
 `perf_suite/` are not the imported ones and must not be collected ("import file mismatch"). No PYTHONPATH: the
-venvs are made by tests/venv_helpers.py. And the layout of the README's Install section in a user's repository,
+venvs are made by tests/helpers/venv.py. And the layout of the README's Install section in a user's repository,
 the venv inside the project (`.venv/`): the installed suites there are collected, and `.gitignore` keeps it out
 of git.
 
@@ -18,8 +18,9 @@ import json
 from pathlib import Path
 
 import pytest
-from loop_helpers import commit_change, git, make_project_copy
-from venv_helpers import Venv, build_wheel, make_venv
+
+from tests.helpers.loop import commit_change, git, make_project_copy
+from tests.helpers.venv import Venv, build_wheel, make_venv
 
 INSTALLS = ("wheel", pytest.param("editable", marks=pytest.mark.extended))  # CI: the wheel
 EXPERIMENT = ("experiment", "--classification", "exact", "--description", "a comment: the same program")
@@ -130,7 +131,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.extended
 def test_the_venv_inside_a_users_project(tmp_path: Path, wheel: Path) -> None:
     """README's layout in a scaffolded repository: `.venv/` in the project root with the harness installed."""
-    from tiny_pipelines import save_tiny
+    from tests.helpers.tiny_pipelines import save_tiny
 
     repo = tmp_path / "my-dit"
     repo.mkdir()

@@ -8,10 +8,10 @@ import json
 import pytest
 import torch
 from diffusers import DiTTransformer2DModel
-from loop_helpers import PROJECT
 
 from quality_suite import audit
 from quality_suite.audit import AuditEvidence, PipelineInspection
+from tests.helpers.loop import PROJECT
 
 
 class Pipe:

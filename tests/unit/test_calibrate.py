@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from loop_helpers import PROJECT
 
 from dit_ar_contract.config import PerfProtocol
 from perf_suite.sequential import PairSpread
@@ -20,6 +19,7 @@ from pytest_dit_ar.cli.main import main
 from pytest_dit_ar.loop import calibration
 from pytest_dit_ar.state.noise import LaneNoise, NoiseProfile, read_noise, record_spread, store_profile
 from pytest_dit_ar.state.paths import StatePaths
+from tests.helpers.loop import PROJECT
 
 
 def project(tmp_path: Path, lane: str | None = "embedded-cpu") -> Path:
@@ -27,9 +27,10 @@ def project(tmp_path: Path, lane: str | None = "embedded-cpu") -> Path:
     raw = json.loads((PROJECT / "config" / "autoresearch.json").read_text())
     (tmp_path / "config").mkdir()
     for spec in raw["lanes"].values():
-        dest = tmp_path / spec["corpus"]
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(PROJECT / spec["corpus"], dest)
+        for corpus in filter(None, (spec["corpus"], spec.get("holdout_corpus"))):
+            dest = tmp_path / corpus
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(PROJECT / corpus, dest)
     (tmp_path / "config" / "autoresearch.json").write_text(json.dumps(raw))
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     subprocess.run(["git", "-C", str(tmp_path), "-c", "user.email=t@e.invalid", "-c", "user.name=t", "commit", "-q",

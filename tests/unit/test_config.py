@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from loop_helpers import PROJECT
 
 from dit_ar_contract.config import PerfProtocol, load_config
 from dit_ar_contract.errors import ConfigError, UnknownKeyError
+from tests.helpers.loop import PROJECT
 
 RAW = json.loads((PROJECT / "config" / "autoresearch.json").read_text())
 

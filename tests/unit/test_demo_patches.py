@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dit_ar_contract.config import CLASSES
+from dit_ar_contract.classes import WORDS as CLASSES
 from dit_ar_contract.errors import Refused
 from pytest_dit_ar.cli.demo import apply, candidates
 

@@ -31,11 +31,10 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from unit.test_docs_commands import DOCS as PARSED_ELSEWHERE  # noqa: E402
-from unit.test_docs_commands import _split, extract_commands  # noqa: E402
-from unit.test_links import DOC_FILES, _prose_lines  # noqa: E402
-
 from dit_ar_contract import config as C  # noqa: E402
+from tests.unit.test_docs_commands import DOCS as PARSED_ELSEWHERE  # noqa: E402
+from tests.unit.test_docs_commands import _split, extract_commands  # noqa: E402
+from tests.unit.test_links import DOC_FILES, _prose_lines  # noqa: E402
 
 _SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 

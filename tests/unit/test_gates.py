@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 
 import pytest
-from loop_helpers import PROJECT
 
 from dit_ar_contract.config import load_config
 from quality_suite import audit, gates
 from quality_suite.audit import AuditEvidence
+from tests.helpers.loop import PROJECT
 
 QUALITY = load_config(PROJECT / "config" / "autoresearch.json").lanes["embedded-cpu"].quality
 ENVELOPE = {"latent_rel_l2": 1e-6, "latent_max_abs": 1e-5, "psnr_db": 90.0, "ssim": 1.0}

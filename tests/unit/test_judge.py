@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,8 +11,6 @@ import torch.nn.functional as F
 from quality_suite import judge as J
 
 ROOT = Path(__file__).resolve().parents[2]
-
-CORPUS = ROOT / "quality_suite" / "corpus" / "embedded_digits.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -62,27 +58,3 @@ def test_real_stats(judge, digits):
     noise = torch.rand(300, 3, 32, 32)
     m3, c3 = J.feature_stats(judge.features(noise))
     assert J.frechet_distance(mean, cov, m3, c3) > 1.0
-
-
-def test_embedded_baseline_generations_are_recognised(judge):
-    sys.path.insert(0, str(ROOT))
-    import model_under_test
-
-    cases = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
-    assert len(cases) >= 40 and {c["label"] for c in cases} == set(range(10))
-    spec = {"root": str(ROOT), "lane": "embedded-cpu", "preset": "embedded-digits",
-            "weights": str(ROOT / "assets" / "embedded-digits"),
-            "device": "cpu", "resolution": 32, "steps": 20, "guidance": 3.0, "batch": 8, "options": {}}
-    pipe = model_under_test.build_pipeline(spec)
-    images = torch.cat([
-        pipe.generate([(c["prompt"], c["seed"]) for c in cases[i : i + 8]]).images for i in range(0, len(cases), 8)
-    ])
-    labels = torch.tensor([c["label"] for c in cases])
-    pred = judge.predict(images)
-    acc = (pred == labels).float().mean().item()
-    mean, cov = J.load_real_stats()
-    fd = J.frechet_distance(mean, cov, *J.feature_stats(judge.features(images)))
-    wrong = [(c["id"], int(p)) for c, p in zip(cases, pred) if int(p) != c["label"]]
-    print(f"\nembedded baseline: judge accuracy {acc:.3f} on {len(cases)} cases, Frechet distance {fd:.2f}; "
-          f"misclassified: {wrong}")
-    assert acc >= 0.90, wrong

@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from loop_helpers import PROJECT
 
 from dit_ar_contract import device
 from dit_ar_contract.config import load_config
 from dit_ar_contract.device import DeviceIdentity, Gpu
 from dit_ar_contract.errors import ConfigError
+from tests.helpers.loop import PROJECT
 
 CONFIG = load_config(PROJECT / "config" / "autoresearch.json")
 A5500 = Gpu(0, "NVIDIA RTX A5500", "GPU-aaaa", "8.6", 24.0, "580.1")

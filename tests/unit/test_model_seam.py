@@ -14,15 +14,14 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import model_under_test  # noqa: E402
+from dit_ar_contract.config import load_config  # noqa: E402
 from model_under_test.checkpoints import MissingWeightsError, save_local_folder  # noqa: E402
 from model_under_test.pipeline import initial_noise  # noqa: E402
 from model_under_test.prompts import parse_digit  # noqa: E402
 
-SPEC = {
-    "root": str(ROOT), "lane": "embedded-cpu", "preset": "embedded-digits",
-    "weights": str(ROOT / "assets" / "embedded-digits"),
-    "device": "cpu", "resolution": 32, "steps": 20, "guidance": 3.0, "batch": 8, "options": {},
-}
+# the embedded lane's spec, as the harness hands it over; 4 sampling steps keep the tier fast (what is checked
+# here, shapes, determinism and batching, does not depend on the step count)
+SPEC = dict(load_config(ROOT / "config" / "autoresearch.json").lanes["embedded-cpu"].workload(ROOT), steps=4, batch=8)
 BATCH = [("a handwritten digit seven", 11), ("3", 12), ("nine", 13), ("the digit 0", 14),
          ("handwritten four", 15), ("a handwritten digit two", 16), ("5", 17), ("eight", 18)]
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from loop_helpers import PROJECT
 
 from dit_ar_contract.config import load_config
 from dit_ar_contract.errors import CandidateCrash
@@ -16,6 +15,7 @@ from quality_suite import task_metrics
 from quality_suite.assessment import BaselineReference, Outputs, assess
 from quality_suite.audit import AuditEvidence
 from quality_suite.corpora import Case
+from tests.helpers.loop import PROJECT
 
 QUALITY = load_config(PROJECT / "config" / "autoresearch.json").lanes["embedded-cpu"].quality
 CASES = [Case(f"digit{i}-s{i}", f"a digit {i}", i, label=i) for i in range(2)]

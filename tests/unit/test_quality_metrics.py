@@ -138,7 +138,7 @@ def test_worst_case_grid_and_case_pngs(tmp_path: Path) -> None:
     cand = {cid: (base[cid] + 0.02 * i).clamp(0, 1) for i, cid in enumerate(ids)}
     fid = fake_fidelity(ids)
     assert diff_images.worst_cases(fid) == ["case9", "case8", "case7", "case6", "case5", "case4"]
-    diff_images.write(tmp_path, cand, base, fid)
+    diff_images.write(tmp_path / "worst_cases.png", tmp_path / "cases", cand, base, fid)
     grid = Image.open(tmp_path / "worst_cases.png")
     assert grid.height > grid.width  # six rows of three panels
     assert sorted(p.stem for p in (tmp_path / "cases").glob("*.png")) == sorted(ids)

@@ -12,16 +12,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from report_state import PROJECT, _assert_valid_pngs, _images, _row
 
 from dit_ar_contract.status import Status
 from pytest_dit_ar.cli.main import main
 from pytest_dit_ar.report import page as page_module
 from pytest_dit_ar.report.page import run_report, session_report
 from pytest_dit_ar.state import ledger
+from pytest_dit_ar.state.baseline import BaselineSummary
 from pytest_dit_ar.state.files import write_json_atomic
 from pytest_dit_ar.state.ledger import LedgerRow
 from pytest_dit_ar.state.paths import StatePaths
+from tests.helpers.report_state import PROJECT, _assert_valid_pngs, _images, _row
 
 
 def test_session_report_has_every_part(state: tuple[Path, list[LedgerRow]]) -> None:
@@ -88,7 +89,7 @@ def test_baseline_only_and_empty_state(tmp_path: Path) -> None:
 
 
 def test_stage_times_accept_several_shapes() -> None:
-    from pytest_dit_ar.report.page import _stage_ms
+    from pytest_dit_ar.state.runs import stage_ms as _stage_ms
 
     assert _stage_ms({"denoise": 3, "decode": {"ms": 1.5}, "bad": "x", "nan": float("nan"), "flag": True}) == \
         {"denoise": 3.0, "decode": 1.5}
@@ -197,11 +198,17 @@ def test_templates_are_package_data() -> None:
     assert missing == [], f"not declared as package data (a wheel would lack them): {missing}"
 
 
-def test_gpu_seconds_per_image_count_every_gpu_the_worker_held() -> None:
+def test_gpu_seconds_per_image_count_every_gpu_the_worker_held(tmp_path: Path) -> None:
     from pytest_dit_ar.report.page import _gpu_seconds
+    from pytest_dit_ar.state.runs import read_baseline
 
-    two = {"device": "cuda", "gpus": 2, "batch": 4}
+    def baseline(tmp: Path, workload: dict) -> BaselineSummary:
+        write_json_atomic(tmp / "baseline.json", {"workload": workload})
+        return read_baseline(tmp / "baseline.json")
+
+    two = baseline(tmp_path, {"device": "cuda", "gpus": 2, "batch": 4})
     # 400 ms per batch of 4 on 2 GPUs = 0.2 GPU-s per image; the best at 300 ms on the same lane: 0.15
     assert _gpu_seconds(two, 400.0, 300.0) == "baseline 0.2, best 0.15 (2 GPUs, batch 4)"
-    assert _gpu_seconds({"device": "cuda", "batch": 2}, 100.0, None) == "baseline 0.05 (1 GPU, batch 2)"
-    assert _gpu_seconds({"device": "cpu", "batch": 2}, 100.0, 90.0) == "not a GPU lane"
+    assert _gpu_seconds(baseline(tmp_path, {"device": "cuda", "batch": 2}), 100.0, None) == \
+        "baseline 0.05 (1 GPU, batch 2)"
+    assert _gpu_seconds(baseline(tmp_path, {"device": "cpu", "batch": 2}), 100.0, 90.0) == "not a GPU lane"

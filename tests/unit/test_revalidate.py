@@ -214,12 +214,12 @@ def test_the_holdout_is_judged_case_by_case_against_the_baseline_s_outputs(tmp_p
     from types import SimpleNamespace
 
     import torch
-    from loop_helpers import PROJECT
 
     from dit_ar_contract.config import load_config
     from pytest_dit_ar.loop.generation import CorpusOutputs
     from quality_suite.artifacts import save_case
     from quality_suite.corpora import load_corpus
+    from tests.helpers.loop import PROJECT
 
     lane = load_config(PROJECT / "config" / "autoresearch.json").lanes[LANE]
     cases = load_corpus(PROJECT / lane.holdout_corpus)[:3]

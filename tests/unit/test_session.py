@@ -91,6 +91,7 @@ def test_status_all_lists_the_session_of_every_worktree(root: Path) -> None:
     repo.git.worktree("add", "-q", "-b", "other", str(third))
     repo.git.worktree("add", "-q", "--detach", str(root / ".autoresearch" / "worktrees" / "best"))  # the harness's
     infos = everywhere(root / "config" / "autoresearch.json", rows=5)
-    assert [Path(i["worktree"]).name for i in infos] == [root.name, "second", "third"]
-    assert [i.get("tag") for i in infos] == ["gpu0", "gpu1", None]
-    assert "init --tag" in infos[2]["problem"]
+    assert [i.worktree.name for i in infos] == [root.name, "second", "third"]
+    assert [i.status.tag if i.status else None for i in infos] == ["gpu0", "gpu1", None]
+    assert "init --tag" in infos[2].problem
+    assert infos[0].as_dict()["tag"] == "gpu0" and "problem" in infos[2].as_dict()  # the --json shape

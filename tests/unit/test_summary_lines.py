@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perf_suite.sequential import Look
-from pytest_dit_ar.plugin.session import speed_lines
+from pytest_dit_ar.plugin.summary import speed_lines
 
 
 @dataclass

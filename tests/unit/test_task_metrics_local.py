@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from loop_helpers import PROJECT
 
 from dit_ar_contract.config import ClassifierSettings, ClipSettings, load_config
 from dit_ar_contract.errors import ConfigError, Refused, UnknownKeyError
 from quality_suite import task_metrics
 from quality_suite.classifier import preprocess
 from quality_suite.corpora import Case
+from tests.helpers.loop import PROJECT
 
 RAW = json.loads((PROJECT / "config" / "autoresearch.json").read_text())
 QUALITY = load_config(PROJECT / "config" / "autoresearch.json").lanes["embedded-cpu"].quality
@@ -34,10 +34,11 @@ def write_config(root: Path, raw: dict) -> Path:
     (root / "config").mkdir(parents=True, exist_ok=True)
     corpus_dir = PROJECT / "quality_suite" / "corpus"
     for lane in raw["lanes"].values():
-        dest = root / lane["corpus"]
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes((PROJECT / lane["corpus"]).read_bytes())
-        (dest.parent / "checksums.json").write_bytes((corpus_dir / "checksums.json").read_bytes())
+        for corpus in filter(None, (lane["corpus"], lane.get("holdout_corpus"))):
+            dest = root / corpus
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes((PROJECT / corpus).read_bytes())
+            (dest.parent / "checksums.json").write_bytes((corpus_dir / "checksums.json").read_bytes())
     path = root / "config" / "autoresearch.json"
     path.write_text(json.dumps(raw))
     return path

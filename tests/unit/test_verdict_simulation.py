@@ -11,11 +11,11 @@ from functools import lru_cache
 
 import numpy as np
 import pytest
-from loop_helpers import PROJECT
 
 from dit_ar_contract.config import load_config
 from perf_suite.sequential import KEEP, Design, OffsetBound, run_experiments
 from perf_suite.simulation import Regime, regimes, simulate_session
+from tests.helpers.loop import PROJECT
 
 ALPHA = 0.01
 CONCURRENT = Design(pairs=8, rounds=36, first_look_rounds=4, look_every_rounds=2)

@@ -9,15 +9,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pytest_dit_ar.loop.study import SLEEP_WRAPPER
+from pytest_dit_ar.loop.patching import DELAY_LINE, sleep_patch
+from pytest_dit_ar.state import ledger
+from pytest_dit_ar.state.ledger import LedgerRow
+from pytest_dit_ar.state.paths import StatePaths
 
-PROJECT = Path(__file__).resolve().parents[1]
+__all__ = ["DELAY_LINE"]  # the model patches themselves: pytest_dit_ar.loop.patching
+
+PROJECT = Path(__file__).resolve().parents[2]
 COPY = ("dit_ar_contract", "pytest_dit_ar", "quality_suite", "perf_suite", "model_under_test", "assets", "config",
         "pyproject.toml", ".gitignore", "conftest.py", "program.md", "handbook")
-
-# The template's model sleeps before each generate(): an avoidable, exactly-equivalent cost that a
-# candidate may remove (the same wrapper the harness study uses for its injected speedups).
-DELAY_LINE = "_STUDY_DELAY_S = "
 
 FAST_PERF = {"rounds": 6, "warmup_rounds": 1, "max_segments": 3}
 
@@ -52,7 +53,8 @@ def make_project_copy(dest: Path, slow_s: float = 0.15, perf: dict | None = None
         elif src.exists():
             shutil.copy2(src, dest / name)
     init = dest / "model_under_test" / "__init__.py"
-    init.write_text(init.read_text() + SLEEP_WRAPPER.format(delay=slow_s))
+    # the model sleeps before each generate(): an avoidable, exactly equivalent cost a candidate may remove
+    init.write_text(init.read_text() + sleep_patch(slow_s))
     cfg_path = dest / "config" / "autoresearch.json"
     cfg = json.loads(cfg_path.read_text())
     cfg["lanes"]["embedded-cpu"]["performance"] = {**FAST_PERF, **(perf or {})}
@@ -89,11 +91,9 @@ def set_slow(repo: Path, slow_s: float, message: str) -> str:
     return git(repo, "rev-parse", "HEAD")
 
 
-def ledger_rows(repo: Path) -> list[list[str]]:
-    path = repo / ".autoresearch" / "results.tsv"
-    if not path.exists():
-        return []
-    return [line.split("\t") for line in path.read_text().splitlines()[1:]]
+def ledger_rows(repo: Path) -> list[LedgerRow]:
+    """The repo's ledger, read by the harness's own reader."""
+    return ledger.read(StatePaths(repo).ledger)
 
 
 def experiment(repo: Path, cls: str = "exact", desc: str = "test candidate",
@@ -104,22 +104,3 @@ def experiment(repo: Path, cls: str = "exact", desc: str = "test candidate",
 def last_line(proc: subprocess.CompletedProcess) -> str:
     lines = proc.stdout.rstrip("\n").splitlines()
     return lines[-1] if lines else ""
-
-
-def wrap_generate(name: str, body: str, build_extra: str = "") -> str:
-    """Source appended to model_under_test/__init__.py that wraps the pipeline's generate()."""
-    return f'''
-
-_build_{name} = build_pipeline
-
-
-def build_pipeline(spec):
-    pipe = _build_{name}(spec)
-    _gen = pipe.generate
-{build_extra}
-    def generate(requests):
-{body}
-
-    pipe.generate = generate
-    return pipe
-'''

@@ -17,7 +17,7 @@ from pytest_dit_ar.state.files import write_json_atomic
 from pytest_dit_ar.state.ledger import LedgerRow
 from pytest_dit_ar.state.paths import StatePaths
 
-PROJECT = Path(__file__).resolve().parents[1]
+PROJECT = Path(__file__).resolve().parents[2]
 CASES = ["digit-0", "digit-1", "digit-2", "digit-3", "digit-4"]
 NASTY = '<script>alert("x")</script> & co'
 FOREIGN = "dit-xl2-256@nvidia-h200"

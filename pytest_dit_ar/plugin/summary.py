@@ -1,0 +1,121 @@
+"""The plugin's terminal summary: the failing cases with their pictures, a plain run's speed against the best, and
+an experiment's verdict in words. Text from typed results (`Evidence`, `PerfOutcome`, `Lane`), written to pytest's
+terminal reporter (like pytest-benchmark's `TableResults` and syrupy's `SnapshotReport.lines`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dit_ar_contract.config import Lane
+
+    from ..loop.evidence import Evidence
+    from ..loop.experiment import Experiment
+    from ..loop.measurement import PerfOutcome
+
+
+def write(tr: Any, evidence: Evidence | None, experiment: Experiment | None, speed: bool,
+          failed_ids: list[str] | None = None) -> None:
+    """Every section this run has something for (`tr` is pytest's terminal reporter; `failed_ids` the failing
+    suite tests as node ids to paste back)."""
+    if evidence is not None:
+        # a re-run judges the working tree: the same one in a plain run, the parent after an experiment's reset
+        failures_section(tr, evidence, [] if experiment is not None else failed_ids)
+        if speed:
+            speed_section(tr, evidence)
+    if experiment is not None and experiment.verdict is not None:
+        verdict_section(tr, experiment)
+
+
+def verdict_section(tr: Any, exp: Experiment) -> None:
+    """The experiment: run, class, quality, speed, the verdict's reasons, where the time went, keep or reset."""
+    verdict = exp.verdict
+    assert verdict is not None
+    tr.section("dit-ar experiment")
+    tr.write_line(f"run {exp.run_id}  lane {exp.session.lane_id}  commit {exp.commit[:10]} (parent {exp.parent[:10]})")
+    quality = exp.evidence.quality_result if exp.evidence else None
+    if quality is not None:
+        tr.write_line(f"class: declared {quality.declared_class}, effective {quality.effective_class}"
+                      + (f" ({'; '.join(quality.audit_reasons)})" if quality.audit_reasons else ""))
+        tr.write_line(f"quality: {quality.headline()}")
+    perf = exp.evidence.performance_result if exp.evidence else None
+    if perf is not None and perf.look is not None:
+        for line in speed_lines(perf, exp.session.lane):
+            tr.write_line(line)
+        tr.write_line(f"start-up: {perf.startup_line()}")
+        if perf.rounds_flagged:
+            tr.write_line(f"rounds: {perf.rounds_flagged}")
+        forked = perf.pool.get("fork_times")
+        if forked:
+            ready = [t for side in forked.values() for t in side["fork_ready_s"]]
+            starts = [t for side in forked.values() for t in side["zygote_ready_s"]]
+            tr.write_line(f"workers: {len(ready)} forked, ready in {max(ready, default=0):.2f} s at most; "
+                          f"fork servers started in {max(starts, default=0):.1f} s")
+    for reason in verdict.reasons[:10]:
+        tr.write_line(f"- {reason}")
+    if exp.pregate:
+        from ..loop.pregate import summary as pregate_summary
+
+        tr.write_line(f"static pre-gate (flags, does not refuse): {pregate_summary(exp.pregate)}")
+        for finding in exp.pregate[:8]:
+            tr.write_line(f"  {finding.describe()}")
+    spent = exp.seconds()
+    tr.write_line("time: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in spent.items()))
+    action = "kept as the new best" if verdict.exit_code == 0 else \
+        f"reset to {exp.parent[:10]} (your commit {exp.commit[:10]} stays in `git reflog`: " \
+        f"`git cherry-pick -n {exp.commit[:10]}` brings its changes back)"
+    tr.write_line(f"{action}; evidence in {exp.run_dir}")
+
+
+def failures_section(tr: Any, evidence: Evidence, failed_ids: list[str] | None = None) -> None:
+    """The failing cases with metric, value, threshold and the path of their baseline | candidate | diff picture,
+    and the failing tests as node ids to paste back (`pytest '<id>'`)."""
+    quality = evidence.quality_result
+    if quality is None or quality.passed:
+        return
+    tr.section("dit-ar quality failures")
+    pictures = evidence.run.diffs
+    for case_id, result in quality.per_case.items():
+        for check in (c for c in result.checks if not c.passed):
+            tr.write_line(f"{case_id}: {check.name} {check.value:.4g} (needs {check.op} {check.threshold:.4g})  "
+                          f"{pictures / (case_id + '.png')}")
+    for check in (c for c in quality.aggregate if not c.passed):
+        tr.write_line(f"corpus: {check.describe()}")
+    for nodeid in (failed_ids or [])[:10]:
+        tr.write_line(f"re-run: pytest '{nodeid}'")
+
+
+def speed_section(tr: Any, evidence: Evidence) -> None:
+    """Plain `pytest -m perf`: the candidate against the best, in words."""
+    perf = evidence.performance_result
+    if perf is None or perf.look is None:
+        return
+    tr.section("dit-ar speed against the best")
+    for line in speed_lines(perf, evidence.session.lane):
+        tr.write_line(line)
+    tr.write_line(f"start-up: {perf.startup_line()}")
+    if perf.reasons:
+        tr.write_line(f"verdict of the speed test: {perf.reasons[0]}")
+
+
+def speed_lines(perf: PerfOutcome, lane: Lane) -> list[str]:
+    """One speed figure per line, each named by its statistic: the paired estimate the verdict uses, then each
+    side's median batch latency (unpaired: the machine's drift between rounds is in it), and a note when the
+    two disagree in direction."""
+    look = perf.look
+    assert look is not None
+    lines = [f"speed: {look.estimate_pct:+.2f}% [{look.lower_pct:+.2f}%, {look.upper_pct:+.2f}%] paired estimate "
+             f"(the verdict's figure: trimmed mean of each round's candidate/best time ratio, {look.rounds} rounds in "
+             f"{look.segments} fresh worker pair{'s' if look.segments != 1 else ''}; + is faster)"]
+    cand, best = perf.median_ms("cand"), perf.median_ms("best")
+    for side, ms in (("candidate", cand), ("best", best)):
+        if ms is None:
+            continue
+        gpu_s = lane.gpu_seconds_per_image(ms)
+        cost = f"; {gpu_s:.3g} GPU-s per image on {lane.gpus} GPU{'s' if lane.gpus > 1 else ''}" if gpu_s else ""
+        lines.append(f"{side} latency: {ms:.1f} ms per batch (median of its own timed rounds{cost})")
+    if cand is not None and best is not None and (cand < best) != (look.estimate_pct > 0) and cand != best:
+        lines.append("note: the medians and the paired estimate disagree in direction: the machine's speed drifted "
+                     "between rounds; the paired estimate compares each round's candidate with the best timed "
+                     "next to it, the medians do not")
+    return lines

@@ -1,0 +1,374 @@
+"""One run folder (`.autoresearch/runs/<id>/`): its file names, spelled once, and typed readers of its records.
+
+Like pyperf's `BenchmarkSuite` and asv's `Results`, every JSON record of a run carries a format version
+(`format_version`, written by `write_record`). A record written before versions existed reads as version 1;
+a record of a newer format is refused with a line that names it. The readers also upgrade the shapes earlier
+harnesses wrote (per-block statistics before the sequential test, `aa_block`, `noise_ci_ratio`), so the
+report and `dit-ar status` read every run as types and never by string key.
+
+Who writes which file: `state.records` the run record and the baseline copy, `loop.evidence` the crash log,
+quality and perf records and the difference pictures, the worker launcher the worker logs, `dit-ar profile`
+the profile record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .baseline import BASELINE_RECORD, CASES, BaselineSummary
+from .best import BestRecord
+from .files import load_record, read_json_object
+from .ledger import LedgerRow
+from .paths import StatePaths
+from .session import SessionRecord
+
+if TYPE_CHECKING:  # imported on use: scipy and torch stay out of `dit-ar status`
+    from perf_suite.sequential import Look
+    from quality_suite.assessment import QualityAssessment
+
+EXPERIMENT_RECORD = "experiment.json"
+PERF_RECORD = "perf.json"
+QUALITY_RECORD = "quality.json"
+PROFILE_RECORD = "profile.json"
+TRACE = "trace.json"
+CRASH_LOG = "crash.txt"
+WORST_CASES = "worst_cases.png"
+DIFFS = "diffs"
+PROFILE_PREFIX = "profile-"
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Every file a run folder may hold."""
+
+    dir: Path
+
+    @property
+    def experiment(self) -> Path:
+        return self.dir / EXPERIMENT_RECORD
+
+    @property
+    def baseline(self) -> Path:
+        """A baseline run's copy of baseline.json (its A/A segment is the run's timing)."""
+        return self.dir / BASELINE_RECORD
+
+    @property
+    def perf(self) -> Path:
+        return self.dir / PERF_RECORD
+
+    @property
+    def quality(self) -> Path:
+        return self.dir / QUALITY_RECORD
+
+    @property
+    def profile(self) -> Path:
+        return self.dir / PROFILE_RECORD
+
+    @property
+    def trace(self) -> Path:
+        return self.dir / TRACE
+
+    @property
+    def crash(self) -> Path:
+        return self.dir / CRASH_LOG
+
+    @property
+    def worst_cases(self) -> Path:
+        return self.dir / WORST_CASES
+
+    @property
+    def diffs(self) -> Path:
+        """Per-case difference pictures of the failing cases."""
+        return self.dir / DIFFS
+
+    @property
+    def cases(self) -> Path:
+        """The candidate's case images (where a run keeps them)."""
+        return self.dir / CASES
+
+    def case_image(self, case_id: str) -> Path:
+        return self.cases / f"{case_id}.png"
+
+    def worker_log(self, side: str, tag: str = "") -> Path:
+        """`worker-<side>[-<tag>].log`: one worker process's stderr."""
+        return self.dir / (f"worker-{side}-{tag}.log" if tag else f"worker-{side}.log")
+
+    def logs(self) -> tuple[str, ...]:
+        return tuple(sorted(p.name for p in self.dir.glob("*.log")))
+
+    def crash_text(self, limit: int = 3000) -> str | None:
+        """The crash log's text (cut at `limit` characters), None when the run did not crash."""
+        if not self.crash.is_file():
+            return None
+        return self.crash.read_text(encoding="utf-8", errors="replace")[:limit]
+
+    def crash_headline(self) -> str | None:
+        """The crash log's first line."""
+        text = self.crash_text(limit=10_000)
+        lines = text.strip().splitlines() if text else []
+        return lines[0] if lines else None
+
+    def write_crash(self, error: str, details: str) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.crash.write_text(f"{error}\n\n{details}\n", encoding="utf-8")
+
+
+def profile_folders(runs: Path) -> list[Path]:
+    """The `dit-ar profile` run folders, newest first."""
+    found = [p.parent for p in runs.glob(f"{PROFILE_PREFIX}*/{PROFILE_RECORD}")]
+    return sorted(found, key=lambda p: (p / PROFILE_RECORD).stat().st_mtime, reverse=True)
+
+
+def profile_run_id() -> str:
+    """The folder name of a `dit-ar profile` run: `profile-<time>-<pid>`."""
+    return f"{PROFILE_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+
+
+T = TypeVar("T")
+
+
+def _typed(cls: type[T], data: Mapping[str, Any]) -> T:
+    """A dataclass from a record's mapping: unknown keys are left out, a missing field without default is None."""
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name in data:
+            values[f.name] = data[f.name]
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            values[f.name] = None
+    return cls(**values)
+
+
+def _floats(values: Any) -> tuple[float, ...]:
+    return tuple(float(v) for v in values or () if isinstance(v, (int, float)))
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+# -- experiment.json -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ExperimentRecord:
+    """experiment.json: the ledger row of the run (None when the record is partial), the verdict's reasons,
+    the wall time and where it went, the software stack."""
+
+    row: LedgerRow | None
+    reasons: tuple[str, ...] = ()
+    duration_s: float | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+    software: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ExperimentRecord:
+        try:
+            row = LedgerRow.from_dict(data)
+        except (TypeError, ValueError):
+            row = None
+        return cls(row, tuple(str(r) for r in data.get("reasons") or ()), data.get("duration_s"),
+                   {str(k): float(v) for k, v in _mapping(data.get("seconds")).items()
+                    if isinstance(v, (int, float))}, _mapping(data.get("software")))
+
+
+def read_experiment(run_dir: Path) -> ExperimentRecord:
+    return ExperimentRecord.from_dict(load_record(RunPaths(run_dir).experiment))
+
+
+# -- perf.json -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BlockStats:
+    """A timed block's statistics, as runs made before the sequential test stored them."""
+
+    rounds: int | None = None
+    best_median_ms: float | None = None
+    cand_median_ms: float | None = None
+    best_p95_ms: float | None = None
+    cand_p95_ms: float | None = None
+    median_ratio: float | None = None
+    ci_upper_ratio: float | None = None
+    improvement_pct: float | None = None
+    p_value: float | None = None
+    passes: bool | None = None
+
+
+@dataclass(frozen=True)
+class SegmentRun:
+    """One segment of perf.json (or one block, in runs made before segments): its samples and its look."""
+
+    index: int
+    cand_s: tuple[float, ...]
+    best_s: tuple[float, ...]
+    look: Look | None = None  # the sequential test after this segment (None in a block)
+    stats: BlockStats | None = None  # a block's statistics (runs made before the sequential test)
+    divergence: float | None = None
+    seeds: tuple[tuple[int, ...], ...] = ()  # the harness-drawn seeds of each timed round
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], position: int) -> SegmentRun:
+        from perf_suite.sequential import Look
+
+        look, stats = data.get("look"), data.get("stats")
+        index = data.get("index")
+        return cls(int(index) if isinstance(index, int) else position, _floats(data.get("cand_s")),
+                   _floats(data.get("best_s")), _typed(Look, look) if isinstance(look, Mapping) else None,
+                   _typed(BlockStats, stats) if isinstance(stats, Mapping) else None, data.get("divergence"),
+                   tuple(tuple(int(s) for s in r) for r in data.get("seeds") or () if isinstance(r, list)))
+
+    @property
+    def is_segment(self) -> bool:
+        return self.stats is None
+
+
+@dataclass(frozen=True)
+class PerfRecord:
+    """perf.json: the performance outcome of a run (what `loop.measurement.PerfOutcome.as_dict` writes), or a
+    baseline's A/A segment. `sequential` is False for runs timed in blocks before the sequential test."""
+
+    keep: bool | None
+    reasons: tuple[str, ...]
+    segments: tuple[SegmentRun, ...]
+    seconds: dict[str, float] = field(default_factory=dict)
+    guardrails: dict[str, Any] = field(default_factory=dict)
+    sequential: bool = True
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PerfRecord:
+        sequential = "segments" in data
+        parts = [p for p in data.get("segments") or data.get("blocks") or () if isinstance(p, Mapping)]
+        seconds = {str(k): float(v) for k, v in _mapping(data.get("seconds")).items() if isinstance(v, (int, float))}
+        return cls(data.get("keep"), tuple(str(r) for r in data.get("reasons") or ()),
+                   tuple(SegmentRun.from_dict(p, i) for i, p in enumerate(parts)), seconds,
+                   _mapping(data.get("guardrails")), sequential)
+
+    @classmethod
+    def aa_segment(cls, summary: BaselineSummary) -> PerfRecord | None:
+        """The baseline's A/A segment (both sides run the baseline) as a run's timing; None when it has none."""
+        aa = summary.timing.aa_segment
+        if not aa:
+            return None
+        return cls(None, ("baseline A/A: both sides run the baseline (noise floor)",), (SegmentRun.from_dict(aa, 0),))
+
+
+def read_perf(run_dir: Path) -> PerfRecord | None:
+    data = load_record(RunPaths(run_dir).perf)
+    return PerfRecord.from_dict(data) if data else None
+
+
+def read_timing(run_dir: Path) -> PerfRecord | None:
+    """The run's timing: its perf.json, else (a baseline run) its baseline copy's A/A segment."""
+    perf = read_perf(run_dir)
+    if perf is not None:
+        return perf
+    baseline = read_baseline(RunPaths(run_dir).baseline)
+    return PerfRecord.aa_segment(baseline) if baseline else None
+
+
+# -- records read for a view (the report, `dit-ar status`) ------------------------------------------
+
+_EMPTY = {"str": "", "bool": False, "int": 0, "float": 0.0}
+
+
+def _prefilled(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """`data` with every required field of dataclass `cls` that it lacks set to an empty value of its type
+    (a record written by hand or by an earlier version still reads; a view shows what is there)."""
+    filled = dict(data)
+    for f in dataclasses.fields(cls):
+        if f.name not in filled and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            kind = str(f.type).split("[", 1)[0]
+            filled[f.name] = _EMPTY.get(kind, [] if kind == "tuple" else {})
+    return filled
+
+
+def read_session(paths: StatePaths) -> SessionRecord | None:
+    """session.json for a view, None before `dit-ar init`."""
+    data = read_json_object(paths.session)
+    return SessionRecord.from_dict(_prefilled(SessionRecord, data)) if data else None
+
+
+def read_bests(paths: StatePaths) -> dict[str, BestRecord]:
+    """best.json for a view: every lane's best record."""
+    return {lane_id: BestRecord.from_dict(_prefilled(BestRecord, rec))
+            for lane_id, rec in read_json_object(paths.best).items() if isinstance(rec, Mapping)}
+
+
+# -- quality.json and baseline.json --------------------------------------------------------------
+
+def read_quality(run_dir: Path) -> QualityAssessment | None:
+    from quality_suite.assessment import QualityAssessment
+
+    data = load_record(RunPaths(run_dir).quality)
+    return QualityAssessment.from_dict(data) if data else None
+
+
+def read_baseline(path: Path) -> BaselineSummary | None:
+    """A baseline.json (a lane's or a baseline run's copy), None when absent; earlier key names upgraded."""
+    data = load_record(path)
+    return BaselineSummary.from_dict(_prefilled(BaselineSummary, data)) if data else None
+
+
+# -- profile.json --------------------------------------------------------------------------------
+
+PROFILE_FACTS = ("device", "batch", "steps", "stage_basis", "total_ms", "median_plain_ms", "denoise_per_step_ms",
+                 "achieved_tflops", "percent_of_peak", "roofline_ms")
+
+
+@dataclass(frozen=True)
+class TopOp:
+    name: str
+    self_ms: float | None
+    calls: int | None
+
+
+@dataclass(frozen=True)
+class ProfileRecord:
+    """profile.json of `dit-ar profile`: stage times, headline figures and top ops (shapes of earlier
+    versions read too)."""
+
+    lane_id: str | None
+    commit: str | None
+    stages: dict[str, float]
+    facts: tuple[tuple[str, str | int | float], ...]
+    top_ops: tuple[TopOp, ...]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ProfileRecord:
+        summary = _mapping(data.get("summary"))
+        facts = tuple((k, v) for k in PROFILE_FACTS
+                      if isinstance(v := data.get(k, summary.get(k)), (str, int, float)))
+        ops = tuple(TopOp(str(op.get("name")), op.get("self_ms"), op.get("calls"))
+                    for op in summary.get("top_ops") or () if isinstance(op, Mapping))
+        commit = data.get("commit")
+        return cls(data.get("lane_id"), str(commit) if commit else None,
+                   stage_ms(data.get("stages") or summary.get("stage_ms") or data.get("stage_ms")), facts, ops)
+
+
+def stage_ms(stages: Any) -> dict[str, float]:
+    """Stage name -> ms from the shapes a profile may use: numbers, {ms|mean_ms|...}, or a list of records."""
+    if isinstance(stages, list):
+        stages = {str(s.get("name", i)): s for i, s in enumerate(stages) if isinstance(s, Mapping)}
+    if not isinstance(stages, Mapping):
+        return {}
+    out = {}
+    for name, value in stages.items():
+        if isinstance(value, Mapping):
+            value = next((value[k] for k in ("ms", "median_ms", "mean_ms", "total_ms") if k in value), None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            out[str(name)] = float(value)
+    return out
+
+
+def latest_profile(runs: Path, lane_id: str) -> tuple[Path, ProfileRecord] | None:
+    """The newest profile run of this lane (or naming no lane): its folder and record."""
+    for folder in profile_folders(runs):
+        record = ProfileRecord.from_dict(load_record(RunPaths(folder).profile))
+        if (record.lane_id or lane_id) == lane_id:
+            return folder, record
+    return None
