@@ -212,10 +212,11 @@ class Experiment:
         when it changed nothing (the refusal stands)."""
         if self.evidence is None or self.verdict is not None:
             return None
-        problems = self.post_run_problems()
-        if not problems:
+        damage = self.post_run_problems()
+        if not damage.problems:
             return None
-        return self.conclude(decide(problems, None, None, None))
+        self.repair(damage)
+        return self.conclude(decide(damage.problems, None, None, None))
 
     def judge(self, outcomes: TestOutcomes) -> Verdict:
         """The verdict from the post-run guards, the evidence and the tests' outcomes."""

@@ -308,8 +308,8 @@ class ForkedWorker(WorkerProcess):
         super().close()  # thaw, exit request, wait (or kill)
         assert isinstance(handle, _ForkedHandle)
         handle.close()
-        if self.zygote.group is not None:
-            self.zygote.group.forget(self)
+        if self.zygote.sides is not None:
+            self.zygote.sides.forget(self)
 
 
 class SideZygotes:

@@ -175,15 +175,16 @@ def test_the_pregate_records_unparsable_files() -> None:
 # -- post-run checks before any refusal ---------------------------------------------------------------------
 def test_post_run_problems_turn_a_refusal_into_a_recorded_scope_discard(monkeypatch) -> None:
     from dit_ar_contract.status import Status
-    from pytest_dit_ar.loop.experiment import Experiment
+    from pytest_dit_ar.loop.experiment import Experiment, RunDamage
 
     exp = Experiment(Path("config.json"), None, "exact", "x", sandboxed=False)
     exp.evidence = object()  # the candidate ran
     concluded = []
     monkeypatch.setattr(exp, "conclude", lambda verdict: concluded.append(verdict) or verdict)
-    monkeypatch.setattr(exp, "post_run_problems", lambda: [])
+    monkeypatch.setattr(exp, "post_run_problems", lambda: RunDamage())
+    monkeypatch.setattr(exp, "repair", lambda damage: None)
     assert exp.guard_before_refusal() is None and concluded == []  # nothing changed: the refusal stands
-    monkeypatch.setattr(exp, "post_run_problems", lambda: ["site-packages: planted.pth added"])
+    monkeypatch.setattr(exp, "post_run_problems", lambda: RunDamage(("site-packages: planted.pth added",)))
     verdict = exp.guard_before_refusal()
     assert verdict is not None and verdict.status is Status.DISCARD_SCOPE and concluded == [verdict]
 
