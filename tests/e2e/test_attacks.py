@@ -78,6 +78,7 @@ def wrap(body: str, setup: str = "") -> str:
 
 # -- 1. telling the quality run from the timed rounds ------------------------------------------------
 
+@pytest.mark.extended  # CI's 15-minute budget; the full end-to-end tier runs it
 def test_honest_on_the_published_corpus_cheap_otherwise_is_caught(loop_repo: Path) -> None:
     """Seeds of the published corpus (1000-1039) get the real pipeline; anything else half the steps and no
     guidance. The seeds the worker sees are keyed by the session's secret, and every timed round's outputs
@@ -97,6 +98,7 @@ corpus = [p for p in __import__("pathlib").Path(spec["root"]).rglob("*.jsonl")] 
     assert "case" in out
 
 
+@pytest.mark.extended  # CI's 15-minute budget; the full end-to-end tier runs it
 def test_cheap_outputs_only_in_timed_rounds_are_a_quality_discard(loop_repo: Path) -> None:
     """The first 40 requests (as many as the corpus has cases) are honest; later ones skip half the steps."""
     commit_change(loop_repo, "model_under_test/__init__.py", wrap('''

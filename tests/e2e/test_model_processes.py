@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -33,6 +35,7 @@ print(json.dumps({"images": hashlib.sha256(out.images.contiguous().numpy().tobyt
 """
 
 
+@pytest.mark.extended  # CI's 15-minute budget; the full end-to-end tier runs it
 def test_bitwise_identical_across_processes():
     requests = json.dumps(BATCH)
     env = dict(os.environ, OMP_NUM_THREADS="2")

@@ -38,6 +38,7 @@ def perf_reasons(repo: Path) -> str:
 
 # -- candidates that try to fool the timing ----------------------------------------------------
 
+@pytest.mark.extended  # CI's 15-minute budget; the full end-to-end tier runs it
 @pytest.mark.slow
 def test_patched_clocks_cannot_hide_a_slowdown(loop_repo: Path) -> None:
     """Clocks and device syncs patched in the candidate's process do not touch the harness's clock."""
@@ -95,6 +96,7 @@ def test_same_image_for_every_request_is_caught(loop_repo: Path) -> None:
     assert "identical outputs for different requests" in reasons or "timed outputs against the best" in reasons
 
 
+@pytest.mark.extended  # CI's 15-minute budget; the full end-to-end tier runs it
 @pytest.mark.slow
 def test_worker_crash_mid_measurement_is_a_crash(loop_repo: Path) -> None:
     """os._exit in the candidate's worker on its 5th generate with fresh (harness-drawn) seeds: timing."""
