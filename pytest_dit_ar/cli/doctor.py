@@ -111,6 +111,11 @@ def doctor(config_path: Path, out=print) -> int:
     problem = sandbox_problem()
     out("sandbox: bubblewrap works here (workers run isolated)" if problem is None else
         f"sandbox: NOT available: {problem}; `experiment` and `baseline` refuse without it")
+    from ..worker import cgroup, sandbox, seccomp
+
+    out(f"sandbox user: {'nobody (the harness runs as root)' if sandbox.privileged() else 'this user'}; seccomp "
+        f"filter: {'yes' if seccomp.program() else 'none for this architecture'}; freeze and memory: "
+        f"{cgroup.describe()} (without a writable freezer: SIGSTOP and /proc waits)")
     task_metric_report(config, out)
     runnable = []
     for lane in config.lanes.values():

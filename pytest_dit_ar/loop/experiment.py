@@ -26,7 +26,7 @@ from ..state.ledger import LedgerRow
 from ..state.live import LiveFile
 from ..state.paths import StatePaths, new_run_id, now
 from ..state.session import Session, open_session, verify_integrity
-from . import gpu_locks
+from . import gpu_locks, pregate
 from .evidence import Evidence
 from .outcomes import TestOutcomes
 from .verdict import Finding, Verdict, decide
@@ -65,6 +65,7 @@ class Experiment:
         self._best: BestRecord | None = None
         self.started = time.time()
         self.stack: dict[str, str | None] = {}
+        self.pregate: list[pregate.Finding] = []  # the static pre-gate's findings over the diff (flags only)
         self.live: LiveFile | None = None  # live.json for `dit-ar watch`
 
     # -- before the run -------------------------------------------------------------------
@@ -110,6 +111,9 @@ class Experiment:
             raise Refused(f"best.json names {best.commit[:10]} but the best ref names {ref[:10]}; run `dit-ar status`")
         shape = gitops.candidate_commit(repo, best.commit)
         self.commit, self.parent = shape.sha, shape.parent
+        self.pregate = pregate.scan_commit(repo, shape.parent, shape.sha,
+                                           tuple(p for p in shape.changed
+                                                 if gitops.under(p, session.config.mutable_paths)))
         run_dir = session.paths.run(new_run_id(self.commit))
         evidence = Evidence(session, self.classification, run_dir, session.paths.best_worktree, prefetch_best=True,
                             candidate_root=session.paths.candidate_worktree if self.sandboxed else None,
@@ -202,6 +206,18 @@ class Experiment:
         if damage.environment:
             self.session.paths.halt.write_text("\n".join(damage.environment) + "\n")
 
+    def guard_before_refusal(self) -> Verdict | None:
+        """Run the post-run checks before the run ends in a refusal (a harness error, an interruption): what
+        the candidate changed is judged and recorded (DISCARD-SCOPE, HALT) whatever else went wrong; None
+        when it changed nothing (the refusal stands)."""
+        if self.evidence is None or self.verdict is not None:
+            return None
+        damage = self.post_run_problems()
+        if not damage.problems:
+            return None
+        self.repair(damage)
+        return self.conclude(decide(damage.problems, None, None, None))
+
     def judge(self, outcomes: TestOutcomes) -> Verdict:
         """The verdict from the post-run guards, the evidence and the tests' outcomes."""
         evidence = self.evidence
@@ -244,7 +260,8 @@ class Experiment:
         records.record_experiment(session, repo, self._row(verdict), self.run_dir, list(verdict.reasons),
                                   time.time() - self.started, measurements,
                                   {"seconds": self.seconds(), "software": self.stack,
-                                   "startup": perf.startup() if perf else None})
+                                   "startup": perf.startup() if perf else None,
+                                   "pregate": pregate.as_records(self.pregate)})
         if verdict.status is not Status.KEEP:
             gitops.reset_to(repo, self.parent, session.config.mutable_paths)
             gitops.clean_untracked(repo, session.config.fixed_paths)
@@ -277,7 +294,7 @@ class Experiment:
             peak_vram_mb=perf.peak_memory_mb("cand") if perf else None,
             quality_summary=quality.headline() if quality else "; ".join(verdict.reasons)[:300],
             description=self.description, run_dir=str(self.run_dir.relative_to(session.root)), reason=verdict.reason,
-            flags="" if self.sandboxed else "unsandboxed")
+            flags="; ".join(f for f in ("" if self.sandboxed else "unsandboxed", pregate.flag(self.pregate)) if f))
 
 
 def way_back(commit: str) -> str:

@@ -207,9 +207,13 @@ def start_pair(launcher: WorkerLauncher, cand: Side, best: Side, log_dir: Path, 
 
 
 def _memory(worker: WorkerProcess, reported: dict[str, Any], sampled: float | None = None) -> dict[str, float | None]:
-    """Peak memory: RSS and device memory read by the harness (NVML at the end, and sampled while it ran);
-    the worker's own figures kept for reference."""
-    return {"peak_rss_mb": worker.peak_rss_mb(), "gpu_nvml_mb": worker.gpu_memory_mb(), "gpu_sampled_mb": sampled,
+    """Peak memory sampled by the harness (host: the cgroup's anonymous + shared memory, kept under the old
+    key; device: NVML at the end, and sampled while it ran), the cgroup's own peak and the longest freeze
+    wait; the worker's figures for reference."""
+    waits = worker.freeze_waits
+    return {"peak_rss_mb": worker.peak_host_mb(), "gpu_nvml_mb": worker.gpu_memory_mb(), "gpu_sampled_mb": sampled,
+            "kernel_peak_mb": worker.kernel_peak_mb(),
+            "freeze_wait_max_ms": max(waits) * 1e3 if waits else None,
             "peak_reserved_mb": reported.get("peak_reserved_mb"),
             "peak_allocated_mb": reported.get("peak_allocated_mb")}
 

@@ -243,12 +243,18 @@ class PluginSession:
         exp = self.experiment
         if exp is None or exp.evidence is None or exp.verdict is not None:
             return
+        if exitstatus == pytest.ExitCode.INTERRUPTED or self.harness_error:
+            exp.evidence.close()
+            guarded = exp.guard_before_refusal()  # what the candidate changed is judged before any refusal
+            if guarded is not None:
+                self.last_line = guarded.line
+                session.exitstatus = guarded.exit_code
+                return
         if exitstatus == pytest.ExitCode.INTERRUPTED:
             self.refusal = self.refusal or "interrupted: nothing was recorded and HEAD was left as it was"
             session.exitstatus = EXIT_REFUSED
             return
         if self.harness_error:
-            exp.evidence.close()
             self.refusal = ("the harness failed (not the candidate): " + self.harness_error.splitlines()[0] +
                             "; nothing was recorded and HEAD was kept; please report it")
             session.exitstatus = EXIT_REFUSED

@@ -53,6 +53,12 @@ def verdict_section(tr: Any, exp: Experiment) -> None:
                           f"fork servers started in {max(starts, default=0):.1f} s")
     for reason in verdict.reasons[:10]:
         tr.write_line(f"- {reason}")
+    if exp.pregate:
+        from ..loop.pregate import summary as pregate_summary
+
+        tr.write_line(f"static pre-gate (flags, does not refuse): {pregate_summary(exp.pregate)}")
+        for finding in exp.pregate[:8]:
+            tr.write_line(f"  {finding.describe()}")
     spent = exp.seconds()
     tr.write_line("time: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in spent.items()))
     action = "kept as the new best" if verdict.exit_code == 0 else \

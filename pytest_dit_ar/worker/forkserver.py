@@ -7,8 +7,12 @@ the harness made and passed over the zygote's socket. `SideZygotes` holds a side
 forks round-robin over them, so that the pairs of one experiment sample several address-space layouts
 (a zygote's children share its layout: Lee et al., NDSS 2014); `ForkServers` holds both sides.
 
-Freezing: a forked worker's freeze stops every sandbox of its side (the zygotes, their children and
-anything a child left behind), so nothing of the side runs while the other side is timed.
+Freezing and memory: each forked worker is moved into a cgroup of its own as soon as it is forked
+(worker/cgroup.py), so its freeze waits for the kernel to say *frozen* and its memory is its own, not the
+fork server's; a freeze stops the side's zygotes too (each in its own cgroup), so nothing of the side runs
+while the other side is timed. Where no cgroup is writable, the fallback is the branch's: SIGSTOP to every
+process of the side's sandboxes and a wait on the /proc state of the worker's own processes (the zygotes
+and the side's other workers excepted), and memory read from /proc for those processes.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 
 from dit_ar_contract.errors import CandidateCrash, Refused
 
-from . import protocol
+from . import cgroup, protocol
 from .client import PATH_VARIABLE, WorkerLauncher, WorkerProcess, log_tail
 
 ZYGOTE_BOOTSTRAP = ("import os, sys; sys.path[:0] = os.environ.pop('" + PATH_VARIABLE + "').split(os.pathsep); "
@@ -106,7 +110,7 @@ class Zygote(WorkerProcess):
 
     def __init__(self, *args: Any, side_group: "SideZygotes | None" = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.group = side_group
+        self.sides = side_group  # not `group`: that is the zygote's own cgroup (WorkerProcess)
         self._sock: socket.socket | None = None
         self.inner_pid = -1
         self.host_pid = -1
@@ -190,13 +194,24 @@ class Zygote(WorkerProcess):
         return ForkedWorker(self, handle, log_path, started)
 
     def freeze(self) -> None:
-        if self.group is not None:
-            self.group.freeze()
+        if self.sides is not None:
+            self.sides.freeze()
         else:
             super().freeze()
 
     def freeze_own(self) -> None:
         super().freeze()
+
+    def thaw(self) -> None:
+        """Thaw the zygote; without a freezer of its own that is a SIGCONT to its whole sandbox, which wakes
+        its children that have no freezer either: they are marked thawed, so that the next freeze stops them."""
+        was = self.frozen
+        super().thaw()
+        if was and (self.group is None or self.group.freezer is None) and self.namespace is not None and \
+                self.sides is not None:
+            for w in self.sides.live:
+                if w.zygote is self and (w.group is None or w.group.freezer is None):
+                    w.frozen = False
 
     def close(self) -> None:
         if self._sock is not None:
@@ -228,6 +243,12 @@ class ForkedWorker(WorkerProcess):
         self.scratch, self.stage = zygote.scratch, zygote.stage  # the zygote's mounts are the child's
         self.forked_at = forked_at
         self.ready_s: float | None = None  # fork request to hello, by the harness's clock
+        # a cgroup of its own: its freeze is the kernel's and its memory figure is not the fork server's
+        self.group = cgroup.open_group(zygote.side + "-fork")
+        if self.group is not None and not self.group.adopt(handle.pid):
+            self.group.remove()
+            self.group = None
+        self._start_sampling()
 
     def spawn(self) -> "ForkedWorker":
         return self  # forked already
@@ -238,30 +259,47 @@ class ForkedWorker(WorkerProcess):
         return self
 
     def processes(self) -> list[int]:
-        """The child and whatever else runs in its side's sandbox, the zygotes and their other workers
-        excepted (a helper the child started still counts: it cannot hide memory)."""
+        """The child and whatever else it started: its cgroup's processes, or, without one, whatever runs in
+        its side's sandbox, the zygotes and their other workers excepted (a helper the child started still
+        counts: it cannot hide memory)."""
+        group = self.group
+        if group is not None:
+            return group.pids()
         if self.namespace is None:
             return [self.pid] if self.proc is not None and self.proc.poll() is None else []
-        others = self.zygote.group.others(self) if self.zygote.group else {self.zygote.host_pid}
+        others = self.zygote.sides.others(self) if self.zygote.sides else {self.zygote.host_pid}
         return [p for p in self.namespace.pids() if p not in others and p != self.namespace.init_pid]
 
     def freeze(self) -> None:
-        if self.zygote.group is not None:
-            self.zygote.group.freeze()
-        if self.namespace is not None:
-            self.namespace.freeze()
-        elif self.proc is not None and self.proc.poll() is None:
-            os.kill(self.pid, signal.SIGSTOP)
+        """Stop the whole side (its zygotes, its other workers) and this worker, waiting for each."""
+        if self.zygote.sides is not None:
+            self.zygote.sides.freeze()
+        else:
+            self.zygote.freeze_own()
+            self.freeze_own()
+
+    def freeze_own(self) -> None:
+        """This worker alone: its cgroup's freezer, else SIGSTOP (its sandbox, or its process) and a /proc
+        state wait on its own processes (WorkerProcess.freeze)."""
+        WorkerProcess.freeze(self)
 
     def thaw(self) -> None:
-        if self.namespace is not None:
-            self.namespace.thaw()
-        elif self.proc is not None and self.proc.poll() is None:
-            os.kill(self.pid, signal.SIGCONT)
+        if not self.frozen:
+            return
+        WorkerProcess.thaw(self)
+        if (self.group is None or self.group.freezer is None) and self.namespace is not None:
+            self.zygote.frozen = False  # the SIGCONT to the sandbox woke its zygote too
 
     def kill(self) -> None:
         if self.proc is not None:
             self.proc.kill()
+        if self.group is not None:
+            self.group.remove()
+            self.group = None
+        self.frozen = False
+        for sampler in (self._host_memory, self._gpu_memory):
+            if sampler is not None:
+                sampler.stop_thread()
 
     def close(self) -> None:
         if self.proc is None:
@@ -270,8 +308,8 @@ class ForkedWorker(WorkerProcess):
         super().close()  # thaw, exit request, wait (or kill)
         assert isinstance(handle, _ForkedHandle)
         handle.close()
-        if self.zygote.group is not None:
-            self.zygote.group.forget(self)
+        if self.zygote.sides is not None:
+            self.zygote.sides.forget(self)
 
 
 class SideZygotes:
@@ -321,13 +359,13 @@ class SideZygotes:
             self.live.remove(worker)
 
     def freeze(self) -> None:
-        """Stop the side: each zygote's sandbox (its children with it), or, unsandboxed, each process."""
+        """Stop the side: each zygote (its cgroup, else its sandbox with its children in it) and each live
+        worker (its own cgroup, else SIGSTOP and a /proc state wait), each waited for."""
         for z in self.zygotes:
             if z.proc is not None:
                 z.freeze_own()
-        for w in self.live:
-            if w.namespace is None and w.proc is not None and w.proc.poll() is None:
-                os.kill(w.pid, signal.SIGSTOP)
+        for w in list(self.live):
+            w.freeze_own()
 
     def close(self) -> None:
         for w in list(self.live):

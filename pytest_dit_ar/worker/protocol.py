@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 VERSION = 1
+MAX_LINE = 64 << 20  # a reply line longer than this is the worker's crash (outputs travel as files)
 OPS = ("build", "generate", "activation_dtypes", "profile", "flops", "peak", "exit")
 SERVER_MODULE = "pytest_dit_ar.worker.server"
 

@@ -3,19 +3,20 @@
 What a sandboxed worker sees and can do:
 * its own PID namespace (`--unshare-pid`, `--die-with-parent`): every process it starts, daemons included,
   dies with it, and none of them can be seen from, or signal, anything outside;
-* the whole filesystem read-only, with the state it has no business reading hidden (the repository's
-  `.git` and `.autoresearch/`, the frozen corpora, the home directory) and one writable, private scratch
-  folder (`/tmp/dit-ar/scratch`, where it writes its outputs for the harness to read);
+* a root built from an empty tmpfs, read-only, holding only what it needs (the system folders, Python, the
+  harness and its libraries, the project's fixed files), with the state it has no business reading hidden
+  (the repository's `.git` and `.autoresearch/`, the frozen corpora, /etc/shadow, the cgroup tree), and one
+  writable, private scratch folder (`/tmp/dit-ar/scratch`, a fresh temporary folder of the harness's outside
+  the project, where it writes its outputs) besides its own size-limited tmpfs `/tmp` and `/dev/shm`;
 * its side's mutable paths (model_under_test/) at `/tmp/dit-ar/side`, copied from a clean checkout of
-  its commit into a staging folder with a random name (a bind mount's source path shows in
-  /proc/self/mountinfo), the same for the candidate and the best, and the project's own copy of the mutable
-  paths hidden, so neither side can tell which one it is;
-* no network (`--unshare-net`), no capabilities (`--cap-drop ALL`), no nested user namespaces, a new
-  session (no terminal to inject into), and a scrubbed environment (a short list of variables passed
-  through, see ENV_PASSED);
+  its commit into a staging folder with a random name, the same for the candidate and the best, and the
+  project's own copy of the mutable paths hidden, so neither side can tell which one it is;
+* no network, no capabilities, no new user namespaces, a new session, a scrubbed environment (ENV_PASSED),
+  a seccomp filter (worker/seccomp.py: no locks another side could see, no page-cache probes);
+* an unprivileged user: `nobody` where the harness runs as root (setpriv), else the harness's own user;
 * on CUDA lanes the NVIDIA device nodes, nothing else from /dev.
-The harness freezes a whole sandbox (SIGSTOP to every process in its PID namespace) while the other side
-is timed, so nothing a candidate starts can load the machine against the best.
+The harness freezes a whole side (its cgroup, worker/cgroup.py; else SIGSTOP to every process of its PID
+namespace) and waits until nothing of it runs, in user code or in the kernel, while the other side is timed.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import selectors
 import shutil
 import signal
 import subprocess
@@ -38,6 +40,11 @@ SCRATCH = Path("/tmp/dit-ar/scratch")
 ENV_PASSED = ("PATH", "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
               "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NCCL_NVLS_ENABLE",
               "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
+UNPRIVILEGED = 65534  # nobody/nogroup: the user a worker runs as when the harness runs as root
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/sys")
+MASKED_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/ssh")
+UNBINDABLE = (Path("/"), Path("/tmp"), Path("/dev"), Path("/proc"), Path("/dev/shm"), Path("/sys"))
+TMPFS_MB = 2048  # size limit of the sandbox's /tmp and /dev/shm (their use is also charged to its memory)
 HOW_TO_INSTALL = ("install bubblewrap (Debian/Ubuntu: `apt-get install -y bubblewrap`; Fedora: `dnf install "
                   "bubblewrap`), or run with `--unsandboxed` to judge without a sandbox (recorded in the ledger)")
 
@@ -51,7 +58,8 @@ class SandboxSpec:
     hide: tuple[Path, ...] = ()
     gpu: bool = False
     env: dict[str, str] = field(default_factory=dict)
-    expose: tuple[Path, ...] = ()  # folders under /tmp the worker needs (the harness, the project's weights)
+    expose: tuple[Path, ...] = ()  # folders the worker needs (the harness, its libraries, the project's weights)
+    tmpfs_mb: int = TMPFS_MB
     cache: Path | None = None  # the side's own tree's compile-cache folder (worker/compile_cache.py), read-write
 
 
@@ -59,8 +67,9 @@ def available() -> str | None:
     """None when bubblewrap can make the sandbox here, else why not and how to fix it."""
     if shutil.which("bwrap") is None:
         return f"bubblewrap (bwrap) is not installed: {HOW_TO_INSTALL}"
-    probe = subprocess.run(["bwrap", *_isolation(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                            "true"], capture_output=True, text=True, timeout=30)
+    probe = subprocess.run(["bwrap", *_isolation(privileged()), "--ro-bind", "/", "/", "--dev", "/dev", "--proc",
+                            "/proc", *(_drop_to_nobody() if privileged() else []), "true"],
+                           capture_output=True, text=True, timeout=30)
     if probe.returncode != 0:
         return (f"bwrap cannot create namespaces here ({probe.stderr.strip() or probe.returncode}); user "
                 "namespaces may be disabled (sysctl kernel.unprivileged_userns_clone / "
@@ -68,19 +77,30 @@ def available() -> str | None:
     return None
 
 
-def _isolation() -> list[str]:
-    return ["--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--die-with-parent",
-            "--new-session"]
+def privileged() -> bool:
+    """Whether the harness runs as root: then bubblewrap builds the sandbox with root's rights (no user
+    namespace needed) and the worker itself runs as nobody (setpriv, util-linux)."""
+    return os.geteuid() == 0 and shutil.which("setpriv") is not None
+
+
+def _isolation(as_root: bool = False) -> list[str]:
+    common = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+              "--die-with-parent", "--new-session"]
+    if as_root:  # setpriv needs these two to become nobody; it drops them (and every other) with the uid
+        return [*common, "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    return [*common, "--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
+
+
+def _drop_to_nobody() -> list[str]:
+    return ["setpriv", f"--reuid={UNPRIVILEGED}", f"--regid={UNPRIVILEGED}", "--clear-groups", "--no-new-privs",
+            "--"]
 
 
 def _private_home() -> list[Path]:
-    """The home folder, or, where Python itself lives under it (pyenv), the usual private folders in it."""
+    """The private folders of the home directory (hidden wherever a bound folder contains them)."""
     home = Path.home().resolve()
-    pythons = (Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve())
-    if not any(home == p or home in p.parents for p in pythons):
-        return [home]
-    return [home / name for name in (".ssh", ".gnupg", ".config", ".cache", ".netrc", ".git-credentials",
-                                     ".gitconfig", ".local")]
+    return [home] + [home / name for name in (".ssh", ".gnupg", ".config", ".cache", ".netrc",
+                                              ".git-credentials", ".gitconfig", ".local")]
 
 
 def _mask(host: Path, target: Path | None = None) -> list[str]:
@@ -94,19 +114,83 @@ def _mask(host: Path, target: Path | None = None) -> list[str]:
     return []
 
 
-def command(spec: SandboxSpec, argv: list[str], info_fd: int) -> list[str]:
-    """The bwrap command line that runs `argv` in the sandbox (cwd: the side's tree at MOUNT)."""
-    cmd = ["bwrap", *_isolation(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-           "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
-    # a project, harness or virtual environment under /tmp (tests, scratch clones) stays visible
-    for path in sorted({*spec.expose, Path(sys.prefix).resolve()}):
-        if Path("/tmp") in path.parents:
-            cmd += ["--ro-bind", str(path), str(path)]
-    for hidden in (*spec.hide, *_private_home()):
-        cmd += _mask(hidden)
-    cmd += ["--ro-bind", str(spec.side_root), str(MOUNT), "--bind", str(spec.scratch), str(SCRATCH)]
-    cache_args, cache_vars = compile_cache_mount(spec.cache)
-    cmd += cache_args
+class _Tree:
+    """The sandbox's root, built from nothing: the folders it shows are the only ones that exist in it."""
+
+    def __init__(self) -> None:
+        self.args: list[str] = ["--tmpfs", "/"]
+        self.made: set[Path] = {Path("/")}
+        self.bound: list[Path] = []
+
+    def visible(self, path: Path) -> bool:
+        return any(path == b or b in path.parents for b in self.bound)
+
+    def _parents(self, path: Path) -> None:
+        """Create the parents of a mount point world-traversable (bubblewrap would copy the host's modes,
+        and /root is 0700: nobody could not reach a Python installed under it)."""
+        for parent in reversed(path.parents):
+            if parent not in self.made and not self.visible(parent):
+                self.args += ["--perms", "0755", "--dir", str(parent)]
+                self.made.add(parent)
+
+    def bind(self, path: Path, target: Path | None = None, writable: bool = False) -> None:
+        at = target or path
+        if target is None and self.visible(path):
+            return
+        self._parents(at)
+        self.args += ["--bind" if writable else "--ro-bind", str(path), str(at)]
+        self.made.add(at)
+        self.bound.append(at)
+
+    def system(self) -> None:
+        for top in SYSTEM:
+            path = Path(top)
+            if path.is_symlink():
+                self.args += ["--symlink", os.readlink(path), top]
+            elif path.is_dir():
+                self.bind(path)
+
+    def tmpfs(self, at: str, size_mb: int) -> None:
+        self.args += ["--perms", "1777", "--size", str(size_mb << 20), "--tmpfs", at]
+        self.made.add(Path(at))
+
+
+def _python_paths() -> set[Path]:
+    return {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), Path(sys.executable).resolve().parent}
+
+
+def command(spec: SandboxSpec, argv: list[str], info_fd: int, seccomp_fd: int | None = None) -> list[str]:
+    """The bwrap command line that runs `argv` in the sandbox (cwd: the side's tree at MOUNT).
+
+    The root is an empty tmpfs holding only what a worker needs, read-only: the system folders, Python,
+    the harness, the folders it imports from, the project's fixed files (its state and corpora hidden),
+    its side's tree and its scratch. No home directory, no other checkout, no /sys/fs/cgroup."""
+    as_root = privileged()
+    tree = _Tree()
+    tree.system()
+    tree.args += ["--dev", "/dev", "--proc", "/proc"]
+    tree.tmpfs("/tmp", spec.tmpfs_mb)
+    tree.tmpfs("/dev/shm", spec.tmpfs_mb)
+    if Path("/sys/fs/cgroup").is_dir():
+        tree.args += ["--tmpfs", "/sys/fs/cgroup"]
+    libraries = [Path(p) for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
+    wanted = {*spec.expose, *_python_paths(), *(p.resolve() for p in libraries if p.is_dir())}
+    for path in sorted(wanted, key=lambda p: (len(p.parts), str(p))):
+        if path.exists() and path not in UNBINDABLE and path not in MOUNT.parents:
+            tree.bind(path)  # never the host's whole /tmp (a script's folder on sys.path), / or /dev
+    for hidden in (*spec.hide, *_private_home(), *(Path(f) for f in MASKED_FILES)):
+        if tree.visible(hidden):
+            tree.args += _mask(hidden)
+    tree.args += ["--perms", "0755", "--dir", str(MOUNT.parent)]
+    tree.bind(spec.side_root, MOUNT)
+    tree.bind(spec.scratch, SCRATCH, writable=True)
+    cache_vars: dict[str, str] = {}
+    if spec.cache is not None:  # its own tree's compile cache, read-write (compile_cache_mount's bind)
+        tree.bind(spec.cache, CACHE_MOUNT, writable=True)
+        cache_vars = cache_env(CACHE_MOUNT)
+    tree.args += ["--remount-ro", "/"] + (["--remount-ro", "/sys/fs/cgroup"] if Path("/sys/fs/cgroup").is_dir()
+                                          else [])
+    cmd = ["bwrap", *_isolation(as_root), *tree.args]
     if spec.gpu:
         for node in sorted(glob.glob("/dev/nvidia*")):
             cmd += ["--dev-bind", node, node]
@@ -117,7 +201,10 @@ def command(spec: SandboxSpec, argv: list[str], info_fd: int) -> list[str]:
     env.update(HOME=str(SCRATCH), TMPDIR=str(SCRATCH), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     for key, value in sorted(env.items()):
         cmd += ["--setenv", key, value]
-    return cmd + ["--info-fd", str(info_fd), "--chdir", str(MOUNT), *argv]
+    if seccomp_fd is not None:
+        cmd += ["--seccomp", str(seccomp_fd)]
+    return cmd + ["--info-fd", str(info_fd), "--chdir", str(MOUNT), *(_drop_to_nobody() if as_root else []),
+                  *argv]
 
 
 def compile_cache_mount(cache: Path | None) -> tuple[list[str], dict[str, str]]:
@@ -137,20 +224,23 @@ class Namespace:
 
     @classmethod
     def read(cls, fd: int, timeout_s: float = 60.0) -> Namespace:
-        """Parse bubblewrap's --info-fd JSON (written once the sandbox exists)."""
+        """Parse bubblewrap's --info-fd JSON (written once the sandbox exists); every wait is bounded."""
         deadline = time.monotonic() + timeout_s
         data = b""
-        os.set_blocking(fd, True)
-        while time.monotonic() < deadline:
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                break
-            data += chunk
-            try:
-                info = json.loads(data)
-                return cls(int(info["child-pid"]), int(info["pid-namespace"]))
-            except (ValueError, KeyError):
-                continue
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while time.monotonic() < deadline and len(data) < 1 << 16:
+                if not sel.select(timeout=max(0.0, min(1.0, deadline - time.monotonic()))):
+                    continue
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    break
+                data += chunk
+                try:
+                    info = json.loads(data)
+                    return cls(int(info["child-pid"]), int(info["pid-namespace"]))
+                except (ValueError, KeyError, TypeError):
+                    continue
         raise RuntimeError(f"bubblewrap reported no sandbox ({data[:200]!r})")
 
     def pids(self) -> list[int]:

@@ -8,6 +8,7 @@ planted in site-packages or .git, and no process it started survived the experim
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import statistics
 import sysconfig
@@ -254,6 +255,280 @@ def test_the_ledger_row_of_an_unsandboxed_run_says_so(loop_repo: Path) -> None:
     assert ledger_rows(loop_repo)[-1].flags == "unsandboxed"
     info = runs.read_experiment(loop_repo / ledger_rows(loop_repo)[-1].run_dir)
     assert info.row is not None and info.row.flags == "unsandboxed"
+    # the best worker runs with -I -B: no __pycache__ in the best worktree, so no DISCARD-SCOPE and no HALT
+    assert last_line(proc) != "VERDICT: DISCARD-SCOPE" and not (loop_repo / ".autoresearch" / "HALT").exists()
+
+
+# -- stopped cases of the round-3 red team, kept as tests -----------------------------------------------------
+
+@pytest.mark.extended
+def test_int8_levels_hidden_in_float32_declared_numerical_are_not_kept(loop_repo: Path) -> None:
+    """The transformer's weights rounded to 255 levels per tensor but kept in float32 (no int8 dtype for the
+    audit to see), declared numerical: the corpus aggregate catches it."""
+    commit_change(loop_repo, "model_under_test/__init__.py", wrap("return _gen(requests)", setup='''import torch
+with torch.no_grad():
+    for p in pipe.components["transformer"].parameters():
+        scale = p.abs().max().clamp(min=1e-12) / 127
+        p.copy_((p / scale).round() * scale)'''), "int8 levels in float32")
+    judged_and_intact(loop_repo, "numerical", "int8 levels, declared numerical",
+                      ("VERDICT: DISCARD-QUALITY", "VERDICT: DISCARD-PERFORMANCE"))
+
+
+@pytest.mark.extended
+def test_a_module_never_imported_changes_nothing_but_is_flagged(loop_repo: Path) -> None:
+    """Control: hostile code in a module nothing imports is a no-op (not kept), and the static pre-gate still
+    names it in the ledger row's flags and experiment.json."""
+    commit_change(loop_repo, "model_under_test/dormant.py", "import signal\nimport time\n\n\ndef arm():\n"
+                  "    signal.signal(signal.SIGCONT, lambda *a: None)\n    return time.perf_counter()\n",
+                  "a dormant module")
+    judged_and_intact(loop_repo, "exact", "dormant module", ("VERDICT: DISCARD-PERFORMANCE",))
+    row = ledger_rows(loop_repo)[-1]
+    assert "pregate=" in row.flags and "signal" in row.flags
+    info = json.loads((loop_repo / row.run_dir / "experiment.json").read_text())
+    assert {f["rule"] for f in info["pregate"]} >= {"signal", "clock"}
+
+
+# == round 3: one hostile worker at a time (no experiment needed; docs/security.md, "security v3") ==========
+# Each test starts one sandboxed worker of the embedded model with a hostile addition and asserts what the
+# harness does about it: a recorded crash instead of a hang or a harness error, a freeze that waits for the
+# kernel, memory it counts, nothing it can read or leave behind.
+
+from dit_ar_contract.device import DeviceIdentity, LaneTarget  # noqa: E402
+from dit_ar_contract.errors import CandidateCrash  # noqa: E402
+from pytest_dit_ar.worker import cgroup, sandbox  # noqa: E402
+from pytest_dit_ar.worker.client import SandboxPolicy, WorkerProcess  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE_MARK = "DIT-AR-PROBE "
+
+
+def hostile_worker(tmp_path: Path, addition: str, timeout_s: float = 300.0) -> WorkerProcess:
+    """A started and built sandboxed worker whose model_under_test/__init__.py ends with `addition`."""
+    import shutil
+
+    if sandbox.available() is not None:
+        pytest.skip(f"no sandbox here: {sandbox.available()}")
+    tree = tmp_path / "side"
+    shutil.copytree(ROOT / "model_under_test", tree / "model_under_test",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    init = tree / "model_under_test" / "__init__.py"
+    init.write_text(init.read_text() + "\n" + addition)
+    target = LaneTarget(lane="embedded-cpu", lane_id="embedded-cpu", device="cpu", identity=DeviceIdentity("cpu"),
+                        on_target=True)
+    policy = SandboxPolicy(hide=(ROOT / ".git",), expose=(ROOT,))
+    worker = WorkerProcess("candidate", tree, target, 1, tmp_path / "worker.log", timeout_s, policy)
+    worker.start()
+    spec = {"root": str(sandbox.MOUNT), "lane": "embedded-cpu", "preset": "embedded-digits",
+            "weights": str(ROOT / "assets" / "embedded-digits"), "device": "cpu", "resolution": 32, "steps": 2,
+            "guidance": 3.0, "batch": 2, "options": {}, "gpus": 1}
+    try:
+        worker.request("build", spec=spec)
+    except BaseException:
+        worker.kill()
+        raise
+    return worker
+
+
+def probe_report(worker: WorkerProcess) -> dict:
+    for line in worker.log_path.read_text().splitlines():
+        if line.startswith(PROBE_MARK):
+            return json.loads(line[len(PROBE_MARK):])
+    raise AssertionError("the probe wrote no report: " + worker.log_path.read_text()[-2000:])
+
+
+# One hostile worker serves most tests of this section (a worker start is the expensive part): a generate
+# whose first seed is one of these triggers that behaviour instead of honest outputs.
+FIFO, SYMLINK, MALFORMED, OVERSIZED, KERNEL_WORK = 900001, 900002, 900003, 900004, 900005
+READS = ("/etc/shadow", "/root", "/work/main", str(ROOT / ".git"))
+HOSTILE_SETUP = """threads = []"""
+HOSTILE_GENERATE = """
+mode[0] = int(requests[0][1])
+if mode[0] == KERNEL_WORK and not threads:
+    for _ in range(2):
+        threads.append(_th.Thread(target=_pread_forever, daemon=True))
+        threads[-1].start()
+out = _gen(requests)
+out.latents[(0,) * out.latents.ndim] = float(seen[0])  # SIGCONTs seen since the last request
+seen[0] = 0
+return out"""
+HOSTILE_MODULE = r'''
+import fcntl as _fcntl, json as _json, os as _os, signal as _signal, sys as _sys, threading as _th, time as _time
+import safetensors.torch as _st
+
+mode, seen = [0], [0]
+_real_save = _st.save_file
+
+
+def _hostile_save(tensors, path, *a, **k):
+    if mode[0] == FIFO:
+        _os.mkfifo(path)
+    elif mode[0] == SYMLINK:
+        _os.symlink("/etc/hostname", path)
+    elif mode[0] == MALFORMED:
+        open(path, "wb").write(b"\x08" + b"\x00" * 7 + b"{ not json")
+    elif mode[0] == OVERSIZED:
+        with open(path, "wb") as f:
+            f.truncate(8 << 30)
+    else:
+        _real_save(tensors, path, *a, **k)
+
+
+_st.save_file = _hostile_save
+
+
+def _count(*_):
+    seen[0] += 1
+
+
+_signal.signal(_signal.SIGCONT, _count)  # the phase oracle: a stop and a continue are visible to it
+
+_kfd = _os.memfd_create("dit-ar-kernel-work")
+_os.ftruncate(_kfd, 256 << 20)
+
+
+def _pread_forever():
+    buf = bytearray(256 << 20)
+    while True:
+        _os.preadv(_kfd, [buf], 0)  # long reads: time spent in the kernel, not in user code
+
+
+# hidden memory: 150 MB in /dev/shm (tmpfs), 150 MB in a memfd, a 300 MB peak freed, VmHWM reset
+_MB = 1 << 20
+open("/dev/shm/arena", "wb").write(b"x" * (150 * _MB))
+_mfd = _os.memfd_create("arena")
+_os.write(_mfd, b"y" * (150 * _MB))
+_peak = bytearray(b"z" * (300 * _MB))
+_time.sleep(0.5)
+del _peak
+try:
+    open("/proc/self/clear_refs", "w").write("5")
+except OSError:
+    pass
+
+# what the sandbox lets it read, write and lock
+_report = {"writable": [], "read": {}, "mountinfo": open("/proc/self/mountinfo").read()}
+for _line in _report["mountinfo"].splitlines():
+    _point = _line.split()[4]
+    _subs = _os.listdir(_point) if _os.path.isdir(_point) and not _point.startswith(("/proc", "/sys")) else []
+    for _dir in [_point] + [_os.path.join(_point, d) for d in _subs]:
+        try:
+            _os.close(_os.open(_os.path.join(_dir, ".dit-ar-probe"), _os.O_CREAT | _os.O_WRONLY, 0o600))
+            _report["writable"].append(_dir)
+        except OSError:
+            pass
+for _path in READS:
+    try:
+        _report["read"][_path] = sorted(_os.listdir(_path))[:5] if _os.path.isdir(_path) else open(_path).read()[:20]
+    except OSError as exc:
+        _report["read"][_path] = exc.strerror
+_lockfile = open(WEIGHTS + "/model_index.json", "rb")
+_fcntl.lockf(_lockfile, _fcntl.LOCK_SH | _fcntl.LOCK_NB)  # a lock the other side could test for
+_report["uid"] = _os.getuid()
+print(PROBE_MARK + _json.dumps(_report), file=_sys.stderr, flush=True)
+'''
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory):
+    constants = (f"FIFO, SYMLINK, MALFORMED, OVERSIZED, KERNEL_WORK = {FIFO}, {SYMLINK}, {MALFORMED}, {OVERSIZED}, "
+                 f"{KERNEL_WORK}\nREADS = {READS!r}\nWEIGHTS = {str(ROOT / 'assets' / 'embedded-digits')!r}\n"
+                 f"PROBE_MARK = {PROBE_MARK!r}\n")
+    addition = constants + HOSTILE_MODULE + wrap(HOSTILE_GENERATE, setup=HOSTILE_SETUP)
+    worker = hostile_worker(tmp_path_factory.mktemp("hostile"), addition)
+    yield worker
+    worker.kill()
+
+
+def generate(worker: WorkerProcess, first_seed: int = 1):
+    return worker.generate([["7", first_seed], ["3", 2]], resolution=32)
+
+
+@pytest.mark.parametrize("kind", [FIFO, SYMLINK, MALFORMED, OVERSIZED])
+def test_an_output_the_harness_cannot_read_is_the_candidates_crash(hostile: WorkerProcess, kind: int) -> None:
+    """A FIFO, a symlink, a malformed or an 8 GiB file in place of the outputs: a CandidateCrash (the
+    experiment records CRASH and resets), never a hang and never 'the harness failed'."""
+    t0 = time.monotonic()
+    with pytest.raises(CandidateCrash):
+        generate(hostile, kind)
+    assert time.monotonic() - t0 < 60
+    assert [p.name for p in hostile.scratch.iterdir() if p.name.startswith("out-")] == []
+
+
+@pytest.mark.extended  # a worker of its own plus the timeout: the shared hostile worker covers the rest in CI
+def test_a_worker_that_never_answers_is_killed_as_a_crash(tmp_path: Path) -> None:
+    worker = hostile_worker(tmp_path, wrap("import time\ntime.sleep(3600)"))
+    worker.timeout_s = 5
+    stage = worker.stage
+    t0 = time.monotonic()
+    with pytest.raises(CandidateCrash, match="no answer"):
+        generate(worker)
+    assert time.monotonic() - t0 < 40 and worker.processes() == []
+    assert stage is not None and not stage.exists()  # its scratch is gone with it
+
+
+def test_a_sigcont_handler_sees_the_same_thing_in_every_phase(hostile: WorkerProcess) -> None:
+    """A worker counting SIGCONTs between requests sees the same count for every request, quality case or
+    timed round (the worker is frozen between all of them); none at all with the cgroup freezer."""
+    counts = [float(generate(hostile, i).latents.reshape(-1)[0]) for i in (1, 2)]
+    hostile.freeze()  # the other side's timed round in between
+    hostile.thaw()
+    counts.append(float(generate(hostile, 3).latents.reshape(-1)[0]))
+    assert len(set(counts)) == 1, counts
+    if hostile.group is not None and hostile.group.freezer is not None:
+        assert counts == [0.0, 0.0, 0.0], counts
+
+
+def _cpu_ticks(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += int(fields[11]) + int(fields[12])  # utime + stime
+    return total
+
+
+def test_the_freeze_waits_for_work_inside_the_kernel_and_then_nothing_runs(hostile: WorkerProcess) -> None:
+    """Threads in endless huge preadv calls: once freeze() returns, no thread of the side is running or in a
+    system call, and its CPU time does not move while it stays frozen (the best would be timed now)."""
+    generate(hostile, KERNEL_WORK)  # starts the threads; the worker is frozen again when this returns
+    pids = hostile.processes()
+    states = cgroup.task_states(pids)
+    assert states and not set(states.values()) & set("RD"), states
+    before = _cpu_ticks(pids)
+    time.sleep(1.0)
+    assert _cpu_ticks(pids) == before
+    assert hostile.freeze_waits and max(hostile.freeze_waits) < 30
+
+
+def test_memory_in_tmpfs_memfd_and_a_freed_peak_is_counted(hostile: WorkerProcess) -> None:
+    """150 MB in /dev/shm, 150 MB in a memfd and a 300 MB peak freed before any reading, VmHWM reset: the
+    harness's sampled figure holds all of it."""
+    assert hostile.peak_host_mb() >= 550
+
+
+def _locks_of(pids: list[int]) -> list[str]:
+    return [line for line in Path("/proc/locks").read_text().splitlines()
+            if any(f" {pid} " in line for pid in pids)]
+
+
+def test_the_sandbox_reads_and_keeps_only_its_own(hostile: WorkerProcess) -> None:
+    """What a worker can write (only its own scratch, /tmp and /dev/shm, all gone with it), read (no
+    /etc/shadow, /root, other checkouts, .git) and lock (nothing another side could see); mountinfo names
+    no run or state folder; the worker is not root where the harness is."""
+    report = probe_report(hostile)
+    assert _locks_of(hostile.processes()) == []
+    private = {str(sandbox.SCRATCH), "/tmp", "/dev/shm"}
+    assert {w for w in report["writable"] if not any(w == p or w.startswith(p + "/") for p in private)} == set()
+    assert report["read"]["/etc/shadow"] in ("Permission denied", "", "No such file or directory")
+    assert report["read"]["/root"] in ([], [".pyenv"], "No such file or directory")  # at most the Python in it
+    assert report["read"]["/work/main"] == "No such file or directory" or ROOT == Path("/work/main")
+    assert report["read"][str(ROOT / ".git")] in ([], "", "No such file or directory", "Permission denied")
+    assert ".autoresearch" not in report["mountinfo"] and "/stage/" not in report["mountinfo"]
+    if os.geteuid() == 0 and sandbox.privileged():
+        assert report["uid"] == sandbox.UNPRIVILEGED
 
 
 # -- 5. poisoning the best's compile cache -----------------------------------------------------------------

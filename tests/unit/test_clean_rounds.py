@@ -54,6 +54,14 @@ class FakeWorker:
     def peak_rss_mb(self) -> float:
         return 10.0
 
+    freeze_waits: list[float] = []  # the harness's own host figures (security v3: cgroup-sampled)
+
+    def peak_host_mb(self) -> float:
+        return 10.0
+
+    def kernel_peak_mb(self) -> None:
+        return None
+
     pid = 100
 
     def processes(self) -> list[int]:

@@ -61,8 +61,10 @@ def test_the_env_points_inductor_triton_and_the_cuda_jit_cache_into_the_folder()
 
 def test_the_sandbox_mounts_only_its_own_trees_cache_read_write(tmp_path: Path):
     (tmp_path / "state" / "compile-cache" / "aaa").mkdir(parents=True)
+    # the project's folder exposed (its fixed files), so that its state folder is visible and must be hidden
+    # (the allow-list root shows nothing that is not exposed)
     spec = sandbox.SandboxSpec(tmp_path / "tree", tmp_path / "scratch", hide=(tmp_path / "state",),
-                               cache=tmp_path / "state" / "compile-cache" / "aaa")
+                               cache=tmp_path / "state" / "compile-cache" / "aaa", expose=(tmp_path,))
     cmd = sandbox.command(spec, ["true"], 3)
     i = cmd.index(str(tmp_path / "state" / "compile-cache" / "aaa"))
     assert cmd[i - 1] == "--bind" and cmd[i + 1] == str(CACHE_MOUNT)

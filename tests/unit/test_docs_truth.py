@@ -371,6 +371,8 @@ OTHER_TOOLS = {
     "--segments-per-speedup": "loop.study", "--deadline-s": "loop.study", "--pool": "loop.study",
     "--trials": "loop.study", "--outdir": "python -m build", "--force-reinstall": "pip", "--dev": "bwrap",
     "--dev-bind": "bwrap", "--set": "ncu", "--gres": "slurm", "--cpus-per-task": "slurm",
+    "--size": "bwrap", "--cap-drop": "bwrap", "--disable-userns": "bwrap", "--seccomp": "bwrap", "--tmpfs": "bwrap",
+    "--remount-ro": "bwrap", "--perms": "bwrap", "--unshare-user": "bwrap", "--no-new-privs": "setpriv",
 }
 
 

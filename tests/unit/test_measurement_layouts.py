@@ -58,6 +58,9 @@ class FakeWorker:
     def pin(self, cores: object) -> None: ...
     def processes(self) -> list[int]: return []
     def peak_rss_mb(self) -> float: return 100.0
+    def peak_host_mb(self) -> float: return 100.0
+    def kernel_peak_mb(self) -> None: return None
+    freeze_waits: list[float] = []
     def gpu_memory_mb(self) -> None: return None
     def note_start(self, seconds: float) -> None: self.started.append(seconds)
     def note_peak(self, mb: float | None) -> None: ...
