@@ -74,6 +74,7 @@ def test_faster_exact_commit_is_kept_and_a_manual_reset_is_recoverable(loop_repo
     assert head(loop_repo) == sha
 
 
+@pytest.mark.extended  # CI's 15-minute budget (design note 42); the full end-to-end tier runs it
 def test_slower_commit_is_discarded_and_reset(loop_repo: Path) -> None:
     parent = head(loop_repo)
     set_slow(loop_repo, 0.3, "add a delay")
@@ -163,6 +164,7 @@ def test_refuses_dirty_tree(loop_repo: Path) -> None:
     assert_refused(experiment(loop_repo), before, loop_repo, "not clean", "scratch.py")
 
 
+@pytest.mark.extended  # CI's 15-minute budget (design note 42); the full end-to-end tier runs it
 def test_refuses_wrong_branch(loop_repo: Path) -> None:
     set_slow(loop_repo, 0.0, "faster")
     git(loop_repo, "checkout", "-q", "-b", "elsewhere")
@@ -170,6 +172,7 @@ def test_refuses_wrong_branch(loop_repo: Path) -> None:
     assert_refused(experiment(loop_repo), before, loop_repo, "autoresearch/t1")
 
 
+@pytest.mark.extended  # CI's 15-minute budget (design note 42); the full end-to-end tier runs it
 def test_refuses_two_stacked_commits(loop_repo: Path) -> None:
     set_slow(loop_repo, 0.05, "one")
     set_slow(loop_repo, 0.0, "two")

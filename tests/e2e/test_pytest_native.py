@@ -29,6 +29,7 @@ def unchanged(repo: Path) -> tuple:
     return git(repo, "rev-parse", "HEAD"), git(repo, "status", "--porcelain"), ledger_rows(repo)
 
 
+@pytest.mark.extended  # CI's 15-minute budget (design note 42); the full end-to-end tier runs it
 def test_a_classification_from_the_ini_is_validated(loop_repo: Path) -> None:
     set_slow(loop_repo, 0.0, "faster")
     before = unchanged(loop_repo)
@@ -91,6 +92,7 @@ def test_a_harness_error_is_not_recorded_as_the_candidates_failure(loop_repo: Pa
     assert unchanged(loop_repo) == before  # no reset, no ledger row
 
 
+@pytest.mark.extended  # CI's 15-minute budget (design note 42); the full end-to-end tier runs it
 def test_without_a_session_the_refusal_is_said_once(tmp_path: Path) -> None:
     repo = make_project_copy(tmp_path / "repo")
     proc = pytest_in(repo, "-m", "quality", "quality_suite")

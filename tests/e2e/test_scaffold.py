@@ -50,6 +50,7 @@ def readme_commands() -> str:
     return text.split(README_SECTION, 1)[1].split("\n## ", 1)[0]
 
 
+@pytest.mark.extended  # CI's 15-minute budget (design note 42); the full end-to-end tier runs it
 @pytest.mark.slow
 def test_bring_your_own_dit(venv: Venv, tmp_path: Path) -> None:
     where = venv.run(tmp_path, str(venv.python), "-c", "import pytest_dit_ar, quality_suite; "
