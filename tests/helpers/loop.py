@@ -20,7 +20,7 @@ PROJECT = Path(__file__).resolve().parents[2]
 COPY = ("dit_ar_contract", "pytest_dit_ar", "quality_suite", "perf_suite", "model_under_test", "assets", "config",
         "pyproject.toml", ".gitignore", "conftest.py", "program.md", "handbook")
 
-FAST_PERF = {"rounds": 6, "warmup_rounds": 1, "max_segments": 3}
+FAST_PERF = {"rounds": 6, "warmup_rounds": 1, "max_segments": 6}  # more pairs only when a look is inconclusive
 
 
 def env_for(repo: Path) -> dict[str, str]:
