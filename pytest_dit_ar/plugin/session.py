@@ -69,6 +69,7 @@ class PluginSession:
         self.selected_cases: set[str] | None = None  # plain runs generate only the cases their tests need
         self._plain = None
         self.suites: SuiteFiles = suite_files()
+        self._inner_suites: tuple[Path, ...] = ()  # installed suites added as arguments that lie inside the root
         self.failed_ids: list[str] = []  # failing suite tests, as node ids that can be pasted back
         self._resolve_node_ids()
         self._add_installed_suites()
@@ -91,10 +92,29 @@ class PluginSession:
         opt = self.config.option
         wanted = self.experiment_mode or (selects_suites(opt.markexpr or "") and
                                           self.config.args_source != pytest.Config.ArgsSource.ARGS)
-        if not wanted:
-            return
-        known = {Path(arg).resolve() for arg in self.config.args if "::" not in arg}
-        self.config.args.extend(str(p) for p in self.suites.outside(root) if p not in known)
+        if wanted:
+            known = {Path(arg).resolve() for arg in self.config.args if "::" not in arg}
+            self.config.args.extend(str(p) for p in self.suites.outside(root) if p not in known)
+        named = {Path(arg).resolve() for arg in self.config.args if "::" not in arg}
+        base = root.resolve()
+        self._inner_suites = tuple(p for p in self.suites.outside(root) if base in p.parents and p in named)
+
+    def _way_to_inner_suites(self, collection_path: Path) -> bool | None:
+        """Suites installed inside the root below a folder pytest never enters (the README's `.venv/`):
+        pytest 8+ collects overlapping arguments as one tree, so the root's own walk decides, and it skips the
+        venv, suites and all (`pytest -m quality` collected nothing). The folders on the way down to a suite
+        are entered (False) and everything else in the skipped folder stays out (True); None elsewhere."""
+        if not self._inner_suites:
+            return None
+        resolved = collection_path.resolve()
+        # a link on the way (a venv's lib64 -> lib) would collect the suites twice: only the real folders
+        if not collection_path.is_symlink() and any(resolved in folder.parents for folder in self._inner_suites):
+            return False
+        base = Path(self.config.rootpath).resolve()
+        tops = {base / folder.relative_to(base).parts[0] for folder in self._inner_suites}
+        if any(resolved == top or top in resolved.parents for top in tops) and not self.suites.contains(resolved):
+            return True
+        return None
 
     # -- collection -------------------------------------------------------------------------------
     def ignores(self, collection_path: Path) -> bool | None:
@@ -104,6 +124,9 @@ class PluginSession:
         root = Path(self.config.rootpath)
         if self.suites.in_shadowed(collection_path, root):
             return True
+        way = self._way_to_inner_suites(collection_path)
+        if way is not None:
+            return way
         if not self.experiment_mode:
             return None
         if self.suites.contains(collection_path):
