@@ -29,11 +29,6 @@ from . import sandbox as sandbox_mod
 from .compile_cache import CompileCaches, cache_env, tree_digest
 
 HELLO_TIMEOUT_S = 300.0
-# Inductor compiles in the worker's own process, with no pool of compile subprocesses: a forked worker that
-# loads its graphs from the compile cache would otherwise start that pool (one Python process per core, each
-# importing torch) while its own rounds are timed (H200, 2026-12-02: forked regional-compile rounds 300-509 ms
-# against 270-283 ms in the exec'd worker that compiled first)
-COMPILE_IN_PROCESS = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 SCRATCH_LIMIT_MB = 4096  # what a worker may leave in its scratch folder (outputs, caches); more is a crash
 OUTPUT_SLACK_MB = 64  # an output file may exceed its images' float32 size by this much (latents, header)
 MEMORY_SAMPLE_S = 0.05  # how often the harness samples a worker's memory (host: cgroup; device: NVML)
@@ -252,7 +247,7 @@ class WorkerProcess:
     def environment(self) -> dict[str, str]:
         """The variables a worker gets on top of the lane's (the same for both sides)."""
         return {**self.target.env, "PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": "PASSIVE",
-                **COMPILE_IN_PROCESS, PATH_VARIABLE: os.pathsep.join(worker_sys_path(self.root))}
+                PATH_VARIABLE: os.pathsep.join(worker_sys_path(self.root))}
 
     def _launch(self, argv: list[str], stdin: Any, stdout: Any) -> None:
         """Popen `argv` for this side, in its sandbox unless the policy says none: in its own cgroup (joined
