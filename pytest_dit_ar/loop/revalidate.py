@@ -30,7 +30,7 @@ from dit_ar_contract.status import Status
 from perf_suite.sequential import Look, improvement_pct
 from quality_suite.corpora import load_corpus
 
-from ..state import gitops, ledger
+from ..state import gitops, ledger, runs
 from ..state.best import require_best
 from ..state.files import read_json_object, write_json_atomic
 from ..state.ledger import LedgerRow
@@ -42,7 +42,7 @@ from . import gpu_locks, holdout
 from .evidence import launcher_for
 from .measurement import MeasurementPlan, PerfOutcome, Side, measure
 
-RECORD = "revalidate.json"
+RECORD = runs.REVALIDATION_RECORD
 Z95 = 1.959963984540054  # both intervals compared at the same two-sided 95% level
 
 
