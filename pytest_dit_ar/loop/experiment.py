@@ -135,8 +135,8 @@ class Experiment:
         gitops.sync_worktree(repo, session.paths.best_worktree, best.commit)
         if self.sandboxed:
             gitops.sync_worktree(repo, session.paths.candidate_worktree, self.commit)
-        evidence.protect_best_cache()
-        evidence.refuse_unless_best_fits()  # one line, exit 2, before any candidate code runs
+        evidence.workers.protect_best_cache()
+        evidence.workers.refuse_unless_best_fits()  # one line, exit 2, before any candidate code runs
         paths = session.paths
         self._state_bytes = {p: p.read_bytes() for p in (paths.session, paths.best, paths.integrity) if p.exists()}
         self._fingerprint = tamper.fingerprint(repo, self._worktrees())

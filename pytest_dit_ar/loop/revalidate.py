@@ -39,7 +39,7 @@ from ..state.noise import read_noise
 from ..state.paths import new_run_id, now
 from ..state.session import Session, open_session, verify_integrity
 from . import gpu_locks, holdout
-from .evidence import launcher_for
+from .launch import launcher_for
 from .measurement import MeasurementPlan, PerfOutcome, Side, measure
 
 RECORD = runs.REVALIDATION_RECORD

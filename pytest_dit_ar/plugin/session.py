@@ -179,7 +179,8 @@ def plain_evidence(config_path: Path, lane: str | None, classification: str | No
                    case_ids: set[str] | None):
     """A plain run's evidence: the working tree against the baseline (and the best, where its worktree is), in a
     run folder of its own; sandboxed where the machine can (a plain run decides nothing)."""
-    from ..loop.evidence import Evidence, sandbox_problem
+    from ..loop.evidence import Evidence
+    from ..loop.launch import sandbox_problem
     from ..state.paths import new_run_id
     from ..state.session import open_session
 

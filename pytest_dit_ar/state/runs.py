@@ -6,9 +6,9 @@ a record of a newer format is refused with a line that names it. The readers als
 harnesses wrote (per-block statistics before the sequential test, `aa_block`, `noise_ci_ratio`), so the
 report and `dit-ar status` read every run as types and never by string key.
 
-Who writes which file: `state.records` the run record and the baseline copy, `loop.evidence` the crash log,
-quality and perf records and the difference pictures, the worker launcher the worker logs, `dit-ar profile`
-the profile record, `loop.revalidate` the re-validation record.
+Who writes which file: `state.records` the run record and the baseline copy, `loop.evidence` the crash log and
+the quality and perf records, `loop.quality` the difference pictures, the worker launcher the worker logs,
+`dit-ar profile` the profile record, `loop.revalidate` the re-validation record.
 """
 
 from __future__ import annotations
