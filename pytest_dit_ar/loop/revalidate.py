@@ -21,8 +21,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
-
 from dit_ar_contract import versions
 from dit_ar_contract.config import Guardrails
 from dit_ar_contract.errors import CandidateCrash, Refused
@@ -240,12 +238,7 @@ class _Locks:
     """The session's experiment lock (one run that times at a time) and the lane's GPUs."""
 
     def __init__(self, session: Session):
-        session.paths.dir.mkdir(parents=True, exist_ok=True)
-        self.lock = FileLock(str(session.paths.lock), timeout=0)
-        try:
-            self.lock.acquire()
-        except Timeout:
-            raise Refused(f"another experiment holds {session.paths.lock}: re-validate when it has finished") from None
+        self.lock = gpu_locks.hold_session_lock(session.paths, "re-validate when it has finished")
         try:
             self.gpus = gpu_locks.acquire_lane(session.target)
         except BaseException:
