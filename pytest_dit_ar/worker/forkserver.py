@@ -156,6 +156,13 @@ class Zygote(WorkerProcess):
                                  log_tail(self.log_path))
         return protocol.decode(data)
 
+    def child_cache_warm(self) -> bool | None:
+        """Whether the child forked last finds its tree's compile cache filled (None: no caches): a worker of the
+        tree ran before this zygote opened the folder, or an earlier child of this zygote compiled into it."""
+        if self.cache_digest is None:
+            return None
+        return bool(self.cache_warm) or self.forks > 1
+
     def fork(self, log_path: Path) -> "ForkedWorker":
         """A fresh worker, forked from this zygote, its hello not yet read (call `handshake`)."""
         if self._sock is None or self.host_pid < 0:
@@ -241,6 +248,9 @@ class ForkedWorker(WorkerProcess):
         self.proc = handle  # type: ignore[assignment]
         self.namespace = zygote.namespace
         self.scratch, self.stage = zygote.scratch, zygote.stage  # the zygote's mounts are the child's
+        # the zygote's compile-cache folder is the child's: warm if a worker of the tree ran before the zygote
+        # opened it, or once an earlier child of this zygote has compiled into it
+        self.caches, self.cache_digest, self.cache_warm = zygote.caches, zygote.cache_digest, zygote.child_cache_warm()
         self.forked_at = forked_at
         self.ready_s: float | None = None  # fork request to hello, by the harness's clock
         # a cgroup of its own: its freeze is the kernel's and its memory figure is not the fork server's
@@ -321,7 +331,7 @@ class SideZygotes:
         self.side, self.log_dir = side, log_dir
         self.zygotes = [Zygote(side, root, launcher.target, launcher.threads,
                                log_dir / f"forkserver-{side}-{i}.log", launcher.timeout_s, launcher.sandbox,
-                               side_group=self) for i in range(count)]
+                               launcher.caches, launcher.mutable, side_group=self) for i in range(count)]
         self.live: list[ForkedWorker] = []
         self.forked = 0
         self.times = ForkTimes()

@@ -35,9 +35,17 @@ FORK_PRELOAD = (("diffusers", ("AutoencoderKL", "DiTTransformer2DModel", "PixArt
                 ("transformers", ("T5Config", "T5EncoderModel")),
                 ("safetensors.torch", ("save_file", "load_file")),
                 ("torch.nn.attention", ("sdpa_kernel",)))
+# On a GPU lane also torch.compile's own stack (Dynamo and Inductor; ~2 s of imports and ~200 MB here), which
+# a compiled candidate's forked worker would otherwise import in its build. Importing it touches no CUDA.
+COMPILE_PRELOAD = (("torch._dynamo", ()), ("torch._inductor.compile_fx", ()))
 
 
-def prelude() -> None:
+def preload_names(device: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """What the prelude imports for a lane on `device` (the compile stack on any lane but the CPU's)."""
+    return FORK_PRELOAD + (COMPILE_PRELOAD if device.split(":")[0] != "cpu" else ())
+
+
+def prelude(device: str = "cpu") -> None:
     """Import what every worker imports before its hello, without touching the GPU."""
     os.environ[NVML_CHECK] = "1"  # torch.cuda.is_available() through NVML, never through a CUDA context
     import torch  # noqa: F401
@@ -45,7 +53,7 @@ def prelude() -> None:
     from . import server
 
     server.preload()
-    for module, names in FORK_PRELOAD:
+    for module, names in preload_names(device):
         try:
             loaded = importlib.import_module(module)
         except ImportError:
@@ -120,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     os.close(0)
     os.open(os.devnull, os.O_RDONLY)  # fd 0 again, so a child's dup2 finds the usual layout
     try:
-        prelude()
+        prelude(args.device)
         if "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized():
             raise RuntimeError("the prelude initialised CUDA, which does not survive fork")
     except BaseException as exc:  # reported to the harness, which refuses the fork server

@@ -131,3 +131,29 @@ def test_the_fork_servers_environment_keeps_cuda_uninitialised(tmp_path: Path) -
     code = [line.split("#")[0] for line in Path(zygote.__file__).read_text().split('"""', 2)[2].splitlines()]
     touching = [line for line in code if "cuda" in line and "is_initialized()" not in line]
     assert not touching  # past the docstring, CUDA is only asked whether it was initialised (it must not be)
+
+
+def test_a_sides_fork_servers_and_their_children_use_the_trees_compile_cache(tmp_path: Path) -> None:
+    """The zygotes get the launcher's compile caches (so the quality worker's compiled kernels reach the
+    forked timing workers), and a child starts warm when a worker of the tree ran before the zygote opened
+    the folder, or once an earlier child of the same zygote compiled into it."""
+    from pytest_dit_ar.worker.client import WorkerLauncher
+    from pytest_dit_ar.worker.compile_cache import CompileCaches
+
+    caches = CompileCaches(tmp_path / "caches")
+    side = SideZygotes(WorkerLauncher(target(), 1, 30.0, None, caches, ("model/",)), "cand", tmp_path, tmp_path)
+    z = side.zygotes[0]
+    assert z.caches is caches and z.mutable == ("model/",)
+    assert z.child_cache_warm() is None  # not opened yet: no caches in play
+    z.cache_digest, z.cache_warm, z.forks = "d", False, 1
+    assert z.child_cache_warm() is False  # the tree's first worker: cold
+    z.forks = 2
+    assert z.child_cache_warm() is True  # the first child compiled into the zygote's folder
+    z.cache_warm, z.forks = True, 1
+    assert z.child_cache_warm() is True  # the quality worker filled it before
+
+
+def test_the_compile_stack_is_preloaded_on_gpu_lanes_only() -> None:
+    names = lambda device: [m for m, _ in zygote.preload_names(device)]  # noqa: E731
+    assert "torch._dynamo" in names("cuda") and "torch._inductor.compile_fx" in names("cuda:0")
+    assert "torch._dynamo" not in names("cpu") and names("cpu")[0] == "diffusers"
