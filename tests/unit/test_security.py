@@ -204,9 +204,9 @@ def test_vram_is_the_peak_of_the_samples_not_the_last_reading(tmp_path: Path) ->
     target = LaneTarget(lane="x", lane_id="x", device="cuda:0", identity=DeviceIdentity(kind="cuda"), on_target=False)
     worker = client.WorkerProcess("cand", tmp_path, target, 1, tmp_path / "cand.log")
     readings = iter([1000.0, 9000.0, 1200.0])  # memory freed before the end of the segment
-    worker._gpu_memory = cgroup.Sampler(lambda: next(readings, 1100.0), period_s=3600)
-    worker._gpu_memory.sample()
-    worker._gpu_memory.sample()
+    worker.memory.gpu = cgroup.Sampler(lambda: next(readings, 1100.0), period_s=3600)
+    worker.memory.gpu.sample()
+    worker.memory.gpu.sample()
     assert worker.gpu_memory_mb() == 9000.0
 
 
