@@ -35,6 +35,11 @@ from .client import PATH_VARIABLE, WorkerLauncher, WorkerProcess, log_tail
 ZYGOTE_BOOTSTRAP = ("import os, sys; sys.path[:0] = os.environ.pop('" + PATH_VARIABLE + "').split(os.pathsep); "
                     "from pytest_dit_ar.worker.zygote import main; sys.exit(main())")
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
+# A forked worker compiles in its own process, with no pool of Inductor compile subprocesses: one that loads its
+# graphs from the compile cache would otherwise start that pool (a Python process per core, each importing
+# torch) while its own rounds are timed (H200, 2026-12-02: forked regional-compile rounds 300-509 ms against
+# 270-283 ms in the exec'd quality worker, whose pool was idle after its cold compile)
+COMPILE_IN_PROCESS = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 
 
 def host_pid(candidates: list[int], inner_pid: int) -> int | None:
@@ -118,7 +123,7 @@ class Zygote(WorkerProcess):
         self.forks = 0
 
     def environment(self) -> dict[str, str]:
-        return {**super().environment(), NVML_CHECK: "1"}
+        return {**super().environment(), NVML_CHECK: "1", **COMPILE_IN_PROCESS}
 
     def spawn(self) -> "Zygote":
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)

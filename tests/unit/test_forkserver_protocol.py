@@ -128,6 +128,7 @@ def test_host_pid_reads_the_innermost_pid() -> None:
 def test_the_fork_servers_environment_keeps_cuda_uninitialised(tmp_path: Path) -> None:
     z = Zygote("best", tmp_path, target(), 1, tmp_path / "fs.log", 30.0, None)
     assert z.environment()["PYTORCH_NVML_BASED_CUDA_CHECK"] == "1"
+    assert z.environment()["TORCHINDUCTOR_COMPILE_THREADS"] == "1"  # no compile pool beside timed rounds
     code = [line.split("#")[0] for line in Path(zygote.__file__).read_text().split('"""', 2)[2].splitlines()]
     touching = [line for line in code if "cuda" in line and "is_initialized()" not in line]
     assert not touching  # past the docstring, CUDA is only asked whether it was initialised (it must not be)
