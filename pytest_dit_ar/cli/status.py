@@ -135,8 +135,8 @@ def _revalidation(session: Session, rows: list[ledger.LedgerRow]) -> dict[str, A
     """The lane's latest re-validation in this session: its line and, when the chain measured again disagrees
     with the product of its steps, the warning."""
     data = latest_revalidation(session.root, session_rows(rows, session.lane_id))
-    return {"run_id": data.get("run_id"), "headline": data.get("headline"), "agree": data.get("agree"),
-            "warning": data.get("warning")} if data else None
+    return {"run_id": data.run_id, "headline": data.headline, "agree": data.agree,
+            "warning": data.warning} if data else None
 
 
 def _num(value: Any, digits: int = 4) -> str:

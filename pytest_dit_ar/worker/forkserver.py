@@ -263,7 +263,7 @@ class ForkedWorker(WorkerProcess):
         if self.group is not None and not self.group.adopt(handle.pid):
             self.group.remove()
             self.group = None
-        self._start_sampling()
+        self.memory.start()
 
     def spawn(self) -> "ForkedWorker":
         return self  # forked already
@@ -312,9 +312,7 @@ class ForkedWorker(WorkerProcess):
             self.group.remove()
             self.group = None
         self.frozen = False
-        for sampler in (self._host_memory, self._gpu_memory):
-            if sampler is not None:
-                sampler.stop_thread()
+        self.memory.stop()
 
     def close(self) -> None:
         if self.proc is None:

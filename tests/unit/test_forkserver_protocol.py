@@ -48,11 +48,11 @@ def fake_zygote(sock: socket.socket, seen: dict) -> None:
 def zygote_pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     # the fake child is this very process: no cgroup of its own, no freeze between requests (it would stop
     # the test) and no memory sampler (its reads of /proc would move the descriptor count checked below)
-    from pytest_dit_ar.worker import forkserver
+    from pytest_dit_ar.worker import forkserver, memory
 
     monkeypatch.setattr(forkserver.cgroup, "open_group", lambda label: None)
     monkeypatch.setattr(forkserver.ForkedWorker, "freeze", lambda self: None)
-    monkeypatch.setattr(forkserver.ForkedWorker, "_start_sampling", lambda self: None)
+    monkeypatch.setattr(memory.MemoryWatch, "start", lambda self: None)
     z = Zygote("candidate", tmp_path, target(), 1, tmp_path / "fs.log", 30.0, None)
     harness, fake = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     z._sock, z.host_pid, z.inner_pid = harness, os.getpid(), os.getpid()  # noqa: SLF001 - as handshake sets them
