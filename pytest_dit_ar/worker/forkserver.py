@@ -31,15 +31,11 @@ from dit_ar_contract.errors import CandidateCrash, Refused
 
 from . import cgroup, protocol
 from .client import PATH_VARIABLE, WorkerLauncher, WorkerProcess, log_tail
+from .compile_cache import COMPILE_IN_PROCESS
 
 ZYGOTE_BOOTSTRAP = ("import os, sys; sys.path[:0] = os.environ.pop('" + PATH_VARIABLE + "').split(os.pathsep); "
                     "from pytest_dit_ar.worker.zygote import main; sys.exit(main())")
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
-# A forked worker compiles in its own process, with no pool of Inductor compile subprocesses: one that loads its
-# graphs from the compile cache would otherwise start that pool (a Python process per core, each importing
-# torch) while its own rounds are timed (H200, 2026-12-02: forked regional-compile rounds 300-509 ms against
-# 270-283 ms in the exec'd quality worker, whose pool was idle after its cold compile)
-COMPILE_IN_PROCESS = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 
 
 def host_pid(candidates: list[int], inner_pid: int) -> int | None:

@@ -20,7 +20,7 @@ from dit_ar_contract.errors import Refused
 
 from . import cgroup, protocol, seccomp
 from . import sandbox as sandbox_mod
-from .compile_cache import cache_env, tree_digest
+from .compile_cache import COMPILE_IN_PROCESS, cache_env, tree_digest
 
 if TYPE_CHECKING:
     from .client import WorkerHandle
@@ -93,6 +93,7 @@ def launch(w: WorkerHandle, argv: list[str], stdin: Any, stdout: Any) -> None:
             cache = open_cache(w, w.root)
             if cache is not None:
                 env.update(cache_env(cache))
+            env.update(compile_settings(w))
             w.proc = subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=log,
                                          cwd=w.root, env={**os.environ, **env}, bufsize=0,
                                          preexec_fn=_child_setup(w.group))
@@ -102,8 +103,9 @@ def launch(w: WorkerHandle, argv: list[str], stdin: Any, stdout: Any) -> None:
         read_end, write_end = os.pipe()
         expose = (*w.sandbox.expose, *(Path(p) for p in worker_sys_path(w.root)))
         tree = stage_tree(w)
-        spec = sandbox_mod.SandboxSpec(tree, w.scratch, w.sandbox.hide, w.sandbox.gpu, env, expose,
-                                       cache=open_cache(w, tree))
+        cache = open_cache(w, tree)
+        env.update(compile_settings(w))
+        spec = sandbox_mod.SandboxSpec(tree, w.scratch, w.sandbox.hide, w.sandbox.gpu, env, expose, cache=cache)
         filter_fd = seccomp.filter_fd()
         fds = (write_end,) if filter_fd is None else (write_end, filter_fd)
         try:
@@ -135,6 +137,11 @@ def open_cache(w: WorkerHandle, tree: Path) -> Path | None:
     if w.sandbox is not None and sandbox_mod.privileged():
         _chown_tree(folder, sandbox_mod.UNPRIVILEGED)
     return folder
+
+
+def compile_settings(w: WorkerHandle) -> dict[str, str]:
+    """No compile pool for a worker whose tree's cache is filled (compile_cache.COMPILE_IN_PROCESS)."""
+    return dict(COMPILE_IN_PROCESS) if w.cache_warm else {}
 
 
 def check_group(w: WorkerHandle) -> None:

@@ -158,3 +158,13 @@ def test_the_compile_stack_is_preloaded_on_gpu_lanes_only() -> None:
     names = lambda device: [m for m, _ in zygote.preload_names(device)]  # noqa: E731
     assert "torch._dynamo" in names("cuda") and "torch._inductor.compile_fx" in names("cuda:0")
     assert "torch._dynamo" not in names("cpu") and names("cpu")[0] == "diffusers"
+
+
+def test_a_worker_whose_cache_is_filled_compiles_in_process() -> None:
+    import types
+
+    from pytest_dit_ar.worker.spawn import compile_settings
+
+    assert compile_settings(types.SimpleNamespace(cache_warm=True)) == {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    assert compile_settings(types.SimpleNamespace(cache_warm=False)) == {}  # its first compile keeps the pool
+    assert compile_settings(types.SimpleNamespace(cache_warm=None)) == {}  # no caches in play
