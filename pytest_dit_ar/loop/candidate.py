@@ -109,9 +109,11 @@ class CandidateWorkers:
             worker.close()
         return CandidateRun(build_s, outputs, audit)
 
-    def _gaps(self) -> Iterator[float]:
+    def _gaps(self) -> Iterator[float] | None:
         """The timed rounds' gaps for the quality run: two of the best's rounds (its recorded median)."""
         best = self.session.best()
+        if not self.session.lane.performance.quality_gaps:
+            return None
         median_ms = best.measurements.median_ms if best is not None else None
         return timed_like_gaps(median_ms / 1000.0 if median_ms else None)
 
