@@ -26,7 +26,7 @@ from ..worker.forkserver import ForkServers
 from . import memory_plan
 from .generation import CorpusOutputs, audit_evidence, generate_corpus, timed_like_gaps
 from .live import Live
-from .measurement import MeasurementPlan, Pair, PerfOutcome, RoundCheck, Side, boot, measure
+from .measurement import SIDE_NAMES, MeasurementPlan, Pair, PerfOutcome, RoundCheck, Side, boot, measure
 from .progress import TimingProgress
 
 
@@ -70,8 +70,8 @@ class CandidateWorkers:
         """Build and run the candidate's pipeline on `cases` in a worker. While the candidate generates the
         corpus, the best side's worker boots, and both stay up as the first timing pair, so an experiment pays
         for process start-up once instead of twice. A crash kills every worker started here."""
-        worker = self.launcher.worker("candidate", self.candidate_root,
-                                      self.run.worker_log("candidate", "quality")).spawn()
+        worker = self.launcher.worker(SIDE_NAMES["cand"], self.candidate_root,
+                                      self.run.worker_log(SIDE_NAMES["cand"], "quality")).spawn()
         best = self._spawn_best()
         self._spawn_forks()
         try:
@@ -134,8 +134,8 @@ class CandidateWorkers:
         assert self.best_root is not None
         lane = self.session.lane
         return MeasurementPlan(
-            cand=Side("candidate", self.candidate_root, self.spec(self.candidate_root)),
-            best=Side("best", self.best_root, self.spec(self.best_root)),
+            cand=Side(SIDE_NAMES["cand"], self.candidate_root, self.spec(self.candidate_root)),
+            best=Side(SIDE_NAMES["best"], self.best_root, self.spec(self.best_root)),
             protocol=lane.performance, prompts=prompts, batch=lane.batch, metric=lane.primary_metric,
             guardrails=lane.guardrails, is_cuda=lane.is_cuda, log_dir=self.run.dir, roofline_ms=roofline_ms,
             resolution=lane.resolution, check=check, memory=self.memory if lane.is_cuda else None,
@@ -180,7 +180,8 @@ class CandidateWorkers:
             return None
         if not memory_plan.may_prefetch(self.memory, self.best_peak_mb()):
             return None  # two workers of the best's size do not fit the card: the best boots when timed
-        return self.launcher.worker("best", self.best_root, self.run.worker_log("best", "block0")).spawn()
+        name = SIDE_NAMES["best"]
+        return self.launcher.worker(name, self.best_root, self.run.worker_log(name, "block0")).spawn()
 
     def _spawn_forks(self) -> None:
         """Start both sides' fork servers (their imports run beside the quality run, never beside timed

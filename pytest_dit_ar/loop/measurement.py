@@ -39,6 +39,7 @@ from .clean_rounds import GpuWatch, NoGpu, RoundRecord, SideTiming
 from .pool import PoolPlan, pairs_that_fit
 
 SIDES = ("cand", "best")
+SIDE_NAMES = {"cand": "candidate", "best": "best"}  # a side's key in the records -> its workers' and logs' name
 IDLE_WAIT_S = 0.25  # at most this long for the GPU to show no work in flight before a side is timed
 
 
@@ -183,8 +184,9 @@ def boot(worker: WorkerProcess, spec: dict[str, Any]) -> float:
 def spawn_pair(launcher: WorkerLauncher, cand: Side, best: Side, log_dir: Path, tag: str) -> Pair:
     """Start both workers; they run only the fixed prelude (imports, device) until they are built."""
     logs = RunPaths(log_dir)
-    return Pair(launcher.worker("candidate", cand.root, logs.worker_log("candidate", tag)).spawn(),
-                launcher.worker("best", best.root, logs.worker_log("best", tag)).spawn())
+    name = SIDE_NAMES
+    return Pair(launcher.worker(name["cand"], cand.root, logs.worker_log(name["cand"], tag)).spawn(),
+                launcher.worker(name["best"], best.root, logs.worker_log(name["best"], tag)).spawn())
 
 
 def build_pair(pair: Pair, cand: Side, best: Side, affinity: tuple[int, ...] | None = None) -> Pair:
