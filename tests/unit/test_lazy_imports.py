@@ -63,7 +63,9 @@ def test_version_imports_no_torch(imported: set[str], capsys: pytest.CaptureFixt
     assert exit_.value.code == 0 and "dit-ar" in capsys.readouterr().out
 
 
-def test_search_imports_no_torch(imported: set[str], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_search_imports_no_torch(imported: set[str], capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the one-page index stays out of ~/.cache
     (tmp_path / "handbook").mkdir()  # a one-page handbook: the same code path as the project's, in milliseconds
     (tmp_path / "handbook" / "graphs.md").write_text("# CUDA graphs\n\nCapture the denoiser once, replay it.\n")
     from pytest_dit_ar.cli.main import main
