@@ -147,7 +147,7 @@ def slowed_copy(root: Path, dest: Path, delay_s: float, mutable: Sequence[str] =
             (dest / path).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / path)
     init = dest / "model_under_test" / "__init__.py"
-    init.write_text(init.read_text() + sleep_patch(delay_s))
+    init.write_text(init.read_text() + sleep_patch(delay_s, tag="injected"))
     return dest
 
 

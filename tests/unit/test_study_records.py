@@ -74,3 +74,18 @@ def test_the_plan_comes_from_the_engine_and_the_calibration_arguments(tmp_path: 
         study.StudyPlan(tmp_path, speedups=(95.0,))
     with pytest.raises(Refused, match="--pool 0"):
         study.StudyPlan(tmp_path, pool=0)
+
+
+def test_a_tree_already_slowed_can_be_slowed_again_for_a_speedup_arm() -> None:
+    """The tests' project copies carry the sleep wrapper; the study's arm adds one of its own, not a recursion."""
+    import time
+
+    from pytest_dit_ar.loop.patching import sleep_patch
+
+    source = ("def build_pipeline(spec):\n    class P:\n        def generate(self, r):\n            return r\n"
+              "    return P()\n") + sleep_patch(0.0) + sleep_patch(0.02, tag="injected")
+    ns: dict = {}
+    exec(compile(source, "model_under_test/__init__.py", "exec"), ns)
+    pipe = ns["build_pipeline"]({})
+    t0 = time.perf_counter()
+    assert pipe.generate([1]) == [1] and time.perf_counter() - t0 >= 0.02
