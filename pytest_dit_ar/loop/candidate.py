@@ -8,7 +8,7 @@ and keeps the crash record; a crash here kills every worker it started before it
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +24,7 @@ from ..state.session import Session
 from ..worker.client import WorkerLauncher, WorkerProcess
 from ..worker.forkserver import ForkServers
 from . import memory_plan
-from .generation import CorpusOutputs, audit_evidence, generate_corpus
+from .generation import CorpusOutputs, audit_evidence, generate_corpus, timed_like_gaps
 from .live import Live
 from .measurement import MeasurementPlan, Pair, PerfOutcome, RoundCheck, Side, boot, measure
 from .progress import TimingProgress
@@ -97,7 +97,7 @@ class CandidateWorkers:
             build_s = time.perf_counter() - t_build  # the harness's clock, not the worker's figure
             t = clock.spent("quality_worker_start", t)
             outputs = generate_corpus(worker, cases, lane.batch, self.key, lane.resolution,
-                                      desc="quality: candidate corpus", live=live)
+                                      desc="quality: candidate corpus", live=live, gaps=self._gaps())
             self._note_quality_worker(worker, build_s + outputs.first_s)
             audit = audit_evidence(worker, build, outputs, cases, lane.batch, self.key)
             t = clock.spent("quality_corpus", t)
@@ -108,6 +108,14 @@ class CandidateWorkers:
         else:
             worker.close()
         return CandidateRun(build_s, outputs, audit)
+
+    def _gaps(self) -> Iterator[float] | None:
+        """The timed rounds' gaps for the quality run: two of the best's rounds (its recorded median)."""
+        best = self.session.best()
+        if not self.session.lane.performance.quality_gaps:
+            return None
+        median_ms = best.measurements.median_ms if best is not None else None
+        return timed_like_gaps(median_ms / 1000.0 if median_ms else None)
 
     def _note_quality_worker(self, worker: WorkerProcess, start_s: float) -> None:
         """The quality worker's start (build + first generate: where a compile happens) and device memory."""
