@@ -4,8 +4,8 @@ A study times arms of paired worker processes: `null` (a tree against itself, A/
 speedup (named by its percentage: the best side sleeps a known fraction of the latency) and `sandbox-overhead`
 (the sandboxed tree against itself unsandboxed). Each arm holds its pairs' round times (`StudyPair`); the whole
 run is a `StudyResults`. The file keeps the shape it always had (`arms`: name -> list of pairs, `delays_s`:
-arm -> seconds) plus `format`; files without one are format 1 (the studies of docs/data/h200/ waves 2-4 and docs/data/cpu/) and
-read the same. A newer format is refused, as pyperf and asv refuse one (`StudyResults.from_dict`).
+arm -> seconds) plus `format`; files without one are format 1 (the studies of docs/data/h200/ waves 2-4 and
+docs/data/cpu/) and read the same. A newer format is refused, as pyperf and asv refuse one (`from_dict`).
 
 Readers: the study's evaluation (loop/study.py), the calibration (loop/calibration.py), the noise regimes fitted
 to recorded studies (perf_suite/simulation.py, hence tools/verdict_study.py). The study's summary is derived
