@@ -52,6 +52,16 @@ class CandidateRun:
     evidence: AuditEvidence
 
 
+def quality_gaps(session: Session) -> Iterator[float] | None:
+    """The timed rounds' gaps for the quality run: two of the best's rounds (its recorded median); None when the
+    lane's `performance.quality_gaps` is off."""
+    if not session.lane.performance.quality_gaps:
+        return None
+    best = session.best()
+    median_ms = best.measurements.median_ms if best is not None else None
+    return timed_like_gaps(median_ms / 1000.0 if median_ms else None)
+
+
 class CandidateWorkers:
     """The workers of one candidate's evidence, from the quality run until timing takes them over."""
 
@@ -97,7 +107,7 @@ class CandidateWorkers:
             build_s = time.perf_counter() - t_build  # the harness's clock, not the worker's figure
             t = clock.spent("quality_worker_start", t)
             outputs = generate_corpus(worker, cases, lane.batch, self.key, lane.resolution,
-                                      desc="quality: candidate corpus", live=live, gaps=self._gaps())
+                                      desc="quality: candidate corpus", live=live, gaps=quality_gaps(self.session))
             self._note_quality_worker(worker, build_s + outputs.first_s)
             audit = audit_evidence(worker, build, outputs, cases, lane.batch, self.key)
             t = clock.spent("quality_corpus", t)
@@ -108,14 +118,6 @@ class CandidateWorkers:
         else:
             worker.close()
         return CandidateRun(build_s, outputs, audit)
-
-    def _gaps(self) -> Iterator[float] | None:
-        """The timed rounds' gaps for the quality run: two of the best's rounds (its recorded median)."""
-        best = self.session.best()
-        if not self.session.lane.performance.quality_gaps:
-            return None
-        median_ms = best.measurements.median_ms if best is not None else None
-        return timed_like_gaps(median_ms / 1000.0 if median_ms else None)
 
     def _note_quality_worker(self, worker: WorkerProcess, start_s: float) -> None:
         """The quality worker's start (build + first generate: where a compile happens) and device memory."""
