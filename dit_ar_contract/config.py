@@ -83,6 +83,7 @@ class PerfProtocol:
     compile_cache_gb: float = 20.0
     compile_cache_keep: int = 4
     fork_server: bool = True  # pairs after the quality run's are forked from each side's fork servers
+    quality_gaps: bool = True  # the quality run's requests are paced like the timed rounds' (docs/security.md)
     fork_servers_per_side: int | None = None  # exec'd fork servers per side, dealt round-robin (layouts);
     # None: 2 on CUDA lanes (their imports run in parallel beside the quality run), 1 on CPU lanes
     pair_cores: str = "auto"  # "one": both workers of a timed pair on one core; "affinity": cpu_affinity as is;

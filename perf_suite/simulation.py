@@ -16,7 +16,6 @@ The fast unit test (tests/unit/test_verdict_simulation.py) and the study script
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from .sequential import KEEP, Design, OffsetBound, PairSpread, pooled_bound, run_experiments, trimmed
+from .studies import StudyResults
 
 H200_STUDIES = ("h200/wave2/study-h200-1.json", "h200/wave3/study.json")
 CPU_STUDIES = ("cpu/study-quiet.json", "cpu/study-loaded.json", "cpu/study-loaded-long.json")
@@ -31,27 +31,13 @@ CPU_STUDIES = ("cpu/study-quiet.json", "cpu/study-loaded.json", "cpu/study-loade
 
 def recorded_pairs(data_dir: Path, files: tuple[str, ...]) -> list[tuple[np.ndarray, np.ndarray]]:
     """Every recorded segment's (candidate, best) round times in seconds, the injected sleep taken off."""
-    out = []
-    for name in files:
-        d = json.loads((data_dir / name).read_text())
-        for arm, segs in d["arms"].items():
-            delay = d.get("delays_s", {}).get(arm, 0.0) if arm not in ("null", "sandbox-overhead") else 0.0
-            for s in segs:
-                out.append((np.asarray(s["cand_s"], float), np.asarray(s["best_s"], float) - delay))
-    return out
+    return [p for name in files for arm in StudyResults.read(data_dir / name).arms.values() for p in arm.sleep_free()]
 
 
 def recorded_log_ratios(data_dir: Path, files: tuple[str, ...]) -> list[np.ndarray]:
     """Every recorded segment's log ratios, the injected sleep's expected effect taken off."""
-    out = []
-    for name in files:
-        d = json.loads((data_dir / name).read_text())
-        for arm, segs in d["arms"].items():
-            delay = d.get("delays_s", {}).get(arm, 0.0) if arm not in ("null", "sandbox-overhead") else 0.0
-            for s in segs:
-                c, b = np.asarray(s["cand_s"], float), np.asarray(s["best_s"], float)
-                out.append(np.log(c / b) - np.log(c / (c + delay)))
-    return out
+    return [r for name in files for arm in StudyResults.read(data_dir / name).arms.values()
+            for r in arm.sleep_free_log_ratios()]
 
 
 @dataclass(frozen=True)

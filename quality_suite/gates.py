@@ -25,7 +25,7 @@ on fidelity alone). Configure a task metric for the lane (docs/quality.md) to op
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -152,42 +152,44 @@ def case_checks(cls: ChangeClass | str, case: str, fid: dict[str, float], qualit
     return _floors(quality.approximate, case, fid)  # ChangeClass.APPROXIMATE
 
 
-def _tolerance_checks(task_cand: dict[str, float], task_base: dict[str, float], lower_is_better: set[str],
-                      tolerances: Mapping[str, float]) -> list[Check]:
-    """Each task score against the baseline's within an absolute tolerance (exact and numerical changes)."""
+def _score_checks(task_cand: dict[str, float], task_base: dict[str, float],
+                  check: Callable[[str, float, float], Check]) -> list[Check]:
+    """`check(name, candidate, baseline)` for each task score both sides have; a score one side lacks fails."""
     checks = []
     for name in sorted(set(task_base) | set(task_cand)):
         base, cand = task_base.get(name), task_cand.get(name)
         if base is None or cand is None:
             side = "baseline" if base is None else "candidate"
             checks.append(Check(name, False, cand, base, None, f"the {side}'s score is missing"))
-            continue
+        else:
+            checks.append(check(name, cand, base))
+    return checks
+
+
+def _tolerance_checks(task_cand: dict[str, float], task_base: dict[str, float], lower_is_better: set[str],
+                      tolerances: Mapping[str, float]) -> list[Check]:
+    """Each task score against the baseline's within an absolute tolerance (exact and numerical changes)."""
+    def check(name: str, cand: float, base: float) -> Check:
         tol = tolerances.get(name, resolution_floor(base))
         why = f"baseline {base:.9g} +/- {tol:.3g} (the baseline's measured spread x the exact envelope multiple, " \
               f"at least {RESOLUTION_ULPS} float32 ulps)"
         if name in lower_is_better:
-            checks.append(_le(name, cand, base + tol, None, why))
-        else:
-            checks.append(_ge(name, cand, base - tol, None, why))
-    return checks
+            return _le(name, cand, base + tol, None, why)
+        return _ge(name, cand, base - tol, None, why)
+
+    return _score_checks(task_cand, task_base, check)
 
 
 def _task_checks(task_cand: dict[str, float], task_base: dict[str, float], lower_is_better: set[str],
                  margins: Mapping[str, float]) -> list[Check]:
     """Each task score against the baseline's, within its margin (0 = no regression at all)."""
-    checks = []
-    for name in sorted(set(task_base) | set(task_cand)):
-        base, cand = task_base.get(name), task_cand.get(name)
-        if base is None or cand is None:
-            side = "baseline" if base is None else "candidate"
-            checks.append(Check(name, False, cand, base, None, f"the {side}'s score is missing"))
-            continue
+    def check(name: str, cand: float, base: float) -> Check:
         margin = margins.get(name, 0.0)
         if name in lower_is_better:  # relative margin: a distance may grow by this fraction
-            checks.append(_le(name, cand, base * (1 + margin) + TOLERANCE, None, f"baseline {base:.4g}"))
-        else:
-            checks.append(_ge(name, cand, base - margin - TOLERANCE, None, f"baseline {base:.4g}"))
-    return checks
+            return _le(name, cand, base * (1 + margin) + TOLERANCE, None, f"baseline {base:.4g}")
+        return _ge(name, cand, base - margin - TOLERANCE, None, f"baseline {base:.4g}")
+
+    return _score_checks(task_cand, task_base, check)
 
 
 def aggregate_checks(cls: ChangeClass | str, summary: dict[str, Any], quality: QualityContract,

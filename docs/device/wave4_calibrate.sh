@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 20 (statistics): the machine's noise profile on the H200 for the new verdict, eager and CUDA-graphed.
 #   bash docs/device/wave4_calibrate.sh          (kind nvidia-h200, about 200 s)
-# 1. eager: the study engine (the engine of `dit-ar calibrate`) on dit-xl2-256 at 8 steps, 16 rounds per pair,
+# 1. eager: the study engine (the engine of `dit-ar calibrate`; since wave 5 on the experiment's launcher and
+#    fork servers) on dit-xl2-256 at 8 steps, 16 rounds per pair,
 #    A/A pairs plus two pairs with an injected true 10% speedup, both sides pinned to core 2.
 # 2. graphed: the same on a copy of the tree with examples/h200-session/patches/06-exact-cuda-graphs.patch
 #    applied (the whole forward in reduce-overhead mode), A/A pairs only, until its deadline.
@@ -30,6 +31,7 @@ import json, sys
 from pathlib import Path
 from dit_ar_contract.config import load_config
 from perf_suite.sequential import Design
+from perf_suite.studies import StudyResults
 from pytest_dit_ar.loop.calibration import Collected, describe, profile_of
 d = Path(sys.argv[1])
 lane = load_config("config/autoresearch.json").lanes["dit-xl2-256"]
@@ -37,9 +39,10 @@ for name in ("eager", "graphed"):
     path = d / f"{name}.json"
     if not path.is_file():
         print(f"{name}: no data"); continue
-    res = json.loads(path.read_text())
-    null = res["arms"].get("null", [])
-    print(f"== {name}: {len(null)} A/A pairs, wall {res.get('wall_s', 0):.0f} s, {res.get('stopped', 'complete')}")
+    res = StudyResults.read(path)
+    null = res.null
+    forked = sum(bool(p.forked) for p in null)
+    print(f"== {name}: {len(null)} A/A pairs ({forked} forked), wall {res.wall_s:.0f} s, {res.stopped or 'complete'}")
     if len(null) < 2:
         continue
     prof = profile_of(Collected(res, len(null)), "dit-xl2-256", name, lane.performance, "latency_ms")

@@ -1,6 +1,7 @@
 """`dit-ar calibrate`: measure this machine's noise on the session's lane (A/A pairs of the best against
-itself through the study engine, optionally injected speedups), store it as the statistics' prior
-(.autoresearch/noise.json, only after a complete run) and print the power it implies, with a figure."""
+itself through the study engine, loop/study.py, on the experiment's launcher and pair code; optionally
+injected speedups), store it as the statistics' prior (.autoresearch/noise.json, only after a complete run)
+and print the power it implies, with a figure."""
 
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..loop.calibration import Collected, collect, describe, figure, one_pair_s, profile_of
     from ..loop.gpu_locks import acquire_lane, release
+    from ..loop.study import StudyPlan
     from ..state import gitops
     from ..state.noise import noise_path, store_profile
     from ..state.session import open_session
@@ -64,10 +66,11 @@ def run(args: argparse.Namespace) -> int:
     tree = session.paths.best_worktree if session.paths.best_worktree.is_dir() else session.root
     commit = gitops.head_sha(gitops.open_repo(tree))
     out = session.paths.dir / f"calibration-{session.lane_id}.json"
+    plan = StudyPlan.calibration(args.config, lane.name, tree, args.pairs, rounds, speedups, args.steps,
+                                 args.budget_s, out, sandboxed=not args.unsandboxed)
     held = acquire_lane(session.target)
     try:
-        collected: Collected = collect(args.config, lane.name, tree, args.pairs, rounds, speedups, args.steps,
-                                       args.budget_s, out, sandboxed=not args.unsandboxed)
+        collected: Collected = collect(plan)
     finally:
         release(held)
     if not collected.complete:

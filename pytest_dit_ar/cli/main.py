@@ -7,18 +7,17 @@ import os
 import sys
 from pathlib import Path
 
-from dit_ar_contract.classes import WORDS as CLASSES
-from dit_ar_contract.config import DEFAULT_CONFIG, repo_root_for
 from dit_ar_contract.errors import EXIT_REFUSED, Refused
 
 from .. import __version__
-from . import calibrate, demo, profile, report, scaffold, search, summary, watch
 
 UNSANDBOXED = ("run the workers without the bubblewrap sandbox (a candidate can then reach the harness's files; "
                "recorded in the ledger and the report)")
 
 
 def _config_arg(parser: argparse.ArgumentParser, top: bool) -> None:
+    from dit_ar_contract.config import DEFAULT_CONFIG
+
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG if top else argparse.SUPPRESS,
                         help=f"session contract (default {DEFAULT_CONFIG})")
 
@@ -34,6 +33,10 @@ class _PrintCompletion(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from dit_ar_contract.classes import WORDS as CLASSES
+
+    from . import calibrate, demo, profile, report, scaffold, search, summary, watch
+
     parser = argparse.ArgumentParser(prog="dit-ar", description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--print-completion", action=_PrintCompletion, choices=("bash", "zsh", "tcsh"),
@@ -99,6 +102,8 @@ def _baseline(args: argparse.Namespace) -> int:
 def experiment_pytest_args(config: Path, classification: str, description: str, lane: str | None,
                            unsandboxed: bool = False) -> list[str]:
     """The pytest invocation that `dit-ar experiment` wraps (the two are the same thing)."""
+    from dit_ar_contract.config import repo_root_for
+
     from ..loop.suites import suite_files
 
     root = repo_root_for(config)
@@ -154,6 +159,9 @@ def _recover(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if (sys.argv[1:] if argv is None else argv) == ["--version"]:  # answered before any module is imported
+        print(f"dit-ar {__version__}")
+        return 0
     try:
         args = build_parser().parse_args(argv)  # --print-completion writes from inside the parser
         try:

@@ -15,10 +15,9 @@ from dit_ar_contract.errors import Refused
 from dit_ar_contract.status import Status
 
 from ..report.summary import latest_revalidation, session_rows
-from ..state import backup, gitops, integrity, ledger, runs
+from ..state import backup, gitops, ledger, runs
 from ..state.baseline import BaselineSummary, manifest_problems
 from ..state.best import BestRecord
-from ..state.files import read_json
 from ..state.ledger import LedgerRow
 from ..state.paths import STATE_DIR
 from ..state.runs import RunPaths
@@ -135,8 +134,8 @@ def _revalidation(session: Session, rows: list[ledger.LedgerRow]) -> dict[str, A
     """The lane's latest re-validation in this session: its line and, when the chain measured again disagrees
     with the product of its steps, the warning."""
     data = latest_revalidation(session.root, session_rows(rows, session.lane_id))
-    return {"run_id": data.get("run_id"), "headline": data.get("headline"), "agree": data.get("agree"),
-            "warning": data.get("warning")} if data else None
+    return {"run_id": data.run_id, "headline": data.headline, "agree": data.agree,
+            "warning": data.warning} if data else None
 
 
 def _num(value: Any, digits: int = 4) -> str:
@@ -253,17 +252,14 @@ def recover(config_path: Path) -> int:
             raise Refused(f"HEAD {head[:10]} has diverged from the best {ref[:10]}; inspect with `git log` first")
         if repo.is_ancestor(head, ref):
             gitops.require_branch(repo, record.tag)
-            repo.git.reset("--hard", ref)
+            gitops.reset_to(repo, ref, session.config.mutable_paths)
             print(f"branch reset to the recorded best {ref[:10]}")
     folder = session.baseline_dir
     problems = manifest_problems(folder)
     damaged = problems is None or bool(problems)
     saved = gitops.read_ref(repo, gitops.baseline_ref(record.tag, session.lane_id))
     if damaged and saved:
-        backup.restore_folder(repo, folder, saved)
-        kept = read_json(folder / integrity.MANIFEST)["files"]
-        for extra in set(integrity.manifest_of(folder)) - set(kept):
-            (folder / extra).unlink()
+        backup.restore_baseline(repo, folder, saved)
         print(f"baseline of {session.lane_id} restored from {gitops.baseline_ref(record.tag, session.lane_id)}")
     elif damaged:
         raise Refused(f"the baseline in {folder} is damaged and has no saved copy; start a new session")

@@ -8,7 +8,6 @@ from pathlib import Path
 from dit_ar_contract.config import repo_root_for
 from dit_ar_contract.errors import Refused
 
-from ..report.summary import markdown
 from ..state.paths import StatePaths
 
 
@@ -31,6 +30,8 @@ def run(args: argparse.Namespace) -> int:
         raise Refused(f"no session in {paths.dir}: run `dit-ar init` and `dit-ar baseline` first")
     if args.out is not None and args.out.is_dir():
         raise Refused(f"--out {args.out} is a folder: give a file name, e.g. {args.out / 'summary.md'}")
+    from ..report.summary import markdown  # loaded for this verb only (the parser is built for every verb)
+
     text = markdown(root, args.lane)
     if args.out is None:
         print(text, end="")

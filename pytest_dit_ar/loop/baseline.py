@@ -29,8 +29,8 @@ from ..state.runs import RunPaths
 from ..state.session import Session, open_session, verify_integrity
 from ..worker.client import WorkerLauncher, WorkerProcess
 from . import gpu_locks, holdout, memory_plan
-from .evidence import launcher_for, memory_budget
 from .generation import CorpusOutputs, audit_evidence, generate_corpus
+from .launch import launcher_for, memory_budget
 from .live import Live
 from .measurement import MeasurementPlan, PerfOutcome, Side, measure
 from .progress import TimingProgress

@@ -12,16 +12,16 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from scipy.stats import norm
 
 from dit_ar_contract.config import PerfProtocol
 from perf_suite.sequential import Design, OffsetBound, improvement_pct, pooled_bound, trimmed
+from perf_suite.studies import NULL, StudyArm, StudyPair, StudyResults
 
 from ..state.noise import NoiseProfile
-from .study import aa_spread, pooled, run_study
+from .study import StudyPlan, aa_spread, pooled, run_study
 
 POWER_EFFECTS = (3.0, 5.0, 10.0)
 POWER = 0.8
@@ -29,29 +29,26 @@ POWER = 0.8
 
 @dataclass(frozen=True)
 class Collected:
-    """What one calibration run measured (the study's result), and whether it finished."""
+    """What one calibration run measured (the study's typed results), and whether it finished."""
 
-    results: dict[str, Any]
+    results: StudyResults
     pairs_wanted: int
+    pairs_per_speedup: int = 2
 
     @property
-    def null(self) -> list[dict[str, Any]]:
-        return self.results["arms"].get("null", [])
+    def null(self) -> tuple[StudyPair, ...]:
+        return self.results.null
 
     @property
     def complete(self) -> bool:
-        arms = self.results["arms"]
-        speedups = [a for a in arms if a != "null"]
-        return (not self.results.get("stopped") and len(self.null) >= self.pairs_wanted
-                and all(len(arms[a]) >= 2 for a in speedups))
+        return (not self.results.stopped and len(self.null) >= self.pairs_wanted
+                and all(len(arm.pairs) >= self.pairs_per_speedup for arm in self.results.speedup_arms()))
 
 
-def collect(config_path: Path, lane: str, tree: Path, pairs: int, rounds: int, speedups: list[float],
-            steps: int | None, budget_s: float, out: Path, sandboxed: bool = True) -> Collected:
-    """A/A pairs (and 2 pairs per injected speedup) through the study engine, stopped at the budget."""
-    results = run_study(config_path, lane, pairs, speedups, 2, steps, rounds, rounds, 1, 0, None, budget_s, out,
-                        sandboxed=sandboxed, tree=tree, quiet=True)
-    return Collected(results, pairs)
+def collect(plan: StudyPlan) -> Collected:
+    """A/A pairs (and 2 pairs per injected speedup) through the study engine, stopped at the plan's deadline
+    (`StudyPlan.calibration`: the verb's budget)."""
+    return Collected(run_study(plan), plan.null_pairs, plan.pairs_per_speedup)
 
 
 def rounds_needed(bound: OffsetBound, within_var: float, rounds: int, design: Design, effect_pct: float) -> int | None:
@@ -75,22 +72,22 @@ def rounds_needed(bound: OffsetBound, within_var: float, rounds: int, design: De
 def profile_of(collected: Collected, lane_id: str, best_commit: str, protocol: PerfProtocol, metric: str,
                measured: str | None = None) -> NoiseProfile:
     null = collected.null
-    rounds = min(len(s["cand_s"]) for s in null)
+    rounds = min(len(s.cand_s) for s in null)
     spread = aa_spread(null, rounds)
     assert spread is not None, "a profile needs at least two A/A pairs"
     prior = OffsetBound.of_pct(100.0, "none")  # replaced: one calibration's df always count (min_df 1)
     bound = pooled_bound(prior, [spread], protocol.bound_confidence, 1)
-    r = np.array([np.log(np.asarray(s["cand_s"][:rounds]) / np.asarray(s["best_s"][:rounds])) for s in null])
+    r = collected.results.arms[NULL].log_ratios(rounds)
     loc, _, _ = trimmed(r[None])
     residual = (r - loc[0][:, None]).ravel()
     design = Design.from_protocol(protocol, metric)
     needs = {f"{e:g}": rounds_needed(bound, spread.within_var, rounds, design, e) for e in POWER_EFFECTS}
     injected = {}
-    for arm, segs in collected.results["arms"].items():
-        est = pooled(segs, design, rounds) if arm != "null" else None
+    for arm in collected.results.speedup_arms():
+        est = pooled(arm.pairs, design, rounds)
         if est is not None:
-            injected[arm] = est["estimate_pct"]
-    latency = float(np.median([t for s in null for t in s["best_s"]])) * 1e3
+            injected[arm.name] = est.estimate_pct
+    latency = float(np.median([t for s in null for t in s.best_s])) * 1e3
     return NoiseProfile(lane_id, measured or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), best_commit,
                         spread.pairs, rounds, spread, bound.pct,
                         100 * math.expm1(math.sqrt(max(spread.spread_var - spread.within_var, 0.0))),
@@ -115,12 +112,12 @@ def describe(profile: NoiseProfile, design: Design) -> list[str]:
     return lines
 
 
-def figure(profile: NoiseProfile, null: list[dict[str, Any]], design: Design, path: Path) -> Path:
+def figure(profile: NoiseProfile, null: tuple[StudyPair, ...], design: Design, path: Path) -> Path:
     """Left: the A/A pairs' trimmed means with +-B; right: rounds needed against the true win."""
     from matplotlib.figure import Figure
 
     rounds = profile.rounds
-    r = np.array([np.log(np.asarray(s["cand_s"][:rounds]) / np.asarray(s["best_s"][:rounds])) for s in null])
+    r = StudyArm(NULL, null).log_ratios(rounds)
     loc = trimmed(r[None])[0][0]
     fig = Figure(figsize=(9, 3.6))
     left, right = fig.subplots(1, 2)

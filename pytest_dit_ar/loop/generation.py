@@ -7,6 +7,8 @@ knows the published corpus cannot recognise them), and the outputs come back thr
 from __future__ import annotations
 
 import random
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,17 +42,38 @@ def padded(group: list[Case], batch: int, key: str, rng: random.Random) -> list[
     return requests
 
 
+MAX_GAP_S = 2.0  # the longest pause one gap of timed_like_gaps may add
+
+
+def timed_like_gaps(round_s: float | None, rng: random.Random | None = None) -> Iterator[float]:
+    """Pauses between a corpus run's requests that give the worker the gaps it sees in timed rounds.
+
+    In balanced rounds (BC, CB, BC, ...) a side's requests come in pairs: one right after the other, then a
+    wait of about two of the other side's rounds. A worker frozen between requests still sees those gaps in
+    its own clock; the corpus run makes the same pattern (0, then 2 x `round_s`, jittered by 10%, at most
+    MAX_GAP_S), so the gaps alone do not tell it the quality run from the timed rounds (docs/security.md)."""
+    rng = rng or random.SystemRandom()
+    wait = round_s if round_s is not None and round_s > 0 else 0.0
+    i = 0
+    while True:
+        yield min(2.0 * wait * rng.uniform(0.9, 1.1), MAX_GAP_S) if i % 2 == 1 else 0.0
+        i += 1
+
+
 def generate_corpus(worker: WorkerProcess, cases: list[Case], batch: int, key: str, resolution: int, *,
                     perturb: dict | None = None, progress: bool = False, desc: str = "generate",
-                    live: Live | None = None) -> CorpusOutputs:
+                    live: Live | None = None, gaps: Iterator[float] | None = None) -> CorpusOutputs:
     """Run every case in full batches; NaN/Inf, a malformed output or a failing worker raises CandidateCrash.
-    With `live`, the phase shows there (a bar on a terminal, one line in a pipe) instead of tqdm on stderr."""
+    With `live`, the phase shows there (a bar on a terminal, one line in a pipe) instead of tqdm on stderr.
+    With `gaps`, the harness waits that long (the worker frozen) before each request after the first."""
     out = CorpusOutputs()
     rows: list[float] = []
     rng = random.SystemRandom()
     bar = live.bar(desc, len(cases), "case") if live is not None else \
         tqdm(total=len(cases), desc=desc, disable=not progress, leave=False)
-    for group in batches(cases, batch):
+    for i, group in enumerate(batches(cases, batch)):
+        if gaps is not None and i > 0:
+            time.sleep(next(gaps))
         got = worker.generate(padded(group, batch, key, rng), perturb, resolution)
         out.first_s = out.first_s or got.seconds
         bar.update(len(group))

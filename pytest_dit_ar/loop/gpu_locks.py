@@ -14,6 +14,20 @@ from filelock import FileLock, Timeout
 from dit_ar_contract.device import LaneTarget
 from dit_ar_contract.errors import Refused
 
+from ..state.paths import StatePaths
+
+
+def hold_session_lock(paths: StatePaths, advice: str) -> FileLock:
+    """The session's own lock (`.autoresearch/lock`: one run that times at a time per worktree), held; refused
+    with `advice` when another run holds it."""
+    paths.dir.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(paths.lock), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise Refused(f"another experiment holds {paths.lock}: {advice}") from None
+    return lock
+
 
 def lock_folder() -> Path:
     base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dit_ar_contract.classes import ChangeClass
 from quality_suite import gates
 from quality_suite.artifacts import load_cases, save_case
 from quality_suite.corpora import Case, load_corpus
@@ -96,7 +97,7 @@ def judge(session: Session, cases: list[Case], outputs: CorpusOutputs, effective
     ids = [c.id for c in cases]
     fids = fidelity_batch([outputs.images[i] for i in ids], [images[i] for i in ids],
                           [outputs.latents[i] for i in ids], [latents[i] for i in ids])
-    approx = effective_class in ("approximate", "quantization")
+    approx = ChangeClass.from_word(effective_class).judged_on_the_task
     failures, passed = [], 0
     for case_id, fid in zip(ids, fids):
         bad = [c.describe() for c in gates.case_checks(effective_class, case_id, fid, session.lane.quality, envelope,

@@ -3,7 +3,7 @@
 On a terminal each long phase gets a bar (tqdm, cleared when done); in a pipe or a log file each phase gets one
 line when it starts (`dit-ar: candidate corpus: 48 cases`), and the timing one line per segment with the running
 estimate. Inside pytest the stream is the terminal reporter behind a suspended capture (see
-plugin/session.py), so nothing waits in the capture buffer until the test ends."""
+plugin/terminal.py), so nothing waits in the capture buffer until the test ends."""
 
 from __future__ import annotations
 

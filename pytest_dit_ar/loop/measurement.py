@@ -39,6 +39,7 @@ from .clean_rounds import GpuWatch, NoGpu, RoundRecord, SideTiming
 from .pool import PoolPlan, pairs_that_fit
 
 SIDES = ("cand", "best")
+SIDE_NAMES = {"cand": "candidate", "best": "best"}  # a side's key in the records -> its workers' and logs' name
 IDLE_WAIT_S = 0.25  # at most this long for the GPU to show no work in flight before a side is timed
 
 
@@ -180,11 +181,14 @@ def boot(worker: WorkerProcess, spec: dict[str, Any]) -> float:
     return time.perf_counter() - t0
 
 
-def spawn_pair(launcher: WorkerLauncher, cand: Side, best: Side, log_dir: Path, tag: str) -> Pair:
-    """Start both workers; they run only the fixed prelude (imports, device) until they are built."""
+def spawn_pair(launcher: WorkerLauncher, cand: Side, best: Side, log_dir: Path, tag: str,
+               best_launcher: WorkerLauncher | None = None) -> Pair:
+    """Start both workers; they run only the fixed prelude (imports, device) until they are built. The best
+    side may come from another launcher (the study's sandbox-overhead arm: the same tree unsandboxed)."""
     logs = RunPaths(log_dir)
-    return Pair(launcher.worker("candidate", cand.root, logs.worker_log("candidate", tag)).spawn(),
-                launcher.worker("best", best.root, logs.worker_log("best", tag)).spawn())
+    name = SIDE_NAMES
+    return Pair(launcher.worker(name["cand"], cand.root, logs.worker_log(name["cand"], tag)).spawn(),
+                (best_launcher or launcher).worker(name["best"], best.root, logs.worker_log(name["best"], tag)).spawn())
 
 
 def build_pair(pair: Pair, cand: Side, best: Side, affinity: tuple[int, ...] | None = None) -> Pair:
@@ -606,8 +610,9 @@ class PairSource:
     ones waiting frozen. `pool` is the memory plan (loop/pool.py) from the first pair's measured peaks."""
 
     def __init__(self, plan: MeasurementPlan, launcher: WorkerLauncher, forks: ForkServers | None,
-                 cores: tuple[int, ...] | None):
+                 cores: tuple[int, ...] | None, best_launcher: WorkerLauncher | None = None):
         self.plan, self.launcher, self.forks, self.cores = plan, launcher, forks, cores
+        self.best_launcher = best_launcher  # exec'd pairs only: the best side's own launcher (None: the same)
         self.waiting: list[Pair] = []
         self.ahead: Pair | None = None  # an exec'd pair spawned during a segment (overlap_startup, spare cores)
         self.pool = PoolPlan(1, 2, None, None)
@@ -635,8 +640,8 @@ class PairSource:
         else:
             spawned = [self.ahead] if self.ahead else []
             self.ahead = None
-            spawned += [spawn_pair(self.launcher, plan.cand, plan.best, plan.log_dir, f"segment{index + i}")
-                        for i in range(len(spawned), n)]
+            spawned += [spawn_pair(self.launcher, plan.cand, plan.best, plan.log_dir, f"segment{index + i}",
+                                   self.best_launcher) for i in range(len(spawned), n)]
         pairs = []
         try:
             for p in spawned:
@@ -658,7 +663,8 @@ class PairSource:
         spare = spare_cores(self.cores)
         if self.forks is not None or self.waiting or not self.plan.protocol.overlap_startup or not spare:
             return
-        self.ahead = spawn_pair(self.launcher, self.plan.cand, self.plan.best, self.plan.log_dir, f"segment{index}")
+        self.ahead = spawn_pair(self.launcher, self.plan.cand, self.plan.best, self.plan.log_dir, f"segment{index}",
+                                self.best_launcher)
         self.ahead.pin(spare)
 
     def kill(self) -> None:

@@ -60,6 +60,11 @@ import time as _study_time
 """ + wrap_generate("study", "_study_time.sleep(_STUDY_DELAY_S)\nreturn _gen(requests)")
 
 
-def sleep_patch(delay_s: float) -> str:
-    """`SLEEP_WRAPPER` with its delay."""
-    return SLEEP_WRAPPER.format(delay=delay_s)
+def sleep_patch(delay_s: float, tag: str = "study") -> str:
+    """`SLEEP_WRAPPER` with its delay; another `tag` gives a wrapper of its own (its own `_<TAG>_DELAY_S`), so
+    a tree already slowed by one (the tests' project copies) can be slowed again (the study's speedup arms)."""
+    if tag == "study":
+        return SLEEP_WRAPPER.format(delay=delay_s)
+    var = f"_{tag.upper()}_DELAY_S"
+    return f"\n\nimport time as _{tag}_time\n{var} = {delay_s}\n" + wrap_generate(
+        tag, f"_{tag}_time.sleep({var})\nreturn _gen(requests)")

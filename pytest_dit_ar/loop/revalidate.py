@@ -21,8 +21,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
-
 from dit_ar_contract import versions
 from dit_ar_contract.config import Guardrails
 from dit_ar_contract.errors import CandidateCrash, Refused
@@ -30,7 +28,7 @@ from dit_ar_contract.status import Status
 from perf_suite.sequential import Look, improvement_pct
 from quality_suite.corpora import load_corpus
 
-from ..state import gitops, ledger
+from ..state import gitops, ledger, runs
 from ..state.best import require_best
 from ..state.files import read_json_object, write_json_atomic
 from ..state.ledger import LedgerRow
@@ -39,10 +37,10 @@ from ..state.noise import read_noise
 from ..state.paths import new_run_id, now
 from ..state.session import Session, open_session, verify_integrity
 from . import gpu_locks, holdout
-from .evidence import launcher_for
+from .launch import launcher_for
 from .measurement import MeasurementPlan, PerfOutcome, Side, measure
 
-RECORD = "revalidate.json"
+RECORD = runs.REVALIDATION_RECORD
 Z95 = 1.959963984540054  # both intervals compared at the same two-sided 95% level
 
 
@@ -240,12 +238,7 @@ class _Locks:
     """The session's experiment lock (one run that times at a time) and the lane's GPUs."""
 
     def __init__(self, session: Session):
-        session.paths.dir.mkdir(parents=True, exist_ok=True)
-        self.lock = FileLock(str(session.paths.lock), timeout=0)
-        try:
-            self.lock.acquire()
-        except Timeout:
-            raise Refused(f"another experiment holds {session.paths.lock}: re-validate when it has finished") from None
+        self.lock = gpu_locks.hold_session_lock(session.paths, "re-validate when it has finished")
         try:
             self.gpus = gpu_locks.acquire_lane(session.target)
         except BaseException:

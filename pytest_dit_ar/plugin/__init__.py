@@ -1,5 +1,6 @@
-"""The pytest plugin: options, markers and hooks. Each hook is one call into `PluginSession`; the
-fixtures live in `fixtures.py`. With --dit-ar-experiment the run judges HEAD (see session.py)."""
+"""The pytest plugin: options, markers and hooks. Each hook is one call into `PluginSession` (the collection
+hooks into its `Collection`, collection.py); the fixtures live in `fixtures.py`. With --dit-ar-experiment the
+run judges HEAD (see session.py)."""
 
 from __future__ import annotations
 
@@ -95,16 +96,16 @@ class _Hooks:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_ignore_collect(self, collection_path: Path) -> bool | None:
-        return self.session.ignores(collection_path)
+        return self.session.collection.ignores(collection_path)
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        self.session.order(items)
+        self.session.collection.order(items)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.session.collected(session)
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
-        self.session.deselected.extend(items)
+        self.session.collection.deselected.extend(items)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Any:

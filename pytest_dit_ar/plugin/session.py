@@ -7,7 +7,6 @@ selected; the session guards, judges, records and keeps or resets the candidate 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +17,9 @@ from dit_ar_contract.classes import WORDS as CLASSES
 from dit_ar_contract.config import DEFAULT_CONFIG
 from dit_ar_contract.errors import EXIT_REFUSED, CandidateCrash, Refused
 
-from ..loop import selection
-from ..loop.selection import selects_suites
-from ..loop.suites import MARKERS, SUITES, SuiteFiles, suite_files
+from ..loop.suites import MARKERS, SuiteFiles, suite_files
+from .collection import Collection, cases_needed
+from .terminal import last_line, one_line, show_progress
 
 REFUSED_EXIT = "dit-ar refused (the reason is the last line)"
 # what a suite test may end with: a failed check (assert, pytest.fail), the candidate's crash (its worker died,
@@ -61,7 +60,6 @@ class PluginSession:
             and not hasattr(config, "workerinput")
         self.unsandboxed = bool(config.getoption("dit_ar_unsandboxed"))
         self.experiment = None
-        self.deselected: list[pytest.Item] = []
         self.outcomes = TestOutcomes()
         self.refusal: str | None = None
         self.harness_error: str | None = None  # an exception in the harness's own code (not the candidate's)
@@ -69,106 +67,24 @@ class PluginSession:
         self.selected_cases: set[str] | None = None  # plain runs generate only the cases their tests need
         self._plain = None
         self.suites: SuiteFiles = suite_files()
-        self._inner_suites: tuple[Path, ...] = ()  # installed suites added as arguments that lie inside the root
         self.failed_ids: list[str] = []  # failing suite tests, as node ids that can be pasted back
-        self._resolve_node_ids()
-        self._add_installed_suites()
+        self.collection = Collection(config, self.suites, self.experiment_mode)  # rewrites the arguments
 
-    def _resolve_node_ids(self) -> None:
-        """A pasted suite node id that is not a path here (`test_quality.py::...` printed in a wheel-installed
-        project) names the installed suite module."""
-        from .node_ids import resolve_suite_args
-
-        self.config.args[:] = resolve_suite_args(list(self.config.args), Path(self.config.invocation_params.dir),
-                                                 self.suites)
-
-    def _add_installed_suites(self) -> None:
-        """Suites installed outside the rootdir (a user's repository) are never found by collecting it: an
-        experiment, and a plain run whose `-m` asks for the suites without naming paths, gets their
-        folders as arguments. In this repository the suites are under the root and nothing is added."""
-        root = Path(self.config.rootpath)
-        cwd = Path(self.config.invocation_params.dir)
-        self.config.args[:] = [self.suites.redirect(arg, root, cwd) for arg in self.config.args]
-        opt = self.config.option
-        wanted = self.experiment_mode or (selects_suites(opt.markexpr or "") and
-                                          self.config.args_source != pytest.Config.ArgsSource.ARGS)
-        if wanted:
-            known = {Path(arg).resolve() for arg in self.config.args if "::" not in arg}
-            self.config.args.extend(str(p) for p in self.suites.outside(root) if p not in known)
-        named = {Path(arg).resolve() for arg in self.config.args if "::" not in arg}
-        base = root.resolve()
-        self._inner_suites = tuple(p for p in self.suites.outside(root) if base in p.parents and p in named)
-
-    def _way_to_inner_suites(self, collection_path: Path) -> bool | None:
-        """Suites installed inside the root below a folder pytest never enters (the README's `.venv/`):
-        pytest 8+ collects overlapping arguments as one tree, so the root's own walk decides, and it skips the
-        venv, suites and all (`pytest -m quality` collected nothing). The folders on the way down to a suite
-        are entered (False) and everything else in the skipped folder stays out (True); None elsewhere."""
-        if not self._inner_suites:
-            return None
-        resolved = collection_path.resolve()
-        # a link on the way (a venv's lib64 -> lib) would collect the suites twice: only the real folders
-        if not collection_path.is_symlink() and any(resolved in folder.parents for folder in self._inner_suites):
-            return False
-        base = Path(self.config.rootpath).resolve()
-        tops = {base / folder.relative_to(base).parts[0] for folder in self._inner_suites}
-        if any(resolved == top or top in resolved.parents for top in tops) and not self.suites.contains(resolved):
-            return True
-        return None
-
-    # -- collection -------------------------------------------------------------------------------
-    def ignores(self, collection_path: Path) -> bool | None:
-        """In experiment mode only the two suites are collected (the project's own tests are not); in any
-        mode the tree's own copies of the suites are not when the harness is installed from elsewhere (a
-        second worktree or clone: the installed copies run instead)."""
-        root = Path(self.config.rootpath)
-        if self.suites.in_shadowed(collection_path, root):
-            return True
-        way = self._way_to_inner_suites(collection_path)
-        if way is not None:
-            return way
-        if not self.experiment_mode:
-            return None
-        if self.suites.contains(collection_path):
-            return None
-        try:
-            rel = collection_path.resolve().relative_to(root.resolve())
-        except ValueError:
-            return True
-        if not rel.parts:
-            return None
-        return None if rel.parts[0] in SUITES else True
-
-    def order(self, items: list[pytest.Item]) -> None:
-        """Quality before performance (speed is only worth measuring for a candidate that passed);
-        pytest-benchmark tests last, after the A/B verdict test. Inside an experiment the benchmark tests
-        are skipped before their workers start: they decide nothing, and the verdict's own timed rounds
-        are the experiment's measurement (perf.json)."""
-        items.sort(key=lambda it: 0 if it.get_closest_marker("quality") else
-                   2 if "benchmark" in getattr(it, "fixturenames", ()) else 1)
-        if self.experiment_mode:
-            skip = pytest.mark.skip(reason="inside an experiment the verdict's timed rounds are the measurement "
-                                           "(perf.json); publish with `pytest -m perf --benchmark-autosave`")
-            for item in items:
-                if "benchmark" in getattr(item, "fixturenames", ()):
-                    item.add_marker(skip)
-
+    # -- collection (plugin/collection.py) ----------------------------------------------------------
     def collected(self, session: pytest.Session) -> None:
         """Start the experiment once the selection is known (refuse, or discard on scope, before anything runs).
         In a plain run, note which corpus cases the selected tests need, so only those are generated."""
         if self.refusal:  # noted while collecting (a broken config or corpus, an unknown lane)
             pytest.exit(REFUSED_EXIT, returncode=EXIT_REFUSED)
         if not self.experiment_mode:
-            cased = [item for item in session.items if "dit_ar_case" in getattr(item, "fixturenames", ())]
-            whole = [item for item in session.items if {"dit_ar_quality", "dit_ar_corpus"} &
-                     set(getattr(item, "fixturenames", ())) and "dit_ar_case" not in item.fixturenames]
-            if cased and not whole:
-                self.selected_cases = {item.callspec.params["dit_ar_case"].id for item in cased}
+            self.selected_cases = cases_needed(session.items)
             return
         from ..loop.experiment import Experiment
 
         try:
-            self._check_request(session)
+            problem = self.collection.refusal(session, self.classification, self.description)
+            if problem:
+                raise Refused(problem)
             self.experiment = Experiment(self.config_path, self.lane, self.classification, self.description,
                                          sandboxed=not self.unsandboxed)
             verdict = self.experiment.begin()
@@ -180,45 +96,11 @@ class PluginSession:
         if verdict is not None:  # scope discard before anything ran
             self.last_line = verdict.line
             pytest.exit("dit-ar: " + "; ".join(verdict.reasons), returncode=verdict.exit_code)
-        self._show_progress(self.experiment.evidence, self.experiment.session.lane.performance)
+        show_progress(self.config, self.experiment.evidence, self.experiment.session.lane.performance)
         from ..state.live import Tee
 
         # the timed rounds also go to live.json, for `dit-ar watch` in another terminal
         self.experiment.evidence.progress = Tee(self.experiment.evidence.progress, self.experiment.live)
-
-    def _show_progress(self, evidence: Any, protocol: Any) -> None:
-        """The evidence's phases and timed rounds on the terminal while the tests run (a bar on a terminal, one
-        line per phase in a pipe), written past pytest's output capture."""
-        from ..loop.live import Live
-        from ..loop.progress import TimingProgress
-
-        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is None:
-            return
-        stream = _ReporterStream(reporter, self.config.pluginmanager.get_plugin("capturemanager"))
-        tty = bool(reporter.isatty)
-        evidence.live = Live(stream, tty)
-        evidence.progress = TimingProgress(stream, tty, protocol.rounds, protocol.max_segments)
-
-    def _check_request(self, session: pytest.Session) -> None:
-        """Refuse an experiment that is not exactly the whole required test set, or lacks its inputs."""
-        problem = selection.refusal(self._request(session), self.suites.tests, Path(self.config.rootpath).resolve())
-        if problem:
-            raise Refused(problem)
-
-    def _request(self, session: pytest.Session) -> selection.Request:
-        """What this run asked for, in pytest's options and its collection."""
-        opt = self.config.option
-        narrowing = {"-k": opt.keyword, "-m": opt.markexpr, "--lf": getattr(opt, "lf", False),
-                     "--sw": getattr(opt, "stepwise", False), "-x/--maxfail": opt.maxfail,
-                     "-n (xdist)": getattr(opt, "numprocesses", None), "--deselect": self.deselected,
-                     "--benchmark-skip": getattr(opt, "benchmark_skip", False),
-                     "--benchmark-only": getattr(opt, "benchmark_only", False)}
-        arguments = tuple(selection.Argument(arg, Path(arg).resolve() if Path(arg).is_file() else None)
-                          for arg in self.config.args)
-        return selection.Request(self.classification, self.description, narrowing, arguments,
-                                 frozenset(Path(str(item.path)).resolve() for item in session.items),
-                                 bool(session.testsfailed))
 
     # -- running -----------------------------------------------------------------------------------
     def raised(self, item: pytest.Item, call: pytest.CallInfo) -> None:
@@ -243,22 +125,10 @@ class PluginSession:
         if self.experiment is not None and self.experiment.evidence is not None:
             return self.experiment.evidence
         if self._plain is None:
-            self._plain = self._plain_evidence()
+            self._plain = plain_evidence(self.config_path, self.lane, self.classification,
+                                         not self.unsandboxed, self.selected_cases)
+            show_progress(self.config, self._plain, self._plain.session.lane.performance)
         return self._plain
-
-    def _plain_evidence(self):
-        from ..loop.evidence import Evidence, sandbox_problem
-        from ..state.paths import new_run_id
-        from ..state.session import open_session
-
-        session = open_session(self.config_path, self.lane)
-        best_root = session.paths.best_worktree if session.paths.best_worktree.is_dir() else None
-        run_dir = session.paths.run(new_run_id("plain"))
-        sandboxed = not self.unsandboxed and sandbox_problem() is None  # a plain run decides nothing
-        evidence = Evidence(session, self.classification or MILDEST.word, run_dir, best_root, sandboxed=sandboxed,
-                            case_ids=self.selected_cases)
-        self._show_progress(evidence, session.lane.performance)
-        return evidence
 
     # -- finishing ---------------------------------------------------------------------------------
     def finish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -300,9 +170,25 @@ class PluginSession:
         if self.experiment is not None:
             self.experiment.release()
         if self.refusal:
-            _last_line("REFUSED: " + one_line(self.refusal))
+            last_line("REFUSED: " + one_line(self.refusal))
         elif self.last_line:
-            _last_line(self.last_line)
+            last_line(self.last_line)
+
+
+def plain_evidence(config_path: Path, lane: str | None, classification: str | None, sandboxed: bool,
+                   case_ids: set[str] | None):
+    """A plain run's evidence: the working tree against the baseline (and the best, where its worktree is), in a
+    run folder of its own; sandboxed where the machine can (a plain run decides nothing)."""
+    from ..loop.evidence import Evidence
+    from ..loop.launch import sandbox_problem
+    from ..state.paths import new_run_id
+    from ..state.session import open_session
+
+    session = open_session(config_path, lane)
+    best_root = session.paths.best_worktree if session.paths.best_worktree.is_dir() else None
+    run_dir = session.paths.run(new_run_id("plain"))
+    return Evidence(session, classification or MILDEST.word, run_dir, best_root,
+                    sandboxed=sandboxed and sandbox_problem() is None, case_ids=case_ids)
 
 
 def harness_error(nodeid: str, call: pytest.CallInfo) -> str | None:
@@ -311,38 +197,3 @@ def harness_error(nodeid: str, call: pytest.CallInfo) -> str | None:
     if call.excinfo is None or call.excinfo.errisinstance(EXPECTED_OUTCOMES):
         return None
     return f"{nodeid} ({call.when}): {call.excinfo.exconly()[:500]}"
-
-
-def one_line(text: str) -> str:
-    """A multi-line reason (a list of files, say) folded into the one last line a refusal prints."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return " ".join(lines[:1] + ["; ".join(lines[1:])] if len(lines) > 1 else lines)
-
-
-def _last_line(text: str) -> None:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    print(text, flush=True)
-
-
-class _ReporterStream:
-    """A file-like view of pytest's terminal reporter that writes past the output capture (as pytest's live
-    logging does): a test's own capture would otherwise hold the progress until the test ends."""
-
-    def __init__(self, reporter: Any, capman: Any = None):
-        self.reporter = reporter
-        self.capman = capman
-
-    def write(self, text: str) -> None:
-        if self.capman is None:
-            self._write(text)
-            return
-        with self.capman.global_and_fixture_disabled():
-            self._write(text)
-
-    def _write(self, text: str) -> None:
-        self.reporter.ensure_newline()  # not after a test file's dots: pytest starts its line again afterwards
-        self.reporter.write(text, flush=True)
-
-    def flush(self) -> None:
-        """The reporter flushes each write."""

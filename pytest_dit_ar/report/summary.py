@@ -8,26 +8,18 @@ and software stack of the baseline. The session report (index.html) writes it be
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from dit_ar_contract.status import Status
 
-from ..state import ledger
+from ..state import ledger, runs
+from ..state.baseline import BaselineSummary
 from ..state.ledger import LedgerRow
 from ..state.paths import StatePaths
 
-REVALIDATION = "revalidate.json"
-
-
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+REVALIDATION = runs.REVALIDATION_RECORD
 
 
 def _cell(text: Any) -> str:
@@ -45,23 +37,25 @@ def session_rows(rows: list[LedgerRow], lane_id: str) -> list[LedgerRow]:
     return mine[starts[-1]:] if starts else mine
 
 
-def latest_revalidation(root: Path, rows: list[LedgerRow]) -> dict[str, Any]:
-    """The last re-validation record of these rows ({} when none)."""
+def latest_revalidation(root: Path, rows: list[LedgerRow]) -> runs.RevalidationRecord | None:
+    """The last re-validation record of these rows (None when none)."""
     for row in reversed(rows):
         if row.status is Status.REVALIDATE:
-            return _read(root / row.run_dir / REVALIDATION)
-    return {}
+            return runs.read_revalidation(root / row.run_dir)
+    return None
 
 
 def revalidation_warning(root: Path, rows: list[LedgerRow]) -> str | None:
     """The latest re-validation's disagreement warning, if it has one."""
-    return latest_revalidation(root, rows).get("warning") or None
+    record = latest_revalidation(root, rows)
+    return (record.warning or None) if record else None
 
 
-def _interval(look: dict[str, Any]) -> str:
-    if not look:
+def _interval(look: Any) -> str:
+    """A look's (or a re-validation estimate's) estimate and interval."""
+    if look is None:
         return "-"
-    return f"{_pct(look.get('estimate_pct'))} [{_pct(look.get('lower_pct'))}, {_pct(look.get('upper_pct'))}]"
+    return f"{_pct(look.estimate_pct)} [{_pct(look.lower_pct)}, {_pct(look.upper_pct)}]"
 
 
 def _chain(root: Path, rows: list[LedgerRow], history: Iterable[str]) -> list[str]:
@@ -74,11 +68,12 @@ def _chain(root: Path, rows: list[LedgerRow], history: Iterable[str]) -> list[st
     for row in rows:
         if row.status is Status.KEEP and (not kept or row.commit in kept):
             n += 1
-            look = _read(root / row.run_dir / "perf.json").get("look") or {}
+            perf = runs.read_perf(root / row.run_dir)
+            look = perf.look if perf else None
             cls = row.effective_class or row.declared_class
             if row.declared_class and row.effective_class and row.declared_class != row.effective_class:
                 cls = f"{row.effective_class} (declared {row.declared_class})"
-            estimate = _interval(look) if look else _pct(row.improvement_pct)
+            estimate = _interval(look) if look is not None else _pct(row.improvement_pct)
             lines.append(f"| {n} | `{row.commit[:10]}` | {cls} | {estimate} | {_cell(row.quality_summary)} "
                          f"| {_cell(row.description)} |")
     if n == 0:
@@ -102,36 +97,34 @@ def _discarded(rows: list[LedgerRow]) -> list[str]:
     return lines
 
 
-def _revalidation(data: dict[str, Any]) -> list[str]:
-    if not data:
+def _revalidation(data: runs.RevalidationRecord | None) -> list[str]:
+    if data is None:
         return ["not re-validated yet: run `dit-ar revalidate` (it also runs after every `revalidate_every` keeps)"]
-    measured, product = data.get("measured") or {}, data.get("product") or {}
-    lines = [f"- best `{str(data.get('best_commit'))[:10]}` against the original baseline "
-             f"`{str(data.get('baseline_commit'))[:10]}`, {data.get('segments')} segments, {data.get('rounds')} "
-             f"rounds in fresh worker pairs ({data.get('created', '')})",
-             f"- measured cumulative speed-up: {_interval(measured)} (95%)",
-             f"- product of the {len(data.get('steps') or [])} kept steps' estimates: {_interval(product)} (95%)",
-             f"- {(data.get('holdout') or {}).get('headline') or _holdout_line(data.get('holdout') or {})}"]
-    if data.get("warning"):
-        lines.append(f"\n> **{data['warning']}**")
+    lines = [f"- best `{str(data.best_commit)[:10]}` against the original baseline "
+             f"`{str(data.baseline_commit)[:10]}`, {data.segments} segments, {data.rounds} "
+             f"rounds in fresh worker pairs ({data.created})",
+             f"- measured cumulative speed-up: {_interval(data.measured)} (95%)",
+             f"- product of the {data.steps} kept steps' estimates: {_interval(data.product)} (95%)",
+             f"- {(data.holdout.headline if data.holdout else '') or _holdout_line(data.holdout)}"]
+    if data.warning:
+        lines.append(f"\n> **{data.warning}**")
     return lines
 
 
-def _holdout_line(held: dict[str, Any]) -> str:
-    if not held or held.get("note"):
-        return f"holdout: not judged ({held.get('note', 'no record')})"
-    verdict = "passes" if held.get("ok") else "FAILS"
-    return (f"holdout: {verdict} {held.get('passed')}/{held.get('cases')} cases under the "
-            f"{held.get('effective_class')} gate")
+def _holdout_line(held: runs.HoldoutRecord | None) -> str:
+    if held is None or held.note:
+        return f"holdout: not judged ({held.note if held else 'no record'})"
+    verdict = "passes" if held.ok else "FAILS"
+    return f"holdout: {verdict} {held.passed}/{held.cases} cases under the {held.effective_class} gate"
 
 
-def _stack(baseline: dict[str, Any]) -> list[str]:
-    env = baseline.get("environment") or {}
-    device = env.get("device") or {}
-    name = device.get("name") or device.get("kind") or "unknown"
+def _stack(baseline: BaselineSummary) -> list[str]:
+    device = baseline.device
+    name = device.name or (device.kind if device.kind != "none" else "") or "unknown"
     lines = [f"- device: {name}"]
-    lines += [f"- {k}: {v}" for k, v in sorted(env.items()) if k != "device" and isinstance(v, (str, int, float))]
-    workload = baseline.get("workload") or {}
+    lines += [f"- {k}: {v}" for k, v in sorted(baseline.environment.items())
+              if k != "device" and isinstance(v, (str, int, float))]
+    workload = baseline.workload
     if workload:
         lines.append("- workload: " + ", ".join(f"{k} {workload[k]}" for k in ("preset", "resolution", "steps",
                                                                               "guidance", "batch") if k in workload))
@@ -141,18 +134,18 @@ def _stack(baseline: dict[str, Any]) -> list[str]:
 def markdown(root: Path, lane_id: str | None = None) -> str:
     """The PR-ready text of the session at `root` (its lane, or `lane_id`)."""
     paths = StatePaths(root)
-    session = _read(paths.session)
-    lane_id = lane_id or session.get("lane_id") or ""
+    session = runs.read_session(paths)
+    lane_id = lane_id or (session.lane_id if session else "") or ""
     rows = session_rows(ledger.read(paths.ledger), lane_id)
-    best = _read(paths.best).get(lane_id) or {}
-    baseline = _read(paths.baseline(lane_id) / "baseline.json")
+    best = runs.read_bests(paths).get(lane_id)
+    baseline = runs.read_baseline(paths.baseline(lane_id) / runs.BASELINE_RECORD)
     experiments = [r for r in rows if r.status.is_experiment]
     keeps = [r for r in experiments if r.status is Status.KEEP]
-    lines = [f"## dit-ar session {session.get('tag', '?')}: lane {lane_id}", "",
-             f"{len(experiments)} experiments, {len(keeps)} kept; best `{str(best.get('commit', '-'))[:10]}` "
-             f"(effective class {best.get('effective_class', '-')}).", "",
+    lines = [f"## dit-ar session {session.tag if session else '?'}: lane {lane_id}", "",
+             f"{len(experiments)} experiments, {len(keeps)} kept; best `{(best.commit if best else '-')[:10]}` "
+             f"(effective class {best.effective_class if best else '-'}).", "",
              "### Chain from the original baseline to the best", ""]
-    lines += _chain(root, rows, best.get("history") or ())
+    lines += _chain(root, rows, best.history if best else ())
     lines += ["", "Estimates are each keep's verdict against the best of its moment (improvement of the primary "
               "metric, positive = faster), with the interval of its last look.", "",
               "### Re-validation", ""]

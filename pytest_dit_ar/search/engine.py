@@ -1,4 +1,4 @@
-"""BM25 retrieval over the handbook (standard library only); the `dit-ar search` verb is cli/search.py.
+"""BM25 retrieval over the handbook; the `dit-ar search` verb is cli/search.py.
 
 The handbook is split into passages (one per paragraph, list, table or code block), each carrying the
 heading it sits under and the file's title. A passage is scored with a BM25F-style formula: term
@@ -9,9 +9,12 @@ passage plus a smaller share of its next two, so one long file cannot win on vol
 
 Queries are planned word by word (`query_plan`): an English word gives its normalised forms plus a few
 synonyms (`EXPANSIONS`); a word the handbook does not contain is corrected to the closest handbook word
-within one or two edits, or split into two handbook words ("grpahs" -> "graphs", "ridgepoint" ->
-"ridge point"); a run of Chinese characters is segmented and translated with the dictionary in
-`zh.py`, and what the dictionary does not know is matched as character bigrams. Every result says how
+within one or two edits (rapidfuzz's optimal-string-alignment distance), or split into two handbook words
+("grpahs" -> "graphs", "ridgepoint" -> "ridge point"); a run of Chinese characters is segmented (jieba) and
+translated with the dictionary in `zh.py`, and what the dictionary does not know is matched as character
+bigrams. The ranking itself stays this module's: no BM25 library scores fractional, per-field term counts
+with the project's passage length (docs/design-notes.md note 46). rapidfuzz and jieba are imported only
+when a query needs them. Every result says how
 much of the query the best page covers (`SearchResult.coverage`); below `WEAK_COVERAGE` the match is
 reported as weak.
 
@@ -348,8 +351,8 @@ class Index:
         for i, d in enumerate(docs):
             for t in d.tf:
                 self.postings.setdefault(t, []).append(i)
-        self._deletes: dict[str, list[str]] | None = None
         self._file_terms: dict[str, set[str]] = {}
+        self._words: list[str] | None = None
 
     # ----- persistence
     def to_json(self) -> dict:
@@ -369,6 +372,12 @@ class Index:
     def knows(self, token: str) -> bool:
         return token in self.idf
 
+    def words(self) -> list[str]:
+        """The surface words, as a list (what rapidfuzz's `process.extract` searches for a correction)."""
+        if self._words is None:
+            self._words = list(self.vocab)
+        return self._words
+
     def file_terms(self, path: str) -> set[str]:
         """Every token indexed for one file (all its passages, title and file name included)."""
         if path not in self._file_terms:
@@ -378,17 +387,6 @@ class Index:
                     terms.update(d.tf)
             self._file_terms[path] = terms
         return self._file_terms[path]
-
-    def deletes(self) -> dict[str, list[str]]:
-        """Surface words keyed by themselves and by every form with one letter deleted (built on first use)."""
-        if self._deletes is None:
-            table: dict[str, list[str]] = {}
-            for word in self.vocab:
-                table.setdefault(word, []).append(word)
-                for i in range(len(word)):
-                    table.setdefault(word[:i] + word[i + 1:], []).append(word)
-            self._deletes = table
-        return self._deletes
 
 
 def _surface_vocab(docs: list[_Doc]) -> dict[str, int]:
@@ -526,54 +524,19 @@ def _expansions() -> dict[str, list[str]]:
     return _EXPANSIONS_NORM
 
 
-def _osa_distance(a: str, b: str, limit: int) -> int:
-    """Optimal-string-alignment edit distance (insert, delete, substitute, swap neighbours), capped at limit+1."""
-    if abs(len(a) - len(b)) > limit:
-        return limit + 1
-    prev2: list[int] = []
-    prev = list(range(len(b) + 1))
-    for i in range(1, len(a) + 1):
-        cur = [i] + [0] * len(b)
-        best = cur[0]
-        for j in range(1, len(b) + 1):
-            cost = 0 if a[i - 1] == b[j - 1] else 1
-            v = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
-            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
-                v = min(v, prev2[j - 2] + 1)
-            cur[j] = v
-            best = min(best, v)
-        if best > limit:
-            return limit + 1
-        prev2, prev = prev, cur
-    return prev[len(b)]
-
-
-def _deletions(word: str, depth: int) -> set[str]:
-    out = {word}
-    frontier = {word}
-    for _ in range(depth):
-        frontier = {w[:i] + w[i + 1:] for w in frontier for i in range(len(w))}
-        out |= frontier
-    return out
-
-
 def correct(word: str, index: Index) -> str | None:
-    """The handbook word closest to an unknown `word` (1 edit up to 7 letters, 2 from 8), or a split into
-    two handbook words, or None. Ties go to the more frequent word."""
+    """The handbook word closest to an unknown `word` (1 edit up to 7 letters, 2 from 8; an edit inserts,
+    deletes or substitutes a letter or swaps two neighbours: rapidfuzz's optimal-string-alignment distance),
+    or a split into two handbook words, or None. Ties go to the more frequent word."""
     if len(word) < 4 or not word.isalpha():
         return None
+    from rapidfuzz import process
+    from rapidfuzz.distance import OSA
+
     limit = 1 if len(word) < 8 else 2
-    table = index.deletes()
-    candidates: set[str] = set()
-    for variant in _deletions(word, limit):
-        candidates.update(table.get(variant, ()))
-    scored = []
-    for cand in candidates:
-        dist = _osa_distance(word, cand, limit)
-        if dist <= limit:
-            scored.append((dist, -index.vocab.get(cand, 0), cand))
-    if scored:
-        return min(scored)[2]
+    close = process.extract(word, index.words(), scorer=OSA.distance, score_cutoff=limit, limit=None)
+    if close:
+        return min((dist, -index.vocab.get(cand, 0), cand) for cand, dist, _ in close)[2]
     for cut in range(3, len(word) - 2):
         left, right = word[:cut], word[cut:]
         if left in index.vocab and right in index.vocab:

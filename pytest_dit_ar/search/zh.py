@@ -1,17 +1,23 @@
-"""Chinese query support for the handbook search: a domain dictionary and a segmenter (standard library only).
+"""Chinese query support for the handbook search: the cross-language term map, segmented with jieba.
 
-The handbook is written in English; a Chinese query is segmented by forward maximum matching against
-`TERMS` and each recognised word is replaced by the English words that the handbook uses for the same
-idea. Characters the dictionary does not know are kept as character bigrams, which match Chinese text
-in the handbook (the glossary carries Chinese equivalents). Words in `STOPWORDS` are dropped.
+The handbook is written in English; a Chinese query is cut into words by jieba (its dictionary-graph search for
+the most probable segmentation, run over `TERMS` and `STOPWORDS` only, not jieba's general dictionary, and
+without its HMM guesser), and each recognised word is replaced by the English words that the handbook uses for
+the same idea. Characters the dictionary does not know are kept as character bigrams, which match Chinese text
+in the handbook (the glossary carries Chinese equivalents). Words in `STOPWORDS` are dropped. jieba is imported
+on the first Chinese query, so an English search never loads it.
 
 `TERMS` maps a Chinese word to English: the words before a `|` are the translation (full weight), the
 words after it are related words (lower weight). Keep entries general (the vocabulary of DiT inference
-work on a GPU), never tuned to one query.
+work on a GPU), never tuned to one query. No library carries this map; it is the part of the search that is
+the project's own.
 """
 
 from __future__ import annotations
 
+import functools
+import io
+import logging
 import re
 
 CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
@@ -382,36 +388,45 @@ STOPWORDS = frozenset(
     有没有 会不会 是不是 能不能 要不要 怎么办 多少 问题 情况 时候 方法 办法 以及 或者 还有 然后 所以""".split()
 )
 
-_MAX_WORD = max(len(w) for w in TERMS)
-_STOP_MAX = max(len(w) for w in STOPWORDS)
+# Every dictionary word gets the same count: the most probable path through the word graph is then the one with
+# the fewest characters left unknown, and among those the one with the fewest words (the longest matches).
+_WORD_COUNT = 1000
+
+
+@functools.lru_cache(maxsize=1)
+def _segmenter():
+    """A jieba tokenizer whose dictionary is `TERMS` plus `STOPWORDS` (built in memory on first use)."""
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)  # it logs its dictionary loading at DEBUG to stderr by default
+    lines = "".join(f"{word} {_WORD_COUNT}\n" for word in sorted(set(TERMS) | STOPWORDS)).encode("utf-8")
+
+    class _Terms(jieba.Tokenizer):
+        def initialize(self, dictionary=None):  # jieba's own reads (and caches) a dictionary file
+            with self.lock:
+                if not self.initialized:
+                    self.FREQ, self.total = self.gen_pfdict(io.BytesIO(lines))
+                    self.initialized = True
+
+    return _Terms()
 
 
 def segment(run: str) -> list[tuple[str, str | None]]:
-    """Split one run of CJK characters into (word, english) pairs by forward maximum matching.
+    """Split one run of CJK characters into (word, english) pairs.
 
-    A known word gives its English; a stopword is dropped; an unknown stretch is returned with
-    english None (the caller indexes it as character bigrams)."""
+    A known word gives its English; a stopword is dropped; an unknown stretch (consecutive characters no
+    dictionary word covers) is returned with english None (the caller indexes it as character bigrams)."""
     out: list[tuple[str, str | None]] = []
     unknown = ""
-    i = 0
-    while i < len(run):
-        term = next((s for s in range(min(_MAX_WORD, len(run) - i), 0, -1) if run[i:i + s] in TERMS), 0)
-        stop = next((s for s in range(min(_STOP_MAX, len(run) - i), 0, -1) if run[i:i + s] in STOPWORDS), 0)
-        if stop > term or (stop and not term):
+    for word in _segmenter().cut(run, HMM=False):
+        if word in TERMS or word in STOPWORDS:
             if unknown:
                 out.append((unknown, None))
                 unknown = ""
-            i += stop
-        elif term:
-            if unknown:
-                out.append((unknown, None))
-                unknown = ""
-            word = run[i:i + term]
-            out.append((word, TERMS[word]))
-            i += term
+            if word in TERMS:
+                out.append((word, TERMS[word]))
         else:
-            unknown += run[i]
-            i += 1
+            unknown += word
     if unknown:
         out.append((unknown, None))
     return out

@@ -37,3 +37,15 @@ def restore_folder(repo: git.Repo, folder: Path, ref: str) -> None:
         g = _git(repo, folder, os.path.join(tmp, "index"))
         g.read_tree(ref)
         g.checkout_index("--all", "--force")
+
+
+def restore_baseline(repo: git.Repo, folder: Path, ref: str) -> None:
+    """Restore a damaged baseline folder from its saved copy: the saved files back, and any file its saved
+    manifest does not list removed."""
+    from . import integrity
+    from .files import read_json
+
+    restore_folder(repo, folder, ref)
+    kept = read_json(folder / integrity.MANIFEST)["files"]
+    for extra in set(integrity.manifest_of(folder)) - set(kept):
+        (folder / extra).unlink()

@@ -6,9 +6,9 @@ a record of a newer format is refused with a line that names it. The readers als
 harnesses wrote (per-block statistics before the sequential test, `aa_block`, `noise_ci_ratio`), so the
 report and `dit-ar status` read every run as types and never by string key.
 
-Who writes which file: `state.records` the run record and the baseline copy, `loop.evidence` the crash log,
-quality and perf records and the difference pictures, the worker launcher the worker logs, `dit-ar profile`
-the profile record.
+Who writes which file: `state.records` the run record and the baseline copy, `loop.evidence` the crash log and
+the quality and perf records, `loop.quality` the difference pictures, the worker launcher the worker logs,
+`dit-ar profile` the profile record, `loop.revalidate` the re-validation record.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ EXPERIMENT_RECORD = "experiment.json"
 PERF_RECORD = "perf.json"
 QUALITY_RECORD = "quality.json"
 PROFILE_RECORD = "profile.json"
+REVALIDATION_RECORD = "revalidate.json"
 TRACE = "trace.json"
 CRASH_LOG = "crash.txt"
 WORST_CASES = "worst_cases.png"
@@ -95,6 +96,10 @@ class RunPaths:
 
     def case_image(self, case_id: str) -> Path:
         return self.cases / f"{case_id}.png"
+
+    @property
+    def revalidation(self) -> Path:
+        return self.dir / REVALIDATION_RECORD
 
     def worker_log(self, side: str, tag: str = "") -> Path:
         """`worker-<side>[-<tag>].log`: one worker process's stderr."""
@@ -238,15 +243,28 @@ class PerfRecord:
     seconds: dict[str, float] = field(default_factory=dict)
     guardrails: dict[str, Any] = field(default_factory=dict)
     sequential: bool = True
+    last_look: Look | None = None  # the verdict's last look (the record's top-level `look`)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PerfRecord:
+        from perf_suite.sequential import Look
+
         sequential = "segments" in data
         parts = [p for p in data.get("segments") or data.get("blocks") or () if isinstance(p, Mapping)]
         seconds = {str(k): float(v) for k, v in _mapping(data.get("seconds")).items() if isinstance(v, (int, float))}
+        look = data.get("look")
         return cls(data.get("keep"), tuple(str(r) for r in data.get("reasons") or ()),
                    tuple(SegmentRun.from_dict(p, i) for i, p in enumerate(parts)), seconds,
-                   _mapping(data.get("guardrails")), sequential)
+                   _mapping(data.get("guardrails")), sequential,
+                   _typed(Look, look) if isinstance(look, Mapping) else None)
+
+    @property
+    def look(self) -> Look | None:
+        """The last look of the sequential test: the record's own, else its last segment's (None in blocks)."""
+        if self.last_look is not None:
+            return self.last_look
+        looks = [s.look for s in self.segments if s.look is not None]
+        return looks[-1] if looks else None
 
     @classmethod
     def aa_segment(cls, summary: BaselineSummary) -> PerfRecord | None:
@@ -297,6 +315,67 @@ def read_bests(paths: StatePaths) -> dict[str, BestRecord]:
     """best.json for a view: every lane's best record."""
     return {lane_id: BestRecord.from_dict(_prefilled(BestRecord, rec))
             for lane_id, rec in read_json_object(paths.best).items() if isinstance(rec, Mapping)}
+
+
+# -- revalidate.json ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Estimate:
+    """An improvement in per cent with its 95% interval (a re-validation's measured or product figure)."""
+
+    estimate_pct: float | None = None
+    lower_pct: float | None = None
+    upper_pct: float | None = None
+
+
+@dataclass(frozen=True)
+class HoldoutRecord:
+    """A re-validation's holdout judgement as recorded (`loop.holdout.HoldoutResult.as_dict` plus its line)."""
+
+    effective_class: str | None = None
+    cases: int | None = None
+    passed: int | None = None
+    ok: bool | None = None
+    note: str = ""
+    headline: str = ""
+
+
+@dataclass(frozen=True)
+class RevalidationRecord:
+    """revalidate.json (what `loop.revalidate.Revalidation.as_dict` writes), read for a view."""
+
+    run_id: str | None = None
+    best_commit: str | None = None
+    baseline_commit: str | None = None
+    segments: int | None = None
+    rounds: int | None = None
+    created: str = ""
+    measured: Estimate | None = None
+    product: Estimate | None = None
+    steps: int = 0
+    holdout: HoldoutRecord | None = None
+    headline: str | None = None
+    agree: bool | None = None
+    warning: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RevalidationRecord:
+        def estimate(key: str) -> Estimate | None:
+            value = data.get(key)
+            return _typed(Estimate, value) if isinstance(value, Mapping) and value else None
+
+        held = data.get("holdout")
+        values = {k: data[k] for k in ("run_id", "best_commit", "baseline_commit", "segments", "rounds", "headline",
+                                       "agree", "warning") if k in data}
+        return cls(**values, created=str(data.get("created") or ""), measured=estimate("measured"),
+                   product=estimate("product"), steps=len(data.get("steps") or ()),
+                   holdout=_typed(HoldoutRecord, held) if isinstance(held, Mapping) and held else None)
+
+
+def read_revalidation(run_dir: Path) -> RevalidationRecord | None:
+    """A re-validation run's record, None when it has none."""
+    data = load_record(RunPaths(run_dir).revalidation)
+    return RevalidationRecord.from_dict(data) if data else None
 
 
 # -- quality.json and baseline.json --------------------------------------------------------------

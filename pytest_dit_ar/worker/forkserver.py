@@ -31,6 +31,7 @@ from dit_ar_contract.errors import CandidateCrash, Refused
 
 from . import cgroup, protocol
 from .client import PATH_VARIABLE, WorkerLauncher, WorkerProcess, log_tail
+from .compile_cache import COMPILE_IN_PROCESS
 
 ZYGOTE_BOOTSTRAP = ("import os, sys; sys.path[:0] = os.environ.pop('" + PATH_VARIABLE + "').split(os.pathsep); "
                     "from pytest_dit_ar.worker.zygote import main; sys.exit(main())")
@@ -118,7 +119,7 @@ class Zygote(WorkerProcess):
         self.forks = 0
 
     def environment(self) -> dict[str, str]:
-        return {**super().environment(), NVML_CHECK: "1"}
+        return {**super().environment(), NVML_CHECK: "1", **COMPILE_IN_PROCESS}
 
     def spawn(self) -> "Zygote":
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -258,7 +259,7 @@ class ForkedWorker(WorkerProcess):
         if self.group is not None and not self.group.adopt(handle.pid):
             self.group.remove()
             self.group = None
-        self._start_sampling()
+        self.memory.start()
 
     def spawn(self) -> "ForkedWorker":
         return self  # forked already
@@ -307,9 +308,7 @@ class ForkedWorker(WorkerProcess):
             self.group.remove()
             self.group = None
         self.frozen = False
-        for sampler in (self._host_memory, self._gpu_memory):
-            if sampler is not None:
-                sampler.stop_thread()
+        self.memory.stop()
 
     def close(self) -> None:
         if self.proc is None:

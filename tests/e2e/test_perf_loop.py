@@ -140,7 +140,7 @@ def test_faster_than_the_roofline_is_flagged_and_not_kept(tmp_path: Path) -> Non
     """timing.measure with a floor no real run can beat: the block is flagged, not kept."""
     import dataclasses
 
-    from pytest_dit_ar.loop.evidence import launcher_for
+    from pytest_dit_ar.loop.launch import launcher_for
     from pytest_dit_ar.loop.measurement import MeasurementPlan, Side, measure
     from pytest_dit_ar.state.session import open_session
     from quality_suite.corpora import load_corpus

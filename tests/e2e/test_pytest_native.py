@@ -62,13 +62,13 @@ def test_an_unknown_lane_is_the_same_one_line_refusal_everywhere(loop_repo: Path
 
 BREAKERS = {  # a bug inside a fixture's harness code; a bug in a setup step outside the fixtures
     "fixture": '''
-import pytest_dit_ar.loop.evidence as evidence
+import pytest_dit_ar.loop.quality as quality
 
 def _broken(*args, **kwargs):
     raise KeyError("a bug in the harness's own code")
 
 def pytest_configure(config):
-    evidence.assess = _broken
+    quality.assess = _broken
 ''',
     "setup": '''
 def pytest_runtest_setup(item):

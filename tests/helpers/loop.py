@@ -20,7 +20,9 @@ PROJECT = Path(__file__).resolve().parents[2]
 COPY = ("dit_ar_contract", "pytest_dit_ar", "quality_suite", "perf_suite", "model_under_test", "assets", "config",
         "pyproject.toml", ".gitignore", "conftest.py", "program.md", "handbook")
 
-FAST_PERF = {"rounds": 6, "warmup_rounds": 1, "max_segments": 6}  # more pairs only when a look is inconclusive
+# more pairs only when a look is inconclusive; no pacing of the quality run (tests/unit/test_quality_gaps.py
+# covers it; it would add about 8 s to every experiment here)
+FAST_PERF = {"rounds": 6, "warmup_rounds": 1, "max_segments": 6, "quality_gaps": False}
 
 
 def env_for(repo: Path) -> dict[str, str]:

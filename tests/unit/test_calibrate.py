@@ -15,6 +15,7 @@ import pytest
 
 from dit_ar_contract.config import PerfProtocol
 from perf_suite.sequential import PairSpread
+from perf_suite.studies import NULL, StudyArm, StudyPair, StudyResults
 from pytest_dit_ar.cli.main import main
 from pytest_dit_ar.loop import calibration
 from pytest_dit_ar.state.noise import LaneNoise, NoiseProfile, read_noise, record_spread, store_profile
@@ -53,8 +54,9 @@ def collected(pairs: int = 6, rounds: int = 12, sigma_b: float = 0.01, stopped: 
         off = sigma_b * rng.standard_normal()
         best = 0.15 * np.exp(0.04 * rng.standard_normal(rounds))
         cand = 0.15 * np.exp(off + 0.04 * rng.standard_normal(rounds))
-        segs.append({"cand_s": list(cand), "best_s": list(best)})
-    results = {"arms": {"null": segs}, **({"stopped": "deadline"} if stopped else {})}
+        segs.append(StudyPair(tuple(cand), tuple(best)))
+    results = StudyResults("embedded-cpu", "embedded-cpu", {}, 8, 1, {}, {NULL: StudyArm(NULL, tuple(segs))},
+                           stopped="deadline" if stopped else None)
     return calibration.Collected(results, pairs)
 
 

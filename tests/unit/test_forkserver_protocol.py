@@ -48,11 +48,11 @@ def fake_zygote(sock: socket.socket, seen: dict) -> None:
 def zygote_pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     # the fake child is this very process: no cgroup of its own, no freeze between requests (it would stop
     # the test) and no memory sampler (its reads of /proc would move the descriptor count checked below)
-    from pytest_dit_ar.worker import forkserver
+    from pytest_dit_ar.worker import forkserver, memory
 
     monkeypatch.setattr(forkserver.cgroup, "open_group", lambda label: None)
     monkeypatch.setattr(forkserver.ForkedWorker, "freeze", lambda self: None)
-    monkeypatch.setattr(forkserver.ForkedWorker, "_start_sampling", lambda self: None)
+    monkeypatch.setattr(memory.MemoryWatch, "start", lambda self: None)
     z = Zygote("candidate", tmp_path, target(), 1, tmp_path / "fs.log", 30.0, None)
     harness, fake = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     z._sock, z.host_pid, z.inner_pid = harness, os.getpid(), os.getpid()  # noqa: SLF001 - as handshake sets them
@@ -128,6 +128,7 @@ def test_host_pid_reads_the_innermost_pid() -> None:
 def test_the_fork_servers_environment_keeps_cuda_uninitialised(tmp_path: Path) -> None:
     z = Zygote("best", tmp_path, target(), 1, tmp_path / "fs.log", 30.0, None)
     assert z.environment()["PYTORCH_NVML_BASED_CUDA_CHECK"] == "1"
+    assert z.environment()["TORCHINDUCTOR_COMPILE_THREADS"] == "1"  # no compile pool beside timed rounds
     code = [line.split("#")[0] for line in Path(zygote.__file__).read_text().split('"""', 2)[2].splitlines()]
     touching = [line for line in code if "cuda" in line and "is_initialized()" not in line]
     assert not touching  # past the docstring, CUDA is only asked whether it was initialised (it must not be)
@@ -157,3 +158,13 @@ def test_the_compile_stack_is_preloaded_on_gpu_lanes_only() -> None:
     names = lambda device: [m for m, _ in zygote.preload_names(device)]  # noqa: E731
     assert "torch._dynamo" in names("cuda") and "torch._inductor.compile_fx" in names("cuda:0")
     assert "torch._dynamo" not in names("cpu") and names("cpu")[0] == "diffusers"
+
+
+def test_a_worker_whose_cache_is_filled_compiles_in_process() -> None:
+    import types
+
+    from pytest_dit_ar.worker.spawn import compile_settings
+
+    assert compile_settings(types.SimpleNamespace(cache_warm=True)) == {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    assert compile_settings(types.SimpleNamespace(cache_warm=False)) == {}  # its first compile keeps the pool
+    assert compile_settings(types.SimpleNamespace(cache_warm=None)) == {}  # no caches in play

@@ -78,3 +78,23 @@ def test_no_manifest_means_no_baseline(tmp_path: Path) -> None:
     assert manifest_problems(tmp_path) is None
     with pytest.raises(Refused, match="run `dit-ar baseline` first"):
         verify_baseline(tmp_path, "l", None)
+
+
+def test_a_damaged_baseline_is_restored_from_its_saved_copy(tmp_path: Path) -> None:
+    """`dit-ar recover`'s state step: the saved files come back and a file the manifest does not list goes."""
+    import git
+
+    from pytest_dit_ar.state import backup
+
+    repo = git.Repo.init(tmp_path)
+    folder = tmp_path / ".autoresearch" / "baseline"
+    (folder / "cases").mkdir(parents=True)
+    (folder / "cases" / "a.txt").write_text("reference\n")
+    write_json_atomic(folder / integrity.MANIFEST, {"files": integrity.manifest_of(folder)})
+    ref = "refs/dit-ar/test-baseline"
+    backup.save_folder(repo, folder, ref, "baseline")
+    (folder / "cases" / "a.txt").write_text("tampered\n")
+    (folder / "cases" / "planted.txt").write_text("extra\n")
+    backup.restore_baseline(repo, folder, ref)
+    assert (folder / "cases" / "a.txt").read_text() == "reference\n"
+    assert not (folder / "cases" / "planted.txt").exists() and manifest_problems(folder) == []

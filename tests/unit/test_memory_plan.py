@@ -56,9 +56,9 @@ def test_an_experiment_whose_best_cannot_fit_is_refused_before_it_runs():
     import pytest
 
     from dit_ar_contract.errors import Refused
-    from pytest_dit_ar.loop.evidence import Evidence
+    from pytest_dit_ar.loop.candidate import CandidateWorkers
 
-    ev = Evidence.__new__(Evidence)  # only the memory check: no session, no workers
+    ev = CandidateWorkers.__new__(CandidateWorkers)  # only the memory check: no session, no workers
     ev.memory = budget(True, 24.0, False, 16.0, 140.0)
     ev.best_peak_mb = lambda: 18.81 * 1024
     with pytest.raises(Refused, match="emulated_vram_gb = 16"):

@@ -9,7 +9,7 @@ import io
 from perf_suite.sequential import Look
 from pytest_dit_ar.loop.live import Live
 from pytest_dit_ar.loop.progress import TimingProgress
-from pytest_dit_ar.plugin.session import _ReporterStream
+from pytest_dit_ar.plugin.terminal import ReporterStream
 
 
 def look(final: bool, segments: int = 1) -> Look:
@@ -103,7 +103,7 @@ class CaptureManager:
 def test_inside_pytest_the_lines_are_written_while_capture_is_suspended() -> None:
     capman = CaptureManager()
     reporter = Reporter(capman.capturing)
-    Live(_ReporterStream(reporter, capman), tty=False).phase("quality: metrics")
+    Live(ReporterStream(reporter, capman), tty=False).phase("quality: metrics")
     assert reporter.lines and all(not capturing for _, capturing in reporter.lines)
     assert capman.capturing == [True]  # capture is back on for the test
     assert reporter.newlines == len(reporter.lines)  # never glued to a test file's dots

@@ -175,16 +175,25 @@ def test_the_pregate_records_unparsable_files() -> None:
 # -- post-run checks before any refusal ---------------------------------------------------------------------
 def test_post_run_problems_turn_a_refusal_into_a_recorded_scope_discard(monkeypatch) -> None:
     from dit_ar_contract.status import Status
-    from pytest_dit_ar.loop.experiment import Experiment, RunDamage
+    from pytest_dit_ar.loop.experiment import Experiment
+    from pytest_dit_ar.loop.guards import RunDamage
+
+    class Guard:  # RunGuard's query and repair, without a session
+        damage = RunDamage()
+
+        def problems(self) -> RunDamage:
+            return self.damage
+
+        def repair(self, damage: RunDamage) -> None:
+            pass
 
     exp = Experiment(Path("config.json"), None, "exact", "x", sandboxed=False)
     exp.evidence = object()  # the candidate ran
+    exp.guard = Guard()
     concluded = []
     monkeypatch.setattr(exp, "conclude", lambda verdict: concluded.append(verdict) or verdict)
-    monkeypatch.setattr(exp, "post_run_problems", lambda: RunDamage())
-    monkeypatch.setattr(exp, "repair", lambda damage: None)
     assert exp.guard_before_refusal() is None and concluded == []  # nothing changed: the refusal stands
-    monkeypatch.setattr(exp, "post_run_problems", lambda: RunDamage(("site-packages: planted.pth added",)))
+    exp.guard.damage = RunDamage(("site-packages: planted.pth added",))
     verdict = exp.guard_before_refusal()
     assert verdict is not None and verdict.status is Status.DISCARD_SCOPE and concluded == [verdict]
 
@@ -195,9 +204,9 @@ def test_vram_is_the_peak_of_the_samples_not_the_last_reading(tmp_path: Path) ->
     target = LaneTarget(lane="x", lane_id="x", device="cuda:0", identity=DeviceIdentity(kind="cuda"), on_target=False)
     worker = client.WorkerProcess("cand", tmp_path, target, 1, tmp_path / "cand.log")
     readings = iter([1000.0, 9000.0, 1200.0])  # memory freed before the end of the segment
-    worker._gpu_memory = cgroup.Sampler(lambda: next(readings, 1100.0), period_s=3600)
-    worker._gpu_memory.sample()
-    worker._gpu_memory.sample()
+    worker.memory.gpu = cgroup.Sampler(lambda: next(readings, 1100.0), period_s=3600)
+    worker.memory.gpu.sample()
+    worker.memory.gpu.sample()
     assert worker.gpu_memory_mb() == 9000.0
 
 

@@ -1,0 +1,207 @@
+"""The candidate's worker lifecycle in an experiment: the quality run's worker, the best side's worker booted
+beside it (both then stay up as the first timing pair), both sides' fork servers, and closing whatever is left.
+
+`Evidence` hands in what this needs (the session, the launcher, the run folder, the trees, the workload specs)
+and keeps the crash record; a crash here kills every worker it started before it is raised.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from dit_ar_contract.config import WorkloadSpec
+from dit_ar_contract.errors import CandidateCrash, Refused
+from perf_suite.sequential import OffsetBound
+from quality_suite.audit import AuditEvidence
+from quality_suite.corpora import Case
+
+from ..state.runs import RunPaths
+from ..state.session import Session
+from ..worker.client import WorkerLauncher, WorkerProcess
+from ..worker.forkserver import ForkServers
+from . import memory_plan
+from .generation import CorpusOutputs, audit_evidence, generate_corpus, timed_like_gaps
+from .live import Live
+from .measurement import SIDE_NAMES, MeasurementPlan, Pair, PerfOutcome, RoundCheck, Side, boot, measure
+from .progress import TimingProgress
+
+
+class PhaseClock:
+    """Where an evidence's wall time went, by phase (seconds added up per phase name)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def spent(self, phase: str, since: float) -> float:
+        """Add the time since `since` to `phase`; the time now (the next phase's start)."""
+        now = time.perf_counter()
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + now - since
+        return now
+
+
+@dataclass(frozen=True)
+class CandidateRun:
+    """What the quality run of the candidate produced."""
+
+    build_s: float
+    outputs: CorpusOutputs
+    evidence: AuditEvidence
+
+
+def quality_gaps(session: Session) -> Iterator[float] | None:
+    """The timed rounds' gaps for the quality run: two of the best's rounds (its recorded median); None when the
+    lane's `performance.quality_gaps` is off."""
+    if not session.lane.performance.quality_gaps:
+        return None
+    best = session.best()
+    median_ms = best.measurements.median_ms if best is not None else None
+    return timed_like_gaps(median_ms / 1000.0 if median_ms else None)
+
+
+class CandidateWorkers:
+    """The workers of one candidate's evidence, from the quality run until timing takes them over."""
+
+    def __init__(self, session: Session, launcher: WorkerLauncher, run: RunPaths, candidate_root: Path,
+                 best_root: Path | None, prefetch_best: bool, memory: memory_plan.MemoryBudget,
+                 spec: Callable[[Path], WorkloadSpec], key: str):
+        self.session, self.launcher, self.run = session, launcher, run
+        self.candidate_root, self.best_root, self.prefetch_best = candidate_root, best_root, prefetch_best
+        self.memory, self.spec, self.key = memory, spec, key
+        self.first_pair: Pair | None = None  # the quality worker and the prefetched best, kept for timing
+        self.forks: ForkServers | None = None  # both sides' fork servers, started beside the quality run
+        self.cand_peak_mb: float | None = None  # the quality worker's device memory (NVML)
+        self.cold_start_s: float | None = None  # the candidate tree's first worker: build + first generate
+
+    def quality_run(self, cases: list[Case], clock: PhaseClock, live: Live | None) -> CandidateRun:
+        """Build and run the candidate's pipeline on `cases` in a worker. While the candidate generates the
+        corpus, the best side's worker boots, and both stay up as the first timing pair, so an experiment pays
+        for process start-up once instead of twice. A crash kills every worker started here."""
+        worker = self.launcher.worker(SIDE_NAMES["cand"], self.candidate_root,
+                                      self.run.worker_log(SIDE_NAMES["cand"], "quality")).spawn()
+        best = self._spawn_best()
+        self._spawn_forks()
+        try:
+            return self._quality_run(worker, best, cases, clock, live)
+        except CandidateCrash:
+            for w in (worker, best):
+                if w is not None:
+                    w.kill()
+            self.close_forks()
+            raise
+
+    def _quality_run(self, worker: WorkerProcess, best: WorkerProcess | None, cases: list[Case], clock: PhaseClock,
+                     live: Live | None) -> CandidateRun:
+        lane = self.session.lane
+        t = time.perf_counter()
+        if live is not None:
+            live.phase("quality: starting the candidate's worker" + (" (and the best's)" if best else ""))
+        with ThreadPoolExecutor(1) as pool:
+            best_boot = pool.submit(boot, best, self.spec(self.best_root)) if best else None
+            worker.handshake()
+            t_build = time.perf_counter()
+            build = worker.request("build", spec=self.spec(self.candidate_root))
+            build_s = time.perf_counter() - t_build  # the harness's clock, not the worker's figure
+            t = clock.spent("quality_worker_start", t)
+            outputs = generate_corpus(worker, cases, lane.batch, self.key, lane.resolution,
+                                      desc="quality: candidate corpus", live=live, gaps=quality_gaps(self.session))
+            self._note_quality_worker(worker, build_s + outputs.first_s)
+            audit = audit_evidence(worker, build, outputs, cases, lane.batch, self.key)
+            t = clock.spent("quality_corpus", t)
+            best_build = best_boot.result() if best_boot else None
+            clock.spent("best_worker_start_not_overlapped", t)
+        if best is not None and best_build is not None:
+            self.first_pair = Pair(worker, best, {"cand": build_s, "best": best_build}, fresh=False)
+        else:
+            worker.close()
+        return CandidateRun(build_s, outputs, audit)
+
+    def _note_quality_worker(self, worker: WorkerProcess, start_s: float) -> None:
+        """The quality worker's start (build + first generate: where a compile happens) and device memory."""
+        worker.note_start(start_s)
+        if worker.cache_warm is False:
+            self.cold_start_s = start_s
+        elif worker.caches is not None and worker.cache_digest is not None:
+            self.cold_start_s = worker.caches.record(worker.cache_digest).cold_start_s
+        if self.session.lane.is_cuda:
+            self.cand_peak_mb = worker.gpu_memory_mb()
+            worker.note_peak(self.cand_peak_mb)
+
+    def plan(self, prompts: tuple[str, ...], roofline_ms: float | None, check: RoundCheck,
+             bound: OffsetBound) -> MeasurementPlan:
+        """The timed comparison of these two trees: the lane's protocol, the peaks and start seen so far."""
+        assert self.best_root is not None
+        lane = self.session.lane
+        return MeasurementPlan(
+            cand=Side(SIDE_NAMES["cand"], self.candidate_root, self.spec(self.candidate_root)),
+            best=Side(SIDE_NAMES["best"], self.best_root, self.spec(self.best_root)),
+            protocol=lane.performance, prompts=prompts, batch=lane.batch, metric=lane.primary_metric,
+            guardrails=lane.guardrails, is_cuda=lane.is_cuda, log_dir=self.run.dir, roofline_ms=roofline_ms,
+            resolution=lane.resolution, check=check, memory=self.memory if lane.is_cuda else None,
+            known_peaks_mb={"cand": self.cand_peak_mb, "best": self.best_peak_mb()},
+            cold_start_s=self.cold_start_s, bound=bound)
+
+    def measure(self, plan: MeasurementPlan, progress: TimingProgress | None, clock: PhaseClock) -> PerfOutcome:
+        """Time the plan on the first pair (if kept up) and the fork servers; they are closed afterwards."""
+        try:
+            on_round = progress.on_round if progress else None
+            on_look = progress.on_look if progress else None
+            perf = measure(plan, self.launcher, first_pair=self.first_pair, on_round=on_round, on_look=on_look,
+                           forks=self.forks)
+            self.first_pair = None  # measure() closed it
+            return perf
+        finally:
+            t = time.perf_counter()
+            self.close_forks()
+            clock.spent("timing_fork_servers_close", t)
+
+    def best_peak_mb(self) -> float | None:
+        """The largest device memory a worker of the best's tree was seen to use (the harness's record)."""
+        caches = self.launcher.caches
+        if self.best_root is None or caches is None or not self.session.lane.is_cuda:
+            return None
+        return caches.record(self.launcher.tree_digest(self.best_root)).peak_gpu_mb
+
+    def protect_best_cache(self) -> None:
+        """The best's compile cache is never evicted while this run lasts (call once the best worktree is synced)."""
+        caches = self.launcher.caches
+        if caches is not None and self.best_root is not None:
+            caches.in_use.add(self.launcher.tree_digest(self.best_root))
+
+    def refuse_unless_best_fits(self) -> None:
+        """Refuse (one line) when one worker of the best, as measured before, cannot fit the lane's budget."""
+        layout = memory_plan.layout(self.memory, None, self.best_peak_mb())
+        if layout.mode == "refuse":
+            raise Refused(layout.reason)
+
+    def _spawn_best(self) -> WorkerProcess | None:
+        if self.best_root is None or not self.prefetch_best:
+            return None
+        if not memory_plan.may_prefetch(self.memory, self.best_peak_mb()):
+            return None  # two workers of the best's size do not fit the card: the best boots when timed
+        name = SIDE_NAMES["best"]
+        return self.launcher.worker(name, self.best_root, self.run.worker_log(name, "block0")).spawn()
+
+    def _spawn_forks(self) -> None:
+        """Start both sides' fork servers (their imports run beside the quality run, never beside timed
+        rounds): the pairs after the first are forked from them (lane setting performance.fork_server)."""
+        p = self.session.lane.performance
+        if self.best_root is None or not self.prefetch_best or not p.fork_server:
+            return
+        self.forks = ForkServers(self.launcher, self.candidate_root, self.best_root, self.run.dir,
+                                 p.fork_servers(self.session.lane.is_cuda)).spawn()
+
+    def close_forks(self) -> None:
+        if self.forks is not None:
+            self.forks.close()
+            self.forks = None
+
+    def close(self) -> None:
+        """Stop workers that are still up (a discard before timing leaves the first pair unused)."""
+        if self.first_pair is not None:
+            self.first_pair.close()
+            self.first_pair = None
+        self.close_forks()

@@ -1,0 +1,72 @@
+"""What the timed comparison of one experiment is given besides the two trees: the per-round output check, the
+roofline floor, the session's offset bound against the current best and, afterwards, the pooled spread.
+
+Pure functions of the session's records and the quality result; `Evidence.performance` puts them into the
+`MeasurementPlan` that `measurement.measure` runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from perf_suite.roofline import floor_ms
+from perf_suite.sequential import OffsetBound
+from quality_suite import gates
+from quality_suite.assessment import QualityAssessment
+from quality_suite.audit import AuditEvidence
+from quality_suite.metrics import fidelity_batch
+
+from ..state.baseline import BaselineSummary
+from ..state.noise import read_noise, record_spread
+from ..state.session import Session
+from ..worker.client import Generated
+from .measurement import PerfOutcome, RoundCheck
+
+
+def round_check(quality: QualityAssessment, envelope: dict[str, float], session: Session) -> RoundCheck:
+    """Candidate vs best outputs of the same timed requests under the effective class's per-case gate (with
+    the quality gate's floors: the same `approximate_outputs` rule)."""
+    cls = quality.effective_class
+    approx = quality.approximate_outputs
+    contract = session.lane.quality
+
+    def check(cand: Generated, best: Generated) -> list[str]:
+        failures = []
+        n = len(cand.images)
+        fids = fidelity_batch([cand.images[i] for i in range(n)], [best.images[i] for i in range(n)],
+                              [cand.latents[i] for i in range(n)], [best.latents[i] for i in range(n)])
+        for i, fid in enumerate(fids):
+            checks = gates.case_checks(cls, f"timed-{i}", fid, contract, envelope, approximate_outputs=approx)
+            failures += [c.describe() for c in checks if not c.passed]
+        return [f"timed outputs against the best's for the same request: {f}" for f in failures[:3]]
+
+    return check
+
+
+def roofline_ms(baseline: BaselineSummary, cand_rows: float | None, gpus: int, effective_class: str) -> float | None:
+    """The fastest a batch could possibly run on this device, from the baseline's FLOP count and peak
+    (scaled by the candidate's denoiser rows when its quality run measured them; the peak is every GPU
+    the worker holds)."""
+    roof = baseline.roofline
+    base_rows = roof.flops_rows_per_image or AuditEvidence.from_dict(baseline.evidence).denoiser_rows_per_image
+    peak = roof.device_peak_tflops * gpus if roof.device_peak_tflops else roof.device_peak_tflops
+    return floor_ms(roof.flops_per_batch, peak, bool(roof.device_peak.get("measured")),
+                    base_rows, cand_rows, effective_class)
+
+
+def best_commit(session: Session) -> str | None:
+    best = session.best()
+    return best.commit if best else None
+
+
+def offset_bound(session: Session) -> OffsetBound:
+    """B for this experiment: the session's noise state against the current best (state.noise)."""
+    lane = session.lane
+    noise = read_noise(session.paths, session.lane_id).against(best_commit(session))
+    return noise.bound(lane.performance, lane.device)
+
+
+def learn_noise(session: Session, run_dir: Path, perf: PerfOutcome) -> None:
+    """Pool this experiment's between-pair spread against the same best (a faithful timing only)."""
+    if perf.spread is not None and not perf.unfaithful and session.record is not None:
+        record_spread(session.paths, session.lane_id, best_commit(session), run_dir.name, perf.spread)

@@ -1,0 +1,168 @@
+"""Starting one worker process for one side: its command line's prelude, the folders it imports from, its
+scratch and staging folders, its compile cache, its cgroup (joined before exec) and its sandbox.
+
+`launch` is the one place a worker (or a fork server) is Popen'd; `WorkerHandle._launch` calls it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dit_ar_contract.errors import Refused
+
+from . import cgroup, protocol, seccomp
+from . import sandbox as sandbox_mod
+from .compile_cache import COMPILE_IN_PROCESS, cache_env, tree_digest
+
+if TYPE_CHECKING:
+    from .client import WorkerHandle
+
+HARNESS_ROOT = Path(__file__).resolve().parents[2]  # the folder holding dit_ar_contract/ and pytest_dit_ar/
+PATH_VARIABLE = "DIT_AR_WORKER_PATH"
+# The worker runs isolated (-I: no current folder, no PYTHONPATH, no user site on sys.path), so neither
+# side can import harness code from its own tree; this prelude puts exactly the harness's folders first.
+BOOTSTRAP = ("import os, sys; sys.path[:0] = os.environ.pop('" + PATH_VARIABLE + "').split(os.pathsep); "
+             "from " + protocol.SERVER_MODULE + " import main; sys.exit(main())")
+
+
+def worker_sys_path(root: Path) -> list[str]:
+    """The harness folder, then the folders this process imports its libraries from, minus anything inside
+    the side's tree (a best worktree holds an old copy of the harness) and the current folder."""
+    inside = root.resolve()
+    paths = [str(HARNESS_ROOT)]
+    for entry in sys.path:
+        if not entry or not Path(entry).is_dir():
+            continue
+        resolved = Path(entry).resolve()
+        if resolved == HARNESS_ROOT or (resolved != inside and inside not in resolved.parents):
+            paths.append(str(resolved))
+    return list(dict.fromkeys(paths))
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _chown_tree(root: Path, uid: int) -> None:
+    """Give `root` and everything under it (links not followed) to `uid` (its group too)."""
+    for dirpath, dirs, files in os.walk(root):
+        for name in (dirpath, *(os.path.join(dirpath, n) for n in (*dirs, *files))):
+            try:
+                os.chown(name, uid, uid, follow_symlinks=False)
+            except OSError:
+                pass
+
+
+def _child_setup(group: cgroup.Group | None):
+    """The child's first steps before exec: die with the harness, then join the worker's cgroup (so that
+    everything the worker starts is frozen, counted and killed with it)."""
+    def setup() -> None:  # pragma: no cover - runs in the child before exec
+        _die_with_parent()
+        if group is not None:
+            group.enter()
+    return setup
+
+
+def launch(w: WorkerHandle, argv: list[str], stdin: Any, stdout: Any) -> None:
+    """Popen `argv` for this side, in its sandbox unless the policy says none: in its own cgroup (joined
+    before exec), under the seccomp filter, its memory sampled by the harness from the start."""
+    w.log_path.parent.mkdir(parents=True, exist_ok=True)
+    if w.sandbox is not None:
+        w.stage = Path(tempfile.mkdtemp(prefix="dit-ar-"))
+        w.scratch = w.stage / "scratch"
+    w.scratch.mkdir(parents=True, exist_ok=True)
+    if w.sandbox is not None and sandbox_mod.privileged():
+        os.chmod(w.stage, 0o755)
+        os.chown(w.scratch, sandbox_mod.UNPRIVILEGED, sandbox_mod.UNPRIVILEGED)
+    w.group = cgroup.open_group(w.side)
+    env = w.environment()
+    with open(w.log_path, "ab") as log:
+        stdout = log if stdout is None else stdout
+        if w.sandbox is None:
+            cache = open_cache(w, w.root)
+            if cache is not None:
+                env.update(cache_env(cache))
+            env.update(compile_settings(w))
+            w.proc = subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=log,
+                                         cwd=w.root, env={**os.environ, **env}, bufsize=0,
+                                         preexec_fn=_child_setup(w.group))
+            check_group(w)
+            w.memory.start()
+            return
+        read_end, write_end = os.pipe()
+        expose = (*w.sandbox.expose, *(Path(p) for p in worker_sys_path(w.root)))
+        tree = stage_tree(w)
+        cache = open_cache(w, tree)
+        env.update(compile_settings(w))
+        spec = sandbox_mod.SandboxSpec(tree, w.scratch, w.sandbox.hide, w.sandbox.gpu, env, expose, cache=cache)
+        filter_fd = seccomp.filter_fd()
+        fds = (write_end,) if filter_fd is None else (write_end, filter_fd)
+        try:
+            w.proc = subprocess.Popen(sandbox_mod.command(spec, argv, write_end, filter_fd), stdin=stdin,
+                                         stdout=stdout, stderr=log, bufsize=0, pass_fds=fds,
+                                         preexec_fn=_child_setup(w.group))
+        finally:
+            for fd in fds:
+                os.close(fd)
+        try:
+            w.namespace = sandbox_mod.Namespace.read(read_end)
+        except RuntimeError as exc:
+            w.kill()
+            raise Refused(f"the {w.side} worker's sandbox did not start ({exc}); see {w.log_path}; "
+                          "`dit-ar doctor` checks the sandbox") from None
+        finally:
+            os.close(read_end)
+    check_group(w)
+    w.memory.start()
+
+
+def open_cache(w: WorkerHandle, tree: Path) -> Path | None:
+    """The compile-cache folder of the tree this worker runs (None without caches); a sandboxed worker
+    that runs as nobody (the harness is root) owns it, so that it can write its compiled kernels."""
+    if w.caches is None:
+        return None
+    w.cache_digest = tree_digest(tree, w.mutable)
+    folder, w.cache_warm = w.caches.open(w.cache_digest)
+    if w.sandbox is not None and sandbox_mod.privileged():
+        _chown_tree(folder, sandbox_mod.UNPRIVILEGED)
+    return folder
+
+
+def compile_settings(w: WorkerHandle) -> dict[str, str]:
+    """No compile pool for a worker whose tree's cache is filled (compile_cache.COMPILE_IN_PROCESS)."""
+    return dict(COMPILE_IN_PROCESS) if w.cache_warm else {}
+
+
+def check_group(w: WorkerHandle) -> None:
+    """Keep the cgroup only if the worker really joined it (else freezing it would stop nothing): the
+    SIGSTOP and /proc fallback takes over."""
+    if w.group is not None and w.proc is not None and w.proc.pid not in w.group.pids():
+        w.group.remove()
+        w.group = None
+
+
+def stage_tree(w: WorkerHandle) -> Path:
+    """A copy of the side's mutable paths in the staging folder: all the sandbox shows of its tree."""
+    assert w.stage is not None and w.sandbox is not None
+    tree = w.stage / "tree"
+    for rel in w.sandbox.mutable:
+        src = w.root / rel.rstrip("/")
+        if src.is_dir():
+            shutil.copytree(src, tree / rel.rstrip("/"), symlinks=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        elif src.exists():
+            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, tree / rel)
+    tree.mkdir(parents=True, exist_ok=True)
+    return tree
