@@ -15,6 +15,10 @@
 `open_group` returns None where no writable hierarchy exists (an unprivileged harness without delegation):
 then `proc_memory_mb` sums resident and shared memory from /proc, the sandbox's tmpfs use, and the memfds the
 worker holds, sampled the same way.
+
+`DIT_AR_NO_CGROUP=1` in the harness's environment (never the worker's: it is read here, in the harness
+process) makes every hierarchy count as unavailable, so that the fallback runs on a machine that has cgroups:
+the end-to-end attack tests use it to judge the fallback itself (docs/security.md).
 """
 
 from __future__ import annotations
@@ -28,6 +32,12 @@ from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
 FREEZE_TIMEOUT_S = 30.0
+DISABLE_VARIABLE = "DIT_AR_NO_CGROUP"  # set (non-empty, not "0"): behave as if no cgroup were writable
+
+
+def disabled() -> bool:
+    """Whether the harness was told to use the no-cgroup fallback (`DIT_AR_NO_CGROUP`)."""
+    return os.environ.get(DISABLE_VARIABLE, "") not in ("", "0")
 
 
 class FreezeTimeout(RuntimeError):
@@ -39,6 +49,8 @@ def _writable_dir(path: Path) -> bool:
 
 
 def _v2_root() -> Path | None:
+    if disabled():
+        return None
     for candidate in (ROOT, ROOT / "unified"):
         if (candidate / "cgroup.procs").exists() and (candidate / "cgroup.subtree_control").exists() and \
                 _writable_dir(candidate):
@@ -47,6 +59,8 @@ def _v2_root() -> Path | None:
 
 
 def _v1(controller: str) -> Path | None:
+    if disabled():
+        return None
     path = ROOT / controller
     return path if (path / "tasks").exists() and _writable_dir(path) else None
 
@@ -237,6 +251,8 @@ def open_group(label: str) -> Group | None:
 
 def describe() -> str:
     """What this machine offers (for `dit-ar doctor` and the docs)."""
+    if disabled():
+        return f"cgroups switched off ({DISABLE_VARIABLE} is set)"
     v2 = _v2_root()
     parts = [f"cgroup v2 at {v2}" if v2 else "no writable cgroup v2"]
     parts += [f"v1 {c}" for c in ("freezer", "memory") if _v1(c)]

@@ -568,3 +568,98 @@ def test_a_candidate_cannot_write_into_the_bests_compile_cache(loop_repo: Path) 
     assert not list(caches.rglob("poison"))  # no write reached any cache folder nor the root
     assert (caches / cand / "mine").read_text() == "my own cache"  # its own folder was writable
     assert not (caches / best / "mine").exists()
+
+
+# -- 6. the fallback without a cgroup (issue 25: SIGSTOP and the /proc state wait, memory from /proc) -----------
+# `DIT_AR_NO_CGROUP=1` (pytest_dit_ar/worker/cgroup.py) makes the harness behave as on a machine without a
+# writable cgroup hierarchy. The same closures must hold there: the freeze waits for in-kernel work, the memory
+# a side hides in tmpfs or a memfd is counted, and a whole experiment judges a no-op as no win.
+
+@pytest.mark.extended
+def test_without_a_cgroup_the_freeze_still_waits_for_the_kernel_and_memory_is_counted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hostile worker of the section above, started with cgroups switched off: no cgroup, and still no
+    thread running or in a system call once frozen, no CPU time while frozen, the same SIGCONT count in every
+    phase (signals are visible here, so the count is the same, not zero), and the hidden memory counted."""
+    monkeypatch.setenv(cgroup.DISABLE_VARIABLE, "1")
+    constants = (f"FIFO, SYMLINK, MALFORMED, OVERSIZED, KERNEL_WORK = {FIFO}, {SYMLINK}, {MALFORMED}, {OVERSIZED}, "
+                 f"{KERNEL_WORK}\nREADS = {READS!r}\nWEIGHTS = {str(ROOT / 'assets' / 'embedded-digits')!r}\n"
+                 f"PROBE_MARK = {PROBE_MARK!r}\n")
+    worker = hostile_worker(tmp_path, constants + HOSTILE_MODULE + wrap(HOSTILE_GENERATE, setup=HOSTILE_SETUP))
+    try:
+        assert worker.group is None  # the fallback is what runs
+        counts = [float(generate(worker, i).latents.reshape(-1)[0]) for i in (1, 2)]
+        worker.freeze()
+        worker.thaw()
+        counts.append(float(generate(worker, 3).latents.reshape(-1)[0]))
+        assert len(set(counts)) == 1, counts
+
+        generate(worker, KERNEL_WORK)  # two threads in endless 256 MB preadv calls from now on
+        pids = worker.processes()
+        states = cgroup.task_states(pids)
+        assert worker.frozen and states and not set(states.values()) & set("RD"), states
+        before = _cpu_ticks(pids)
+        time.sleep(1.0)
+        assert _cpu_ticks(pids) == before
+        assert worker.freeze_waits and max(worker.freeze_waits) < 30
+
+        assert worker.kernel_peak_mb() is None  # no cgroup counter: the /proc figure is the one
+        assert worker.peak_host_mb() >= 550  # /dev/shm 150 + memfd 150 + the freed 300 MB peak, sampled
+    finally:
+        worker.kill()
+    assert worker.processes() == []
+
+
+@pytest.mark.extended
+def test_without_a_cgroup_a_no_op_is_not_kept_and_the_session_is_intact(
+        loop_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole experiment of a no-op commit on the fallback freeze (SIGSTOP + /proc waits, /proc memory) is
+    discarded as no win, with the session intact; its perf record shows that no cgroup counter was read."""
+    monkeypatch.setenv(cgroup.DISABLE_VARIABLE, "1")  # the harness's environment: `dit-ar experiment` inherits it
+    commit_change(loop_repo, "model_under_test/pipeline.py", "\n# a comment: a no-op change\n", "no-op")
+    judged_and_intact(loop_repo, "exact", "no-op without cgroups", ("VERDICT: DISCARD-PERFORMANCE",))
+    perf = json.loads((loop_repo / ledger_rows(loop_repo)[-1].run_dir / "perf.json").read_text())
+    memory = [seg["memory"][side] for seg in perf["segments"] for side in ("cand", "best")]
+    assert memory and all(m["kernel_peak_mb"] is None and (m["peak_rss_mb"] or 0) > 0 for m in memory), memory
+
+
+# -- 7. a channel across experiments through the tree's own compile cache (open: docs/security.md) --------------
+
+class CacheChannelOpen(AssertionError):
+    """The no-op after the run-counting keep was KEPT: the best slowed itself (the known open hole)."""
+
+
+COUNTER = '''import os, pathlib, time
+_seen = pathlib.Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]).parent / "sandboxes-seen"
+with open(_seen, "a") as _f:
+    _f.write(os.readlink("/proc/self/ns/pid") + "\\n")
+# as a candidate (its first experiment) the tree runs in 2 sandboxes: the quality worker's and its fork
+# server's; a third one means a later experiment, where a kept tree is the best
+best = len(set(_seen.read_text().split())) >= 3'''
+
+
+@pytest.mark.extended
+@pytest.mark.xfail(strict=True, raises=CacheChannelOpen,
+                   reason="open hole (docs/security.md, residual risks): a tree's compile-cache folder is written by "
+                          "its own workers and is the same folder when the tree is the best in later experiments")
+def test_a_kept_commit_cannot_count_its_runs_in_its_own_compile_cache(loop_repo: Path) -> None:
+    """A real win that also counts, in its own tree's compile-cache folder, the sandboxes it has run in, and
+    slows itself once it has run in more than one experiment's (it is the best then): a later no-op must
+    not be kept. Expected to fail while the hole is open (strict: closing it turns this into a failure
+    until the marker is removed); any other failure is a plain failure."""
+    init = loop_repo / "model_under_test" / "__init__.py"
+    faster = "\n".join(f"{DELAY_LINE}0.0" if line.startswith(DELAY_LINE) else line
+                       for line in init.read_text().splitlines()) + "\n"
+    commit_change(loop_repo, "model_under_test/__init__.py", faster + wrap('''
+if best:
+    time.sleep(0.3)
+return _gen(requests)''', setup=COUNTER), "faster, and slow once it has run in an earlier experiment", append=False)
+    first = experiment(loop_repo, "exact", "faster, counting its sandboxes")
+    assert last_line(first) == "VERDICT: KEEP", first.stdout[-3000:]
+    commit_change(loop_repo, "model_under_test/pipeline.py", "\n# a comment: a no-op change\n", "no-op")
+    try:
+        judged_and_intact(loop_repo, "exact", "no-op after the run-counting keep", ("VERDICT: DISCARD-PERFORMANCE",))
+    except AssertionError as exc:
+        if ledger_rows(loop_repo)[-1].status.word == "keep":
+            raise CacheChannelOpen(f"the no-op was kept: {exc}"[:3000]) from None
+        raise

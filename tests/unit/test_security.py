@@ -135,6 +135,16 @@ def test_task_states_reads_this_process_as_running_or_sleeping() -> None:
     assert states and set(states.values()) <= set("RSD")
 
 
+
+def test_the_no_cgroup_switch_opens_no_group_and_says_so(monkeypatch) -> None:
+    """DIT_AR_NO_CGROUP makes every hierarchy unavailable (the fallback the e2e attack tests judge); "0" or
+    unset leaves the machine's own answer."""
+    monkeypatch.setenv(cgroup.DISABLE_VARIABLE, "1")
+    assert cgroup.disabled() and cgroup.open_group("unit") is None
+    assert cgroup._v2_root() is None and cgroup._v1("freezer") is None and "switched off" in cgroup.describe()
+    monkeypatch.setenv(cgroup.DISABLE_VARIABLE, "0")
+    assert not cgroup.disabled() and "switched off" not in cgroup.describe()
+
 # -- the static pre-gate -----------------------------------------------------------------------------
 HOSTILE = '''
 import signal, threading
