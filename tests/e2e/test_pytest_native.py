@@ -81,10 +81,14 @@ def pytest_runtest_setup(item):
 @pytest.mark.extended
 @pytest.mark.parametrize("bug", sorted(BREAKERS))
 def test_a_harness_error_is_not_recorded_as_the_candidates_failure(loop_repo: Path, tmp_path: Path, bug: str) -> None:
-    (tmp_path / "breaker.py").write_text(BREAKERS[bug])
+    # the plugin's own folder, not tmp_path: tmp_path holds the repo and is root-only (0700), and a folder on
+    # sys.path is bound whole into the sandboxes, so the workers (run as nobody) could not reach the harness
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "breaker.py").write_text(BREAKERS[bug])
     set_slow(loop_repo, 0.0, "faster")
     before = unchanged(loop_repo)
-    proc = pytest_in(loop_repo, "-p", "breaker", "--dit-ar-classification", "exact", *EXPERIMENT, extra_path=tmp_path)
+    proc = pytest_in(loop_repo, "-p", "breaker", "--dit-ar-classification", "exact", *EXPERIMENT, extra_path=plugins)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out[-3000:]
     assert "not the candidate" in out and "HEAD was kept" in out
