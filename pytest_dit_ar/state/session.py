@@ -102,8 +102,7 @@ class Session:
     def started(self) -> SessionRecord:
         """The session record; refuses when `dit-ar init` has not run."""
         if self.record is None:
-            raise Refused(f"no session in {self.paths.dir}: run `dit-ar --config {self.config.path} init --tag T` "
-                          "first")
+            raise no_session(self.paths, self.config.path)
         return self.record
 
     def require_current_layout(self) -> SessionRecord:
@@ -121,13 +120,18 @@ class Session:
         return verify_baseline(self.baseline_dir, self.lane_id, pointer.manifest_sha256 if pointer else None)
 
 
+def no_session(paths: StatePaths, config_path: str | Path) -> Refused:
+    """The one refusal for a command that needs a session where `dit-ar init` has not run."""
+    return Refused(f"no session in {paths.dir}: run `dit-ar --config {config_path} init --tag T` first")
+
+
 def open_session(config_path: str | Path, lane: str | None = None, need_session: bool = True) -> Session:
     """Load config and session; the lane is the session's unless given; refuse when it cannot run here."""
     config = load_config(config_path)
     paths = StatePaths(config.root)
     record = read_record(paths)
     if need_session and record is None:
-        raise Refused(f"no session in {paths.dir}: run `dit-ar --config {config_path} init --tag T` first")
+        raise no_session(paths, config_path)
     if need_session and record and lane and lane != record.lane:
         raise Refused(f"the session (tag {record.tag}) runs lane {record.lane!r}, not {lane!r}; "
                       f"start a new session with `dit-ar init --tag T --lane {lane}`")
