@@ -60,6 +60,8 @@ class WorkerHandle:
         self.caches, self.mutable = caches, (sandbox.mutable if sandbox else mutable)
         self.cache_digest: str | None = None  # the tree's compile cache (set at spawn)
         self.cache_warm: bool | None = None  # an earlier worker of the same tree filled the cache (None: no caches)
+        self.cache_source: Path | None = None  # the tree's own folder, when this worker got a throwaway copy
+        self.fills_cache_late = False  # a fork server: its copy is filled before its first fork (spawn.py)
         # outputs land in the scratch folder (host side); a sandboxed worker's is a fresh temporary folder
         # with a random name outside the project (its bind source shows in /proc/self/mountinfo), removed with
         # the worker: nothing it writes survives it

@@ -29,7 +29,7 @@ from typing import Any
 
 from dit_ar_contract.errors import CandidateCrash, Refused
 
-from . import cgroup, protocol
+from . import cgroup, protocol, spawn
 from .client import PATH_VARIABLE, WorkerLauncher, WorkerProcess, log_tail
 from .compile_cache import COMPILE_IN_PROCESS
 
@@ -117,6 +117,7 @@ class Zygote(WorkerProcess):
         self.host_pid = -1
         self.spawned_at = 0.0
         self.forks = 0
+        self.fills_cache_late = True  # its cache copy is filled at its first fork (spawn.fill_cache_copy)
 
     def environment(self) -> dict[str, str]:
         return {**super().environment(), NVML_CHECK: "1", **COMPILE_IN_PROCESS}
@@ -169,6 +170,8 @@ class Zygote(WorkerProcess):
         if self._sock is None or self.host_pid < 0:
             raise RuntimeError("the fork server was not started")
         self.thaw()  # a frozen zygote cannot fork
+        if self.forks == 0:
+            spawn.fill_cache_copy(self)  # the tree's cache as its first worker left it
         log_path.parent.mkdir(parents=True, exist_ok=True)
         to_child, from_harness = os.pipe()[::-1]  # (write end kept here, read end for the child)
         from_child, to_harness = os.pipe()

@@ -129,14 +129,37 @@ def launch(w: WorkerHandle, argv: list[str], stdin: Any, stdout: Any) -> None:
 
 def open_cache(w: WorkerHandle, tree: Path) -> Path | None:
     """The compile-cache folder of the tree this worker runs (None without caches); a sandboxed worker
-    that runs as nobody (the harness is root) owns it, so that it can write its compiled kernels."""
+    that runs as nobody (the harness is root) owns it, so that it can write its compiled kernels.
+
+    Only the tree's first worker (its cold one: the quality worker of the experiment that judged it) writes
+    the tree's folder itself. Every later sandboxed worker, and every fork server, gets a throwaway copy in
+    its staging folder (a fork server's is filled just before its first fork, `fill_cache_copy`), so what a
+    tree sees in its cache is the same in every later worker: a kept tree cannot count its runs there and
+    tell the experiments where it is the best (docs/security.md, "Compile caches")."""
     if w.caches is None:
         return None
     w.cache_digest = tree_digest(tree, w.mutable)
     folder, w.cache_warm = w.caches.open(w.cache_digest)
+    if w.sandbox is not None and w.stage is not None and (w.cache_warm or w.fills_cache_late):
+        w.cache_source, folder = folder, w.stage / "cache"
+        if w.fills_cache_late:
+            folder.mkdir()
+        else:
+            shutil.copytree(w.cache_source, folder, symlinks=True)
     if w.sandbox is not None and sandbox_mod.privileged():
         _chown_tree(folder, sandbox_mod.UNPRIVILEGED)
     return folder
+
+
+def fill_cache_copy(w: WorkerHandle) -> None:
+    """Copy the tree's cache into a fork server's throwaway folder (before its first fork: by then the tree's
+    first worker has compiled into it)."""
+    if w.cache_source is None or w.stage is None:
+        return
+    copy = w.stage / "cache"
+    shutil.copytree(w.cache_source, copy, symlinks=True, dirs_exist_ok=True)
+    if sandbox_mod.privileged():
+        _chown_tree(copy, sandbox_mod.UNPRIVILEGED)
 
 
 def compile_settings(w: WorkerHandle) -> dict[str, str]:
