@@ -145,15 +145,16 @@ def open_cache(w: WorkerHandle, tree: Path) -> Path | None:
         if w.fills_cache_late:
             folder.mkdir()
         else:
-            shutil.copytree(w.cache_source, folder, symlinks=True)
+            fill_cache_copy(w)
+            return folder
     if w.sandbox is not None and sandbox_mod.privileged():
         _chown_tree(folder, sandbox_mod.UNPRIVILEGED)
     return folder
 
 
 def fill_cache_copy(w: WorkerHandle) -> None:
-    """Copy the tree's cache into a fork server's throwaway folder (before its first fork: by then the tree's
-    first worker has compiled into it)."""
+    """Copy the tree's cache into the worker's throwaway folder (a fork server's before its first fork: by
+    then the tree's first worker has compiled into it)."""
     if w.cache_source is None or w.stage is None:
         return
     copy = w.stage / "cache"

@@ -146,13 +146,18 @@ def test_a_daemon_burning_cpu_cannot_slow_the_best_and_dies(loop_repo: Path) -> 
         assert best_ms < 1.25 * quiet_ms, (best_ms, quiet_ms)  # a spinner beside it costs a 2-thread model ~60%
 
 
+def without_delay(repo: Path) -> str:
+    """The model's __init__.py with its sleep before each generate set to zero (a real, exact win)."""
+    init = repo / "model_under_test" / "__init__.py"
+    return "\n".join(f"{DELAY_LINE}0.0" if line.startswith(DELAY_LINE) else line
+                     for line in init.read_text().splitlines()) + "\n"
+
+
 @pytest.mark.extended
 def test_a_kept_commit_cannot_tell_it_runs_as_the_best(loop_repo: Path) -> None:
     """Faster, and slow itself down when it thinks it is the best side: both sides run at one path from
     staging folders of random names, so a later no-op is not made to look faster."""
-    init = loop_repo / "model_under_test" / "__init__.py"
-    faster = "\n".join(f"{DELAY_LINE}0.0" if line.startswith(DELAY_LINE) else line
-                       for line in init.read_text().splitlines()) + "\n"
+    faster = without_delay(loop_repo)
     commit_change(loop_repo, "model_under_test/__init__.py", faster + wrap('''
 if best:
     time.sleep(0.3)
@@ -640,9 +645,7 @@ def test_a_kept_commit_cannot_count_its_runs_in_its_own_compile_cache(loop_repo:
     slows itself once it has run in more than one experiment's (it is the best then): a later no-op must
     not be kept. Only the tree's first worker writes its folder; every later worker sees a throwaway copy of
     what that one left, so the count never tells the experiments apart (it was KEPT at +58.86% before)."""
-    init = loop_repo / "model_under_test" / "__init__.py"
-    faster = "\n".join(f"{DELAY_LINE}0.0" if line.startswith(DELAY_LINE) else line
-                       for line in init.read_text().splitlines()) + "\n"
+    faster = without_delay(loop_repo)
     commit_change(loop_repo, "model_under_test/__init__.py", faster + wrap('''
 if best:
     time.sleep(0.3)
