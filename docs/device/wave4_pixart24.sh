@@ -74,6 +74,8 @@ part_b() {
   git init -q -b main && git config user.name "dit-ar wave4" && git config user.email "w4@dit-ar.invalid"
   python3 "$src/docs/device/wave4_pixart_folder.py" "$weights" ${TINY:+--tiny} ${DEVICE:+--device "$DEVICE"} || return
   dit scaffold --pipeline "$weights" --steps 4 --cases 4 ${DEVICE:+--device "$DEVICE"} || return
+  # as root the workers run as nobody, and save_pretrained writes its safetensors 0600: the fix scaffold prints
+  [ "$(id -u)" = 0 ] && chmod -R a+rX "$weights"
   python3 - "${DEVICE:-cuda}" <<'PY'
 import json, sys
 path = "config/autoresearch.json"

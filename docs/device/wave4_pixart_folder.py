@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "helpers"))
 from tiny_pipelines import save_tiny, word_tokenizer  # noqa: E402
 
 

@@ -12,10 +12,12 @@
 # Results (at most 8 files come back): $OUT/ladder.tgz (ledger, every perf.json / experiment.json, the compile
 # cache listing), $OUT/session.txt (the whole log), $OUT/summary.txt and $OUT/summary.json
 # (docs/device/wave4_summary.py: per experiment verdict, estimate, warm-up rounds, warm start, cold compile;
-# the kept chain's speed-up over the baseline), $OUT/env.txt.  Knobs: SESSION_S (default 560), NOOPS (max 6).
+# the kept chain's speed-up over the baseline), $OUT/env.txt.  Knobs: SESSION_S (default 560), NOOPS (max 6),
+# SCRATCH (default /tmp/wave5-ladder), LATER (the steps after 04, default "06 07 05"; 'hand' names the hand-made
+# graphs, "07|10" judges 10 only when 07 was not kept).
 set -u
 . docs/device/h200_env.sh  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED
-src="$PWD"; scratch=/tmp/wave5-ladder; project="$scratch/project"; log="$OUT/session.txt"
+src="$PWD"; scratch="${SCRATCH:-/tmp/wave5-ladder}"; project="$scratch/project"; log="$OUT/session.txt"
 total="${SESSION_S:-560}"
 left() { echo $(( total - ($(date +%s) - start) )); }
 # the zygote's prelude must leave CUDA alone with the compile stack imported (worker/zygote.py, GPU lanes)
@@ -39,15 +41,28 @@ if [ -d "$project/.autoresearch" ]; then
   ledger="$project/.autoresearch/results.tsv"
   # then CUDA graphs (06: the whole forward compiled in reduce-overhead mode) and bf16 (07), whole compile in
   # default mode (05, which 06 supersedes) last
-  for nn in ${LATER:-06 07 05}; do
-    patch="$(ls "$src"/examples/h200-session/patches/"$nn"-*.patch)"; name="$(basename "$patch" .patch)"
-    desc="$(sed -n 's/^Subject: //p' "$patch" | head -1)"
-    cut -f16 "$ledger" | grep -qxF -- "$desc" && continue
-    judge "$patch" "$(echo "$name" | cut -d- -f2)" "$desc" >> "$log" 2>&1 || break
+  hand="CUDA graphs by hand (examples/cuda-graphs): the DiT forward captured over static buffers"
+  judge_nn() {  # judge_nn NN|hand: judge that step unless the ledger has it (0: judged or already there)
+    local patch name desc
+    if [ "$1" = hand ]; then
+      last_desc="$hand"; cut -f16 "$ledger" | grep -qxF -- "$hand" && return 0
+      judge "$src/examples/cuda-graphs/cuda-graphs.patch" exact "$hand" >> "$log" 2>&1; return
+    fi
+    patch="$(ls "$src"/examples/h200-session/patches/"$1"-*.patch)"; name="$(basename "$patch" .patch)"
+    desc="$(sed -n 's/^Subject: //p' "$patch" | head -1)"; last_desc="$desc"
+    cut -f16 "$ledger" | grep -qxF -- "$desc" && return 0
+    judge "$patch" "$(echo "$name" | cut -d- -f2)" "$desc" >> "$log" 2>&1
+  }
+  # LATER lists steps in order; 'hand' is the hand-made graphs; "07|10" judges 10 only when 07 was not kept
+  for step in ${LATER:-06 07 05}; do
+    for alt in ${step//|/ }; do
+      judge_nn "$alt" || break 2
+      awk -F'\t' '$6 == "keep" { print $16 }' "$ledger" | grep -qxF -- "$last_desc" && break
+    done
   done
   if ! grep -qF "reduce-overhead" "$ledger" || ! grep -P '\tkeep\t' "$ledger" | grep -qF "reduce-overhead"; then
     grep -qF "CUDA graphs by hand" "$ledger" || judge "$src/examples/cuda-graphs/cuda-graphs.patch" exact \
-      "CUDA graphs by hand (examples/cuda-graphs): the DiT forward captured over static buffers" >> "$log" 2>&1
+      "$hand" >> "$log" 2>&1
   fi
   n=$(grep -c "no-op against the best" "$ledger")
   while [ "$n" -lt "${NOOPS:-6}" ] && judge - exact "no-op against the best $((n + 1)): a comment" >> "$log" 2>&1; do

@@ -70,6 +70,12 @@ def _lane_problems(config, lane, target) -> list[str]:
     if lane.weights and not (config.root / lane.weights).exists() and not Path(lane.weights).exists():
         problems.append(f"weights folder {lane.weights} is missing: put a diffusers folder there "
                         "(weights are never downloaded)")
+    elif lane.weights:
+        from ..worker.sandbox import unreadable_refusal
+
+        refusal = unreadable_refusal(Path(lane.weights_path(config.root)))
+        if refusal:
+            problems.append(refusal)
     try:
         from quality_suite.corpora import verify_checksum
 

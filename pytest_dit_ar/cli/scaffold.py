@@ -367,6 +367,11 @@ def scaffold(request: Request, cwd: Path | None = None, out: Callable[[str], Non
     for rel in written:
         out(f"  wrote {rel}")
     out("next:")
+    from ..worker.sandbox import unreadable_refusal
+
+    refusal = unreadable_refusal(request.pipeline.expanduser().resolve())
+    if refusal:  # baseline would refuse: say it now, with the fix as the first step
+        out(f"  first: {refusal}")
     out(f'  git add -A && git commit -m "Set up dit-ar for {made.family.class_name}"')
     out(f"  dit-ar init --tag mytag --lane {made.lane}")
     out("  dit-ar baseline")

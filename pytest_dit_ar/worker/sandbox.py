@@ -83,6 +83,36 @@ def privileged() -> bool:
     return os.geteuid() == 0 and shutil.which("setpriv") is not None
 
 
+def unreadable(folder: Path, limit: int = 3) -> list[str]:
+    """What under `folder` the worker's user could not read (files without the other-read bit, folders
+    without other-read or other-search), at most `limit` of them as `path (mode 0600)`. Empty unless the
+    harness runs as root (the worker is then nobody, who reads only what everyone may: `save_pretrained`
+    writes its safetensors files 0600); as any other user the worker is that user and reads what it can."""
+    if not privileged() or not folder.exists():
+        return []
+    found: list[str] = []
+    for path in (folder, *sorted(folder.rglob("*"))):
+        if path.is_symlink():
+            continue
+        mode = path.stat().st_mode
+        needed = 0o005 if path.is_dir() else 0o004
+        if mode & needed != needed:
+            found.append(f"{path.relative_to(folder) if path != folder else path} (mode {mode & 0o777:04o})")
+            if len(found) == limit:
+                break
+    return found
+
+
+def unreadable_refusal(folder: Path) -> str | None:
+    """The one-line refusal for a weights folder the worker's user cannot read, with the fix; None when fine."""
+    found = unreadable(folder)
+    if not found:
+        return None
+    return (f"the weights folder {folder} holds files the workers cannot read: they run as nobody because "
+            f"dit-ar runs as root, and nobody reads only what everyone may ({', '.join(found)}); fix: "
+            f"`chmod -R a+rX {folder}`, or run dit-ar as an ordinary user")
+
+
 def _isolation(as_root: bool = False) -> list[str]:
     common = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
               "--die-with-parent", "--new-session"]
