@@ -52,17 +52,19 @@ class AuditEvidence:
     pipeline: PipelineInspection = field(default_factory=PipelineInspection)
     activation_dtypes: tuple[str, ...] = ()
     denoiser_rows_per_image: float | None = None
+    denoiser_rows_unseen: bool = False  # a generate ran its denoiser unseen (graph replays): no row count
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> AuditEvidence:
         data = data or {}
         return cls(PipelineInspection.from_dict(data.get("audit")), tuple(data.get("activation_dtypes", ())),
-                   data.get("denoiser_rows_per_image"))
+                   data.get("denoiser_rows_per_image"), bool(data.get("denoiser_rows_unseen", False)))
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON shape stored in baseline.json (`audit` is the inspection)."""
         return {"audit": self.pipeline.as_dict(), "activation_dtypes": list(self.activation_dtypes),
-                "denoiser_rows_per_image": self.denoiser_rows_per_image}
+                "denoiser_rows_per_image": self.denoiser_rows_per_image,
+                "denoiser_rows_unseen": self.denoiser_rows_unseen}
 
 
 def _dtype(t: Any) -> str:
@@ -145,6 +147,9 @@ def findings(candidate: AuditEvidence, baseline: AuditEvidence) -> list[tuple[Ch
     b_rows, c_rows = baseline.denoiser_rows_per_image, candidate.denoiser_rows_per_image
     if b_rows and c_rows is not None and c_rows < b_rows - 1e-9:
         found.append((ChangeClass.APPROXIMATE, f"denoiser evaluations per image fell from {b_rows:g} to {c_rows:g}"))
+    if candidate.denoiser_rows_unseen:  # reported, no class implied: the outputs' gates judge the step count
+        found.append((ChangeClass.EXACT, "the denoiser ran unseen on some generates (no forward call: CUDA "
+                                         "graph replays?), so its evaluations were not counted"))
     return found
 
 

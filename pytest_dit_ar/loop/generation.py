@@ -29,6 +29,7 @@ class CorpusOutputs:
     images: dict[str, torch.Tensor] = field(default_factory=dict)
     latents: dict[str, torch.Tensor] = field(default_factory=dict)
     denoiser_rows_per_image: float | None = None
+    denoiser_rows_unseen: bool = False  # some generate made outputs without a forward call the hook saw
     memory: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     first_s: float = 0.0  # the first generate (a compiled model compiles here)
@@ -85,8 +86,18 @@ def generate_corpus(worker: WorkerProcess, cases: list[Case], batch: int, key: s
             rows.append(float(got.rows_per_image))
         out.memory = {k: max(out.memory.get(k, 0.0), v) for k, v in {**out.memory, **got.memory}.items()}
     bar.close()
-    out.denoiser_rows_per_image = min(rows) if rows else None
+    out.denoiser_rows_per_image, out.denoiser_rows_unseen = counted_rows(rows)
     return out
+
+
+def counted_rows(rows: list[float]) -> tuple[float | None, bool]:
+    """The corpus run's denoiser rows per image (the fewest of any generate: a step cut on some requests is
+    seen) and whether the count is blind. A generate with outputs but no row seen ran its denoiser without
+    calling the module (a CUDA graph captured by hand replays its passes; the capturing generate alone
+    shows the warm-up and capture calls): then no step count is claimed and the outputs alone judge it."""
+    if any(r == 0 for r in rows):
+        return None, True
+    return (min(rows) if rows else None), False
 
 
 def audit_evidence(worker: WorkerProcess, build_reply: dict[str, Any], outputs: CorpusOutputs, cases: list[Case],
@@ -97,4 +108,5 @@ def audit_evidence(worker: WorkerProcess, build_reply: dict[str, Any], outputs: 
     docs/security.md)."""
     dtypes = worker.request("activation_dtypes", requests=padded(cases[:batch], batch, key, random.Random(0)))
     return AuditEvidence(PipelineInspection.from_dict(build_reply.get("audit")),
-                         tuple(dtypes.get("activation_dtypes", ())), outputs.denoiser_rows_per_image)
+                         tuple(dtypes.get("activation_dtypes", ())), outputs.denoiser_rows_per_image,
+                         outputs.denoiser_rows_unseen)

@@ -110,6 +110,8 @@ class SegmentRecord:
     warm_cache: dict[str, bool] = field(default_factory=dict)  # per side: its tree's compile cache was filled before
     layout: str = "pair"  # "pair" (both alive, interleaved) or "alternate" (one side at a time: loop/memory_plan)
     live_peak_mb: float | None = None  # device memory of all live workers together, sampled (NVML)
+    spawn_s: float = 0.0  # alternate layout: starting its workers' processes (to their hello), both sides
+    close_s: float = 0.0  # alternate layout: closing them (the card's memory given back)
 
     def as_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if k not in ("look", "rounds")}
@@ -394,15 +396,39 @@ def _collisions(side: str, reqs_by_round: list[list[list[Any]]], outputs: list[G
             f"{found[0][1]}"] if found else []
 
 
+def _one_worker(launcher: WorkerLauncher, forks: ForkServers | None, side: str, cfg: Side, log_dir: Path,
+                index: int) -> WorkerProcess:
+    """A fresh worker of one side: forked from its fork server when there is one, else exec'd."""
+    if forks is None:
+        return launcher.worker(cfg.name, cfg.root, log_dir / f"worker-{cfg.name}-segment{index}.log").spawn()
+    forks.ready()
+    return (forks.cand if side == "cand" else forks.best).fork(f"segment{index}")
+
+
+def _count_alternating(seconds: dict[str, float], seg: SegmentRecord, wall_s: float) -> None:
+    """An alternating segment's wall time in the experiment's phases: its processes' start and build as
+    startup, their close as teardown, warm-up and timed rounds, and the rest (reading and checking the
+    outputs, the memory sampler) as round checks, as a pair's segment counts them."""
+    parts = {"startup": seg.spawn_s + sum(seg.build_s.values()), "teardown": seg.close_s,
+             "warmup": sum(seg.warmup_s["cand"]) + sum(seg.warmup_s["best"]),
+             "timed": sum(seg.cand_s) + sum(seg.best_s)}
+    parts["round_checks"] = max(0.0, wall_s - sum(parts.values()))
+    for phase, spent in parts.items():
+        seconds[phase] = seconds.get(phase, 0.0) + spent
+
+
 def run_alternating_segment(launcher: WorkerLauncher, plan: MeasurementPlan, index: int, first: str,
-                            rng: random.Random, on_round: RoundCallback | None = None) -> SegmentRecord:
+                            rng: random.Random, on_round: RoundCallback | None = None,
+                            forks: ForkServers | None = None) -> SegmentRecord:
     """One segment with one worker alive at a time (loop/memory_plan: the pair does not fit the card).
 
     The sides run in `memory_plan.order(index, first)`: a fresh worker of the first side is built, warms up
     (until steady) and runs the segment's requests, then exits; a fresh worker of the other side runs the
-    same requests. Round i of each side is paired (same requests, different processes, `rounds` rounds
-    apart in time); the sequential test's between-segment term carries what separates the two processes,
-    and swapping the order every segment cancels a drift in time (docs/perf-harness.md)."""
+    same requests (forked from the side's fork server when the experiment has them, as a pair's workers
+    are: a zygote holds no device memory). Round i of each side is paired (same requests, different
+    processes, `rounds` rounds apart in time); the sequential test's between-segment term carries what
+    separates the two processes, and swapping the order every segment cancels a drift in time
+    (docs/perf-harness.md)."""
     rule = plan.warmup_rule()
     requests = [[[rng.choice(plan.prompts), rng.randrange(2**31)] for _ in range(plan.batch)]
                 for _ in range(plan.protocol.rounds)]
@@ -413,14 +439,18 @@ def run_alternating_segment(launcher: WorkerLauncher, plan: MeasurementPlan, ind
     build_s: dict[str, float] = {}
     mem: dict[str, dict[str, float | None]] = {}
     warm_cache: dict[str, bool] = {}
-    live_peak = 0.0
+    live_peak = spawn_s = close_s = 0.0
     for k, side in enumerate(sides):
         cfg = plan.cand if side == "cand" else plan.best
-        worker = launcher.worker(cfg.name, cfg.root, plan.log_dir / f"worker-{cfg.name}-segment{index}.log").spawn()
+        t_spawn = time.perf_counter()
+        worker = _one_worker(launcher, forks, side, cfg, plan.log_dir, index)
+        spawn_s += time.perf_counter() - t_spawn
         try:
             sampler = _sampler({side: worker})
             try:
                 build_s[side] = boot(worker, cfg.spec)
+                if forks is not None and isinstance(worker, ForkedWorker):
+                    (forks.cand if side == "cand" else forks.best).note_ready(worker)
                 worker.pin(plan.protocol.cpu_affinity)
                 warm[side], state[side] = warm_up(worker, side, lambda: [[rng.choice(plan.prompts),
                                                                           rng.randrange(2**31)]
@@ -441,7 +471,9 @@ def run_alternating_segment(launcher: WorkerLauncher, plan: MeasurementPlan, ind
             live_peak = max(live_peak, sampler.peak_sum_mb if sampler else 0.0)
             warm_cache[side] = worker.cache_warm
         finally:
+            t_close = time.perf_counter()
             worker.close()
+            close_s += time.perf_counter() - t_close
     problems: list[str] = []
     for side in SIDES:
         problems += _collisions(side, requests, got[side])
@@ -452,7 +484,8 @@ def run_alternating_segment(launcher: WorkerLauncher, plan: MeasurementPlan, ind
     return SegmentRecord(index, [g.seconds for g in got["cand"]], [g.seconds for g in got["best"]],
                          [[s for _, s in reqs] for reqs in requests], [order_tag] * len(requests), warm, build_s,
                          mem, problems[:20], fresh=True, warmup_state=state, warm_cache=warm_cache,
-                         layout="alternate", live_peak_mb=live_peak or None)
+                         forked=forks is not None, layout="alternate", live_peak_mb=live_peak or None,
+                         spawn_s=spawn_s, close_s=close_s)
 
 
 def timed_cores(protocol: PerfProtocol, is_cuda: bool) -> tuple[int, ...] | None:
@@ -729,10 +762,9 @@ def measure(plan: MeasurementPlan, launcher: WorkerLauncher, first_pair: Pair | 
                 if pair is not None:  # the card cannot hold the first pair
                     pair.close()
                     pair = None
-                seg = run_alternating_segment(launcher, plan, index, first_alone, rng, on_round)
-                seconds["startup"] += sum(seg.build_s.values())
-                seconds["warmup"] += sum(seg.warmup_s["cand"]) + sum(seg.warmup_s["best"])
-                seconds["timed"] += sum(seg.cand_s) + sum(seg.best_s)
+                t_seg = time.perf_counter()
+                seg = run_alternating_segment(launcher, plan, index, first_alone, rng, on_round, forks)
+                _count_alternating(seconds, seg, time.perf_counter() - t_seg)
                 seg.look = test.add(seg.cand_s, seg.best_s)
                 segments.append(seg)
                 if on_look:

@@ -9,6 +9,7 @@ import pytest
 import torch
 from diffusers import DiTTransformer2DModel
 
+from dit_ar_contract.classes import ChangeClass
 from quality_suite import audit
 from quality_suite.audit import AuditEvidence, PipelineInspection
 from tests.helpers.loop import PROJECT
@@ -56,3 +57,26 @@ def test_audit_raises_fewer_denoiser_rows_to_approximate(dit: torch.nn.Module) -
     cls, reasons = audit.effective_class("numerical", side(dit, rows=20.0), side(dit, rows=40.0))
     assert cls == "approximate" and "from 40 to 20" in reasons[0]
     assert audit.effective_class("quantization", side(dit, rows=20.0), side(dit))[0] == "quantization"
+
+
+# -- denoiser rows a CUDA graph hides (examples/cuda-graphs judged on the H200, 2026-12-02) -----------------
+
+def test_a_generate_without_a_seen_forward_makes_the_row_count_blind_not_a_step_cut():
+    from pytest_dit_ar.loop.generation import counted_rows
+
+    assert counted_rows([16.0, 16.0, 16.0]) == (16.0, False)
+    assert counted_rows([16.0, 8.0]) == (8.0, False)  # a cut on some requests is still seen
+    assert counted_rows([6.0, 0.0, 0.0]) == (None, True)  # capture calls, then replays: no step count
+    assert counted_rows([]) == (None, False)
+
+
+def test_blind_rows_are_reported_and_imply_no_class():
+    base = AuditEvidence.from_dict({"audit": {"param_dtypes": {"float32": 10}, "weight_bytes": 40},
+                                    "activation_dtypes": ["float32"], "denoiser_rows_per_image": 16.0})
+    graphed = AuditEvidence(base.pipeline, base.activation_dtypes, None, True)
+    cls, reasons = audit.effective_class("exact", graphed, base)
+    assert cls is ChangeClass.EXACT and any("ran unseen" in r for r in reasons)
+    assert not audit.approximate_outputs("exact", graphed, base)
+    assert AuditEvidence.from_dict(graphed.as_dict()) == graphed  # stored and read back alike
+    cut = AuditEvidence(base.pipeline, base.activation_dtypes, 8.0, False)
+    assert audit.effective_class("exact", cut, base)[0] is ChangeClass.APPROXIMATE

@@ -117,6 +117,8 @@ def test_sides_that_do_not_fit_together_run_one_at_a_time(tmp_path: Path) -> Non
     assert "one side at a time" in out.guardrails["memory_layout"]
     assert "one side at a time: candidate" in out.startup_line()
     assert out.look is not None and out.look.estimate_pct > 0  # 0.4 s against 0.5 s
+    # every second of an alternating segment is in a named phase (wave 6, H200: 142 s were unexplained)
+    assert {"startup", "warmup", "timed", "round_checks", "teardown"} <= set(out.seconds)
 
 
 def test_sides_that_fit_keep_the_paired_protocol(tmp_path: Path) -> None:
@@ -149,3 +151,40 @@ def test_the_warm_start_decides_and_the_cold_compile_is_only_recorded(tmp_path: 
     slow = FakeLauncher({"candidate": [200.0, 0.4], "best": [0.5]})
     out = m.measure(plan(tmp_path, guardrails=Guardrails(startup_budget_s=120.0)), slow)
     assert not out.keep and any("warm start-up" in r for r in out.reasons)
+
+
+def test_an_alternating_segment_s_wall_time_is_all_in_named_phases() -> None:
+    seg = m.SegmentRecord(0, [0.4] * 2, [0.5] * 2, [[1], [2]], ["CB", "CB"], {"cand": [1.0], "best": [2.0]},
+                          {"cand": 3.0, "best": 4.0}, {}, [], layout="alternate", spawn_s=20.0, close_s=5.0)
+    seconds: dict[str, float] = {"timed": 1.0}
+    m._count_alternating(seconds, seg, wall_s=40.0)
+    assert seconds == pytest.approx({"startup": 27.0, "teardown": 5.0, "warmup": 3.0, "timed": 2.8,
+                                     "round_checks": 40.0 - 27.0 - 5.0 - 3.0 - 1.8})
+
+
+class FakeForks:
+    """Fork servers of stand-in workers: each fork is a fresh FakeWorker of that side."""
+
+    def __init__(self, launcher: FakeLauncher):
+        self.readied = 0
+        self.cand = SimpleNamespace(fork=lambda tag: launcher.worker("candidate", Path(), Path()).spawn(),
+                                    note_ready=lambda w: None)
+        self.best = SimpleNamespace(fork=lambda tag: launcher.worker("best", Path(), Path()).spawn(),
+                                    note_ready=lambda w: None)
+
+    def ready(self) -> FakeForks:
+        self.readied += 1
+        return self
+
+    def times(self) -> dict:
+        return {}
+
+
+def test_one_side_at_a_time_takes_its_workers_from_the_fork_servers(tmp_path: Path) -> None:
+    launcher = FakeLauncher({"candidate": [0.4], "best": [0.5]})
+    forks = FakeForks(launcher)
+    budget = MemoryBudget(24 * 1024, "guardrails.emulated_vram_gb = 24")
+    out = m.measure(plan(tmp_path, memory=budget, known_peaks_mb={"best": 18.8 * 1024}), launcher,
+                    forks=forks)  # type: ignore[arg-type]
+    assert [s.layout for s in out.segments] == ["alternate", "alternate"] and all(s.forked for s in out.segments)
+    assert forks.readied == 4 and FakeWorker.max_alive == 1  # one fork per side and segment, one alive at once
