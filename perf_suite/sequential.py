@@ -372,6 +372,13 @@ def run_experiments(r: np.ndarray, design: Design, bound_sd: np.ndarray | float)
 
 
 # -- one experiment, look by look ------------------------------------------------------------------
+def interval_text(estimate_pct: float, lower_pct: float, upper_pct: float, df: float, digits: int = 2) -> str:
+    """An estimate with its interval, or with "no interval yet" below two degrees of freedom."""
+    if df < 2:
+        return f"{estimate_pct:+.{digits}f}% (no interval yet: {df:.1f} degrees of freedom)"
+    return f"{estimate_pct:+.{digits}f}% [{lower_pct:+.{digits}f}%, {upper_pct:+.{digits}f}%]"
+
+
 @dataclass(frozen=True)
 class Look:
     """The state of the decision after one more look."""
@@ -395,6 +402,12 @@ class Look:
     @property
     def final(self) -> bool:
         return self.decision != "continue"
+
+    def interval_text(self, digits: int = 2) -> str:
+        """The estimate with its interval at this look's level. With fewer than two degrees of freedom (two
+        pairs when the pairs' own spread binds) the t quantile is so large that the interval says nothing
+        (the H200's '+59.8% [-45041.6%, +100.0%]'), so it is named instead of printed."""
+        return interval_text(self.estimate_pct, self.lower_pct, self.upper_pct, self.df, digits)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -471,7 +484,7 @@ class SequentialTest:
         lo, hi = sorted((improvement_pct(est + level * se, d.metric), improvement_pct(est - level * se, d.metric)))
         k, rounds = len(self.pairs), int(r.size)
         where = f"after {rounds} rounds in {k} pairs"
-        interval = f"{gain:+.2f}% [{lo:+.2f}%, {hi:+.2f}%]"
+        interval = interval_text(gain, lo, hi, df)
         reason = ""
         if code == KEEP:
             reason = (f"faster: {interval} {where}, z={z:.2f} beyond the boundary -{c:.2f} "

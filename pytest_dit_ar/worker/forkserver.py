@@ -268,6 +268,9 @@ class ForkedWorker(WorkerProcess):
         return self  # forked already
 
     def handshake(self) -> "ForkedWorker":
+        # a sibling's freeze stops the whole side, this unready child included (a pool forks its pairs before
+        # building them): it must run to say hello
+        self.thaw()
         super().handshake()
         self.ready_s = time.perf_counter() - self.forked_at
         return self

@@ -4,11 +4,14 @@ tiny budget, the profile stored in .autoresearch/noise.json, the power lines pri
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.loop import make_project_copy, run
+from perf_suite.studies import StudyResults
+from tests.helpers.loop import env_for, make_project_copy, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.extended]  # 3 fresh worker pairs: about a minute on a busy 2-core VM
 
@@ -25,3 +28,19 @@ def test_calibrate_on_the_cpu_lane_stores_a_profile(tmp_path: Path) -> None:
     assert (repo / ".autoresearch" / "calibration-embedded-cpu.png").stat().st_size > 1000
     refused = run(repo, "calibrate", "--budget-s", "1")
     assert refused.returncode == 2 and "too little time for one pair" in refused.stderr
+
+
+def test_the_study_engine_builds_a_pool_of_forked_pairs(tmp_path: Path) -> None:
+    """`--pool 2` forks two pairs before building them. A forked worker's freeze stops its whole side, so the
+    first pair's freeze used to stop the second pair's children before their hello: the engine waited 300 s
+    and crashed (found rehearsing docs/device/wave6_calibrate.sh, 2026-12-02)."""
+    repo = make_project_copy(tmp_path / "repo", slow_s=0.0)
+    out = tmp_path / "study.json"
+    proc = subprocess.run([sys.executable, "-m", "pytest_dit_ar.loop.study", "--lane", "embedded-cpu",
+                           "--null-segments", "2", "--speedups", "3", "--segments-per-speedup", "1", "--rounds", "4",
+                           "--old-rounds", "4", "--pool", "2", "--out", str(out)],
+                          cwd=repo, env=env_for(repo), capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = StudyResults.read(out)
+    assert len(results.null) == 2 and len(results.arms["3"].pairs) == 1 and results.stopped is None
+    assert all(p.forked for p in results.null)  # the pool came from the fork servers

@@ -107,3 +107,14 @@ def test_inside_pytest_the_lines_are_written_while_capture_is_suspended() -> Non
     assert reporter.lines and all(not capturing for _, capturing in reporter.lines)
     assert capman.capturing == [True]  # capture is back on for the test
     assert reporter.newlines == len(reporter.lines)  # never glued to a test file's dots
+
+
+def test_with_one_degree_of_freedom_no_interval_is_printed() -> None:
+    stream = io.StringIO()
+    bar = TimingProgress(stream, False, rounds_per_segment=8, max_segments=4)
+    one_df = Look(segments=2, rounds=16, decision="continue", estimate_pct=59.8, lower_pct=-45041.6,
+                  upper_pct=100.0, z=-1.2, boundary=None, standard_error=0.5, offset_sd=0.3, df=1.0)
+    bar.on_look(one_df)
+    line = stream.getvalue()
+    assert "+59.8% (no interval yet: 1.0 degrees of freedom)" in line and "45041" not in line
+    assert look(final=False).interval_text(1) == "+12.5% [+4.0%, +21.0%]"  # df unknown (inf): printed

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Issue 20 on one H200 (kind nvidia-h200), one call of at most 600 s:
+#   STUDY_S=420 bash docs/device/wave6_calibrate.sh
+# The noise of a CUDA-graphed best measured the way an experiment measures it: the study engine (the engine of
+# `dit-ar calibrate`: the experiment's launcher, sandbox, compile caches and forked pairs) on dit-xl2-256 at
+# 8 steps, 16 rounds a pair, on the tree the wave-6 ladder kept (patches 01 batched guidance, 04 regional
+# compile, 07 bf16, 06 reduce-overhead CUDA graphs of examples/h200-session/patches/, in that order). Arms,
+# measured round-robin: A/A pairs of the tree against itself, and pairs where the tree is truly faster by
+# SPEEDUPS percent (the other side sleeps that fraction of the latency first, loop/patching.py sleep_patch).
+# Then `profile_of` (what `dit-ar calibrate` stores) prints the between-process sd, the bound B, the per-round
+# noise and the rounds a 3/5/10% win needs. A second, eager arm (patch 01 only) runs when EAGER_S > 0.
+# Writes $OUT/calibrate/{graphed,eager}.{json,txt}, profiles.txt, clocks.csv and $OUT/env.txt.
+# Knobs: STUDY_S (graphed arm, default 420), EAGER_S (default 0), SPEEDUPS (default 3), PAIRS (A/A, default 40),
+# LANE / STEPS / PATCHES (default dit-xl2-256 / 8 / "01 04 07 06"); DEVICE=cpu rehearses the flow here on the
+# CPU (the embedded-cpu lane, no patches, a short deadline).
+set -u
+if [ "${DEVICE:-cuda}" = cpu ]; then
+  start=$(date +%s); OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"; export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
+  lane="${LANE:-embedded-cpu}"; patches="${PATCHES:-}"; steps="${STEPS:-}"
+else
+  . docs/device/h200_env.sh  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED
+  lane="${LANE:-dit-xl2-256}"; patches="${PATCHES-01 04 07 06}"; steps="${STEPS:-8}"
+  # the zygote's prelude must leave CUDA alone with the compile stack imported (as wave5_ladder.sh checks)
+  PYTORCH_NVML_BASED_CUDA_CHECK=1 python3 -c "import torch, torch._dynamo, torch._inductor.compile_fx, sys; \
+sys.exit(torch.cuda.is_initialized())" >> "$OUT/env.txt" 2>&1 || {
+    echo "compile stack initialises CUDA here: preloading it is switched off for this run" >> "$OUT/env.txt"
+    sed -i 's/^COMPILE_PRELOAD = .*/COMPILE_PRELOAD: tuple = ()/' pytest_dit_ar/worker/zygote.py; }
+fi
+src="$PWD"; D="$OUT/calibrate"; mkdir -p "$D"
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+    --format=csv -lms 1000 > "$D/clocks.csv" 2>/dev/null &
+  smi=$!
+fi
+tree() {  # tree DIR PATCH...: a copy of the project's source with the named patches applied in order
+  local dir="$1"; shift
+  rm -rf "$dir"; mkdir -p "$dir"
+  (cd "$src" && tar cf - --exclude=./.git --exclude=./.autoresearch --exclude=./.venv --exclude=./.whl .) |
+    (cd "$dir" && tar xf -)
+  for nn in "$@"; do
+    (cd "$dir" && git apply "$(ls "$src"/examples/h200-session/patches/"$nn"-*.patch)") || return 1
+  done
+}
+study() {  # study NAME SECONDS SPEEDUPS DIR
+  ( cd "$4" && PYTHONPATH="${PYTHONPATH/$src/$4}" timeout $(( $2 + 40 )) python3 -m pytest_dit_ar.loop.study \
+      --lane "$lane" ${steps:+--steps "$steps"} --null-segments "${PAIRS:-40}" --speedups "$3" \
+      --segments-per-speedup "${PAIRS:-40}" --rounds 16 --old-rounds 16 --pool 2 --deadline-s "$2" \
+      ${UNSANDBOXED:+--unsandboxed} --out "$D/$1.json" ) > "$D/$1.txt" 2>&1
+  echo "$1: exit $? after $(( $(date +%s) - start )) s" >> "$OUT/env.txt"
+}
+# shellcheck disable=SC2086
+tree /tmp/w6-graphed $patches && study graphed "${STUDY_S:-420}" "${SPEEDUPS:-3}" /tmp/w6-graphed
+if [ "${EAGER_S:-0}" -gt 0 ]; then
+  tree /tmp/w6-eager ${patches:+01} && study eager "$EAGER_S" 10 /tmp/w6-eager
+fi
+[ -n "${smi:-}" ] && kill "$smi" 2>/dev/null
+python3 - "$D" "$lane" > "$D/profiles.txt" 2>&1 <<'PY'
+import json, sys
+from pathlib import Path
+from dit_ar_contract.config import load_config
+from perf_suite.sequential import Design
+from perf_suite.studies import StudyResults
+from pytest_dit_ar.loop.calibration import Collected, describe, profile_of
+d, lane_id = Path(sys.argv[1]), sys.argv[2]
+lane = load_config("config/autoresearch.json").lanes[lane_id]
+for name in ("graphed", "eager"):
+    path = d / f"{name}.json"
+    if not path.is_file():
+        print(f"{name}: no data"); continue
+    res = StudyResults.read(path)
+    null = res.null
+    forked = sum(bool(p.forked) for p in null)
+    print(f"== {name}: {len(null)} A/A pairs ({forked} forked), wall {res.wall_s:.0f} s, {res.stopped or 'complete'}")
+    for arm in res.arms.values():
+        print(f"   arm {arm.name}: {len(arm.pairs)} pairs")
+    if len(null) < 2:
+        continue
+    prof = profile_of(Collected(res, len(null)), lane_id, name, lane.performance, "latency_ms")
+    print("\n".join(describe(prof, Design.from_protocol(lane.performance, "latency_ms"))))
+    print(json.dumps(prof.as_dict()))
+PY
+echo "total $(( $(date +%s) - start )) s" >> "$OUT/env.txt"
