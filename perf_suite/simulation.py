@@ -22,11 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .sequential import KEEP, Design, OffsetBound, PairSpread, pooled_bound, run_experiments, trimmed
+from .sequential import KEEP, Design, OffsetBound, PairSpread, pair_parts, pooled_bound, run_experiments, trimmed
 from .studies import StudyResults
 
 H200_STUDIES = ("h200/wave2/study-h200-1.json", "h200/wave3/study.json")
 CPU_STUDIES = ("cpu/study-quiet.json", "cpu/study-loaded.json", "cpu/study-loaded-long.json")
+# the harness's own pairs of a CUDA-graphed best (wave 6: docs/device/wave6_calibrate.sh, the study engine)
+GRAPH_STUDIES = ("h200/wave6/calibrate/graphed.json",)
 
 
 def recorded_pairs(data_dir: Path, files: tuple[str, ...]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -151,15 +153,41 @@ class Residuals:
         return self.pool[rng.integers(0, len(self.pool), size=shape)]
 
 
+def offset_sd(null: list[np.ndarray]) -> float:
+    """The between-pair sd of A/A pairs alone (log scale): the spread of their trimmed means less what the
+    rounds' own noise gives it (at least 0)."""
+    r = np.array([x[:min(map(len, null))] for x in null])[None]
+    parts = pair_parts(r)
+    return math.sqrt(max(float(parts.loc.var(ddof=1)) - float(parts.var.mean()), 0.0))
+
+
+def recorded_regime(data_dir: Path, files: tuple[str, ...], label: str, sigma_b: float | None = None) -> Regime | None:
+    """A regime resampled from a study's recorded rounds (every arm, the injected sleep taken off), with the
+    A/A pairs' measured between-pair sd on top (or `sigma_b`); None when a file is not there."""
+    if not all((data_dir / f).is_file() for f in files):
+        return None
+    studies = [StudyResults.read(data_dir / f) for f in files]
+    null = [p.log_ratios() for s in studies for p in s.null]
+    if len(null) < 2:
+        return None
+    latency = float(np.median([t for s in studies for p in s.null for t in p.best_s]))
+    b = offset_sd(null) if sigma_b is None else sigma_b
+    return Regime(label, "residuals", b, residuals=Residuals.of(recorded_log_ratios(data_dir, files)),
+                  latency_s=latency)
+
+
 def regimes(data_dir: Path) -> dict[str, Regime]:
-    """The regimes the issue names: eager H200 (fitted), CPU (recorded), CUDA-graph-quiet, and mixed."""
+    """The regimes the issue names: eager H200 (fitted), CPU (recorded), CUDA-graph-quiet, and mixed; plus
+    the graphed best as the harness measured it on the H200 ("graph-h200") where its study is recorded."""
     eager = Switching.fit(recorded_pairs(data_dir, H200_STUDIES))
     graph = Gaussian(0.001 / math.sqrt(2))
     cpu = Residuals.of(recorded_log_ratios(data_dir, CPU_STUDIES))
     return {"eager-h200": Regime("eager H200 (fast/slow switching fitted to waves 2-3)", "switching", 0.013, eager),
             "cpu": Regime("CPU (recorded rounds resampled)", "residuals", 0.013, residuals=cpu, latency_s=0.15),
             "graph": Regime("CUDA-graph replay, 0.1% per round", "gaussian", 0.001, quiet=graph, latency_s=0.30),
-            "mixed": Regime("eager candidate vs graphed best", "mixed", 0.01, eager, graph, latency_s=0.38)}
+            "mixed": Regime("eager candidate vs graphed best", "mixed", 0.01, eager, graph, latency_s=0.38),
+            **({"graph-h200": g} if (g := recorded_regime(data_dir, GRAPH_STUDIES,
+                                                          "CUDA-graphed best, H200, the harness's pairs")) else {})}
 
 
 @dataclass(frozen=True)

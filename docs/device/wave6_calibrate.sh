@@ -10,7 +10,8 @@
 # Then `profile_of` (what `dit-ar calibrate` stores) prints the between-process sd, the bound B, the per-round
 # noise and the rounds a 3/5/10% win needs. A second, eager arm (patch 01 only) runs when EAGER_S > 0.
 # Writes $OUT/calibrate/{graphed,eager}.{json,txt}, profiles.txt, clocks.csv and $OUT/env.txt.
-# Knobs: STUDY_S (graphed arm, default 420), EAGER_S (default 0), SPEEDUPS (default 3), PAIRS (A/A, default 40),
+# Knobs: STUDY_S (graphed arm, default 420), EAGER_S (default 0), SPEEDUPS (default 3; "" for none), PAIRS (A/A,
+# default 40), POOL (pairs forked at once, default 2),
 # LANE / STEPS / PATCHES (default dit-xl2-256 / 8 / "01 04 07 06"); DEVICE=cpu rehearses the flow here on the
 # CPU (the embedded-cpu lane, no patches, a short deadline).
 set -u
@@ -44,7 +45,7 @@ tree() {  # tree DIR PATCH...: a copy of the project's source with the named pat
 study() {  # study NAME SECONDS SPEEDUPS DIR
   ( cd "$4" && PYTHONPATH="${PYTHONPATH/$src/$4}" timeout $(( $2 + 40 )) python3 -m pytest_dit_ar.loop.study \
       --lane "$lane" ${steps:+--steps "$steps"} --null-segments "${PAIRS:-40}" --speedups "$3" \
-      --segments-per-speedup "${PAIRS:-40}" --rounds 16 --old-rounds 16 --pool 2 --deadline-s "$2" \
+      --segments-per-speedup "${PAIRS:-40}" --rounds 16 --old-rounds 16 --pool "${POOL:-2}" --deadline-s "$2" \
       ${UNSANDBOXED:+--unsandboxed} --out "$D/$1.json" ) > "$D/$1.txt" 2>&1
   echo "$1: exit $? after $(( $(date +%s) - start )) s" >> "$OUT/env.txt"
 }

@@ -425,8 +425,36 @@ class Collection:
                                resolution=lane.resolution)
         forks = None
         if p.fork_server and best_launcher is None:  # fork servers serve one launcher's workers
+            for side in {cand_root: plan.cand, best_root: best}.values():
+                self.prime(side, logs)
             forks = ForkServers(self.launcher, cand_root, best_root, logs, p.fork_servers(lane.is_cuda)).spawn()
         self.arms[name] = ArmPairs(plan, self.launcher, self.cores, self.plan.pool, forks, best_launcher)
+
+    def prime(self, side: Side, logs: Path) -> float | None:
+        """Fill a tree's compile cache before its fork servers start: an experiment's quality worker is the
+        tree's first (cold) worker and the only one that writes the folder (docs/security.md); a study has
+        no quality run, so without this one exec'd worker per tree every forked worker found the cache empty
+        and compiled again into its throwaway copy (H200, wave 6: a 46-61 s first warm-up round in every
+        pair of a CUDA-graphed tree). Returns the cold worker's build and first generate in seconds (None:
+        the tree has no cache or it was filled already)."""
+        worker = self.launcher.worker(f"{side.name}-cache", side.root, logs / f"cache-{side.name}.log")
+        if worker.caches is None:
+            return None
+        worker.spawn()
+        if worker.cache_warm:  # set when the worker opened its tree's folder
+            worker.kill()
+            return None
+        try:
+            worker.handshake()
+            started = time.perf_counter()
+            worker.request("build", spec=side.spec)
+            reqs = [[self.prompts[i % len(self.prompts)], i] for i in range(self.session.lane.batch)]
+            worker.generate(reqs, resolution=self.session.lane.resolution)
+            seconds = time.perf_counter() - started
+            worker.note_start(seconds)
+            return seconds
+        finally:
+            worker.close()
 
     def ready(self) -> None:
         """Wait for every arm's fork servers (their imports must not overlap a timed round)."""
