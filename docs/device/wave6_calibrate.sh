@@ -50,7 +50,7 @@ study() {  # study NAME SECONDS SPEEDUPS DIR
   echo "$1: exit $? after $(( $(date +%s) - start )) s" >> "$OUT/env.txt"
 }
 # shellcheck disable=SC2086
-tree /tmp/w6-graphed $patches && study graphed "${STUDY_S:-420}" "${SPEEDUPS:-3}" /tmp/w6-graphed
+tree /tmp/w6-graphed $patches && study graphed "${STUDY_S:-420}" "${SPEEDUPS-3}" /tmp/w6-graphed
 if [ "${EAGER_S:-0}" -gt 0 ]; then
   tree /tmp/w6-eager ${patches:+01} && study eager "$EAGER_S" 10 /tmp/w6-eager
 fi
