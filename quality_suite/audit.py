@@ -124,8 +124,11 @@ def _storage_reasons(cand: PipelineInspection, base: PipelineInspection) -> list
     return reasons
 
 
-def findings(candidate: AuditEvidence, baseline: AuditEvidence) -> list[tuple[ChangeClass, str]]:
-    """(class, reason) for every way the candidate's evidence departs from the baseline's."""
+def findings(candidate: AuditEvidence, baseline: AuditEvidence,
+             identical: bool = False) -> list[tuple[ChangeClass, str]]:
+    """(class, reason) for every way the candidate's evidence departs from the baseline's. `identical`: every
+    corpus case's outputs are bit-identical to the baseline's (latents and images), so fewer denoiser rows
+    removed redundant passes, not sampling steps: reported, no class implied."""
     found: list[tuple[ChangeClass, str]] = []
     c_audit, b_audit = candidate.pipeline, baseline.pipeline
     c_dt, b_dt = set(c_audit.param_dtypes), set(b_audit.param_dtypes)
@@ -146,7 +149,9 @@ def findings(candidate: AuditEvidence, baseline: AuditEvidence) -> list[tuple[Ch
 
     b_rows, c_rows = baseline.denoiser_rows_per_image, candidate.denoiser_rows_per_image
     if b_rows and c_rows is not None and c_rows < b_rows - 1e-9:
-        found.append((ChangeClass.APPROXIMATE, f"denoiser evaluations per image fell from {b_rows:g} to {c_rows:g}"))
+        fell = f"denoiser evaluations per image fell from {b_rows:g} to {c_rows:g}"
+        found.append((ChangeClass.EXACT, f"{fell}, with outputs bit-identical to the baseline's (redundant passes "
+                                         "removed, not steps)") if identical else (ChangeClass.APPROXIMATE, fell))
     if candidate.denoiser_rows_unseen:  # reported, no class implied: the outputs' gates judge the step count
         found.append((ChangeClass.EXACT, "the denoiser ran unseen on some generates (no forward call: CUDA "
                                          "graph replays?), so its evaluations were not counted"))
@@ -154,7 +159,8 @@ def findings(candidate: AuditEvidence, baseline: AuditEvidence) -> list[tuple[Ch
 
 
 def effective_class(declared: ChangeClass | str, candidate: AuditEvidence, baseline: AuditEvidence,
-                    inherited: ChangeClass | str = ChangeClass.EXACT) -> tuple[ChangeClass, list[str]]:
+                    inherited: ChangeClass | str = ChangeClass.EXACT,
+                    identical: bool = False) -> tuple[ChangeClass, list[str]]:
     """The class the evidence supports, never milder than the declared one, and the reasons.
 
     `inherited` is the effective class of the current best: quality is judged against the original
@@ -162,7 +168,7 @@ def effective_class(declared: ChangeClass | str, candidate: AuditEvidence, basel
     """
     cls, reasons = ChangeClass.from_word(declared), []
     inherited = ChangeClass.from_word(inherited)
-    for implied, reason in findings(candidate, baseline):
+    for implied, reason in findings(candidate, baseline, identical):
         cls = cls.raised_to(implied)
         reasons.append(reason)
     cls = cls.raised_to(inherited)
@@ -172,7 +178,7 @@ def effective_class(declared: ChangeClass | str, candidate: AuditEvidence, basel
 
 
 def approximate_outputs(declared: ChangeClass | str, candidate: AuditEvidence, baseline: AuditEvidence,
-                        inherited: ChangeClass | str = ChangeClass.EXACT) -> bool:
+                        inherited: ChangeClass | str = ChangeClass.EXACT, identical: bool = False) -> bool:
     """Whether the outputs may legitimately drift like an approximation's (a step cut here or in the best):
     `dit_ar_contract.classes.approximate_outputs` of the declared, inherited and found classes."""
-    return _approximate([declared, inherited, *(c for c, _ in findings(candidate, baseline))])
+    return _approximate([declared, inherited, *(c for c, _ in findings(candidate, baseline, identical))])

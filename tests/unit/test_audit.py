@@ -80,3 +80,27 @@ def test_blind_rows_are_reported_and_imply_no_class():
     assert AuditEvidence.from_dict(graphed.as_dict()) == graphed  # stored and read back alike
     cut = AuditEvidence(base.pipeline, base.activation_dtypes, 8.0, False)
     assert audit.effective_class("exact", cut, base)[0] is ChangeClass.APPROXIMATE
+
+
+# -- fewer rows with identical outputs (the PixArt wasted pass judged on the H200, 2026-12-02) -------------
+
+def test_fewer_rows_with_bit_identical_outputs_removed_passes_not_steps():
+    """Dropping a wasted transformer pass halves the rows and changes no output bit: exact, not a step cut.
+    The same fall with outputs that moved is a step cut as before."""
+    from pathlib import Path
+
+    from quality_suite.assessment import BaselineReference, Outputs, assess
+    from tests.unit.test_partial_runs_and_outcomes import CASES, QUALITY, outputs
+
+    base = AuditEvidence.from_dict({"audit": {"param_dtypes": {"float32": 10}, "weight_bytes": 40},
+                                    "activation_dtypes": ["float32"], "denoiser_rows_per_image": 16.0})
+    half = AuditEvidence(base.pipeline, base.activation_dtypes, 8.0, False)
+    assert audit.effective_class("exact", half, base, identical=True)[0] is ChangeClass.EXACT
+    assert not audit.approximate_outputs("exact", half, base, identical=True)
+    ref = BaselineReference(Outputs(outputs().images, outputs().latents, base), {}, {}, {}, {})
+    same = assess("exact", "exact", Outputs(outputs().images, outputs().latents, half), ref, CASES, QUALITY, (),
+                  Path("."))
+    assert same.effective_class == "exact" and same.passed and "redundant passes" in same.audit_reasons[0]
+    moved = outputs(shift=1e-3)
+    cut = assess("exact", "exact", Outputs(moved.images, moved.latents, half), ref, CASES, QUALITY, (), Path("."))
+    assert cut.effective_class == "approximate"

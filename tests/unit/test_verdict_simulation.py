@@ -40,6 +40,9 @@ def keep_rate(regime: Regime, design: Design, bound_pct: float, effect: float, n
     ("eager-h200", "gpu", 2.5), ("eager-h200", "gpu", 1.5),
     ("graph", "gpu", 0.1),  # B at its minimum: a graphed best learns ~0.14%
     ("mixed", "gpu", 0.14),  # an eager candidate judged with the B learned against a graphed best
+    # the harness's own graphed best on the H200 (wave 6 calibration, 14 A/A pairs): its bound, and about what
+    # a session of no-ops learns from it (0.8%)
+    ("graph-h200", "gpu", 1.67), ("graph-h200", "gpu", 0.8),
 ])
 def test_no_op_keeps_stay_below_alpha_over_all_looks(regime: str, design: str, bound_pct: float) -> None:
     regs, designs = setting()
@@ -80,3 +83,13 @@ def test_where_the_machine_is_noisy_large_wins_are_kept() -> None:
     regs, designs = setting()
     assert keep_rate(regs["eager-h200"], designs["gpu"], 2.5, 10.0, 300, seed=7) >= 0.97
     assert keep_rate(regs["eager-h200"], CONCURRENT, 2.5, 5.0, 200, seed=8) >= 0.80
+
+
+def test_the_harness_graphed_best_keeps_small_wins_with_its_calibrated_bound() -> None:
+    """The H200's graphed best as the harness measures it (5% per-round noise, not the probe's 0.1%): with the
+    bound of its calibration (1.67%) the shipped design keeps 3% wins about 92% of the time and 5% wins always
+    (docs/perf-harness.md); issue 20's 95% for 3% is met only by the concurrent design there."""
+    regs, designs = setting()
+    assert keep_rate(regs["graph-h200"], designs["gpu"], 1.67, 3.0, 400, seed=11) >= 0.85
+    assert keep_rate(regs["graph-h200"], designs["gpu"], 1.67, 5.0, 300, seed=12) >= 0.99
+    assert keep_rate(regs["graph-h200"], CONCURRENT, 1.67, 3.0, 300, seed=13) >= 0.95
