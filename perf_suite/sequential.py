@@ -179,6 +179,17 @@ class PairSpread:
     spread_var: float  # variance (ddof 1) of the pairs' trimmed means, log scale
     within_var: float  # mean of the pairs' squared standard errors (W)
 
+    @classmethod
+    def of(cls, r: np.ndarray) -> PairSpread:
+        """The spread of `r`, (pairs, rounds) log ratios: of the pairs' trimmed means, and their mean W."""
+        loc, var, _ = trimmed(r[None])
+        return cls(r.shape[0], float(loc.var(1, ddof=1)[0]), float(var.mean(1)[0]))
+
+    @property
+    def offset_sd(self) -> float:
+        """The between-pair sd alone (log scale): the spread less what the rounds' own noise gives it."""
+        return math.sqrt(max(self.spread_var - self.within_var, 0.0))
+
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .sequential import KEEP, Design, OffsetBound, PairSpread, pair_parts, pooled_bound, run_experiments, trimmed
+from .sequential import KEEP, Design, OffsetBound, PairSpread, pooled_bound, run_experiments, trimmed
 from .studies import StudyResults
 
 H200_STUDIES = ("h200/wave2/study-h200-1.json", "h200/wave3/study.json")
@@ -153,17 +153,9 @@ class Residuals:
         return self.pool[rng.integers(0, len(self.pool), size=shape)]
 
 
-def offset_sd(null: list[np.ndarray]) -> float:
-    """The between-pair sd of A/A pairs alone (log scale): the spread of their trimmed means less what the
-    rounds' own noise gives it (at least 0)."""
-    r = np.array([x[:min(map(len, null))] for x in null])[None]
-    parts = pair_parts(r)
-    return math.sqrt(max(float(parts.loc.var(ddof=1)) - float(parts.var.mean()), 0.0))
-
-
-def recorded_regime(data_dir: Path, files: tuple[str, ...], label: str, sigma_b: float | None = None) -> Regime | None:
+def recorded_regime(data_dir: Path, files: tuple[str, ...], label: str) -> Regime | None:
     """A regime resampled from a study's recorded rounds (every arm, the injected sleep taken off), with the
-    A/A pairs' measured between-pair sd on top (or `sigma_b`); None when a file is not there."""
+    A/A pairs' measured between-pair sd on top; None when a file is not there."""
     if not all((data_dir / f).is_file() for f in files):
         return None
     studies = [StudyResults.read(data_dir / f) for f in files]
@@ -171,7 +163,8 @@ def recorded_regime(data_dir: Path, files: tuple[str, ...], label: str, sigma_b:
     if len(null) < 2:
         return None
     latency = float(np.median([t for s in studies for p in s.null for t in p.best_s]))
-    b = offset_sd(null) if sigma_b is None else sigma_b
+    rounds = min(map(len, null))
+    b = PairSpread.of(np.array([x[:rounds] for x in null])).offset_sd
     return Regime(label, "residuals", b, residuals=Residuals.of(recorded_log_ratios(data_dir, files)),
                   latency_s=latency)
 
@@ -225,6 +218,4 @@ def simulate_session(regime: Regime, design: Design, prior: OffsetBound, effects
 
 def calibration_spread(regime: Regime, pairs: int, rounds: int, rng: np.random.Generator) -> PairSpread:
     """The spread an A/A calibration of `pairs` pairs x `rounds` rounds measures on the regime."""
-    r = regime.draw(rng, (1, pairs, rounds))
-    loc, var, _ = trimmed(r)
-    return PairSpread(pairs, float(loc.var(1, ddof=1)[0]), float(var.mean(1)[0]))
+    return PairSpread.of(regime.draw(rng, (1, pairs, rounds))[0])

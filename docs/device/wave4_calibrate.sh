@@ -26,27 +26,5 @@ cp -r pytest_dit_ar quality_suite perf_suite dit_ar_contract model_under_test co
 ( cd "$G" && git apply "$OLDPWD/examples/h200-session/patches/06-exact-cuda-graphs.patch" ) >> "$D/graphed.txt" 2>&1
 PYTHONPATH="/tmp/site:$G" study graphed "${GRAPHED_S:-55}" "" "$G"
 kill "$smi" 2>/dev/null
-python3 - "$D" > "$D/profiles.txt" 2>&1 <<'PY'
-import json, sys
-from pathlib import Path
-from dit_ar_contract.config import load_config
-from perf_suite.sequential import Design
-from perf_suite.studies import StudyResults
-from pytest_dit_ar.loop.calibration import Collected, describe, profile_of
-d = Path(sys.argv[1])
-lane = load_config("config/autoresearch.json").lanes["dit-xl2-256"]
-for name in ("eager", "graphed"):
-    path = d / f"{name}.json"
-    if not path.is_file():
-        print(f"{name}: no data"); continue
-    res = StudyResults.read(path)
-    null = res.null
-    forked = sum(bool(p.forked) for p in null)
-    print(f"== {name}: {len(null)} A/A pairs ({forked} forked), wall {res.wall_s:.0f} s, {res.stopped or 'complete'}")
-    if len(null) < 2:
-        continue
-    prof = profile_of(Collected(res, len(null)), "dit-xl2-256", name, lane.performance, "latency_ms")
-    print("\n".join(describe(prof, Design.from_protocol(lane.performance, "latency_ms"))))
-    print(json.dumps(prof.as_dict()))
-PY
+python3 docs/device/calibration_profiles.py "$D" dit-xl2-256 eager graphed > "$D/profiles.txt" 2>&1
 echo "total $(( $(date +%s) - start )) s" >> "$OUT/env.txt"

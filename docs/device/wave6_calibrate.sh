@@ -55,29 +55,5 @@ if [ "${EAGER_S:-0}" -gt 0 ]; then
   tree /tmp/w6-eager ${patches:+01} && study eager "$EAGER_S" 10 /tmp/w6-eager
 fi
 [ -n "${smi:-}" ] && kill "$smi" 2>/dev/null
-python3 - "$D" "$lane" > "$D/profiles.txt" 2>&1 <<'PY'
-import json, sys
-from pathlib import Path
-from dit_ar_contract.config import load_config
-from perf_suite.sequential import Design
-from perf_suite.studies import StudyResults
-from pytest_dit_ar.loop.calibration import Collected, describe, profile_of
-d, lane_id = Path(sys.argv[1]), sys.argv[2]
-lane = load_config("config/autoresearch.json").lanes[lane_id]
-for name in ("graphed", "eager"):
-    path = d / f"{name}.json"
-    if not path.is_file():
-        print(f"{name}: no data"); continue
-    res = StudyResults.read(path)
-    null = res.null
-    forked = sum(bool(p.forked) for p in null)
-    print(f"== {name}: {len(null)} A/A pairs ({forked} forked), wall {res.wall_s:.0f} s, {res.stopped or 'complete'}")
-    for arm in res.arms.values():
-        print(f"   arm {arm.name}: {len(arm.pairs)} pairs")
-    if len(null) < 2:
-        continue
-    prof = profile_of(Collected(res, len(null)), lane_id, name, lane.performance, "latency_ms")
-    print("\n".join(describe(prof, Design.from_protocol(lane.performance, "latency_ms"))))
-    print(json.dumps(prof.as_dict()))
-PY
+python3 docs/device/calibration_profiles.py "$D" "$lane" graphed eager > "$D/profiles.txt" 2>&1
 echo "total $(( $(date +%s) - start )) s" >> "$OUT/env.txt"

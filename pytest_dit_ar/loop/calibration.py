@@ -90,7 +90,7 @@ def profile_of(collected: Collected, lane_id: str, best_commit: str, protocol: P
     latency = float(np.median([t for s in null for t in s.best_s])) * 1e3
     return NoiseProfile(lane_id, measured or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), best_commit,
                         spread.pairs, rounds, spread, bound.pct,
-                        100 * math.expm1(math.sqrt(max(spread.spread_var - spread.within_var, 0.0))),
+                        100 * math.expm1(spread.offset_sd),
                         100 * float(np.median(np.abs(residual)) / 0.6745), latency, needs, injected)
 
 

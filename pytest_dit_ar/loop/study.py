@@ -56,7 +56,6 @@ from perf_suite.sequential import (
     improvement_pct,
     look_stats,
     pooled_bound,
-    trimmed,
 )
 from perf_suite.stats import decide_block
 from perf_suite.studies import NULL, OVERHEAD, StudyArm, StudyPair, StudyResults
@@ -249,8 +248,7 @@ def aa_spread(pairs: Sequence[StudyPair], rounds: int | None = None) -> PairSpre
     """The between-pair spread of A/A segments (both sides the same code): what a calibration measures."""
     if len(pairs) < 2:
         return None
-    loc, var, _ = trimmed(StudyArm(NULL, tuple(pairs)).log_ratios(rounds)[None])
-    return PairSpread(len(pairs), float(loc.var(1, ddof=1)[0]), float(var.mean(1)[0]))
+    return PairSpread.of(StudyArm(NULL, tuple(pairs)).log_ratios(rounds))
 
 
 def old_protocol(pairs: Sequence[StudyPair], protocol: PerfProtocol, metric: str,
@@ -430,29 +428,26 @@ class Collection:
             forks = ForkServers(self.launcher, cand_root, best_root, logs, p.fork_servers(lane.is_cuda)).spawn()
         self.arms[name] = ArmPairs(plan, self.launcher, self.cores, self.plan.pool, forks, best_launcher)
 
-    def prime(self, side: Side, logs: Path) -> float | None:
+    def prime(self, side: Side, logs: Path) -> None:
         """Fill a tree's compile cache before its fork servers start: an experiment's quality worker is the
         tree's first (cold) worker and the only one that writes the folder (docs/security.md); a study has
         no quality run, so without this one exec'd worker per tree every forked worker found the cache empty
         and compiled again into its throwaway copy (H200, wave 6: a 46-61 s first warm-up round in every
-        pair of a CUDA-graphed tree). Returns the cold worker's build and first generate in seconds (None:
-        the tree has no cache or it was filled already)."""
+        pair of a CUDA-graphed tree). The cold start (build and first generate) goes into the tree's record."""
         worker = self.launcher.worker(f"{side.name}-cache", side.root, logs / f"cache-{side.name}.log")
         if worker.caches is None:
-            return None
+            return
         worker.spawn()
         if worker.cache_warm:  # set when the worker opened its tree's folder
             worker.kill()
-            return None
+            return
         try:
             worker.handshake()
             started = time.perf_counter()
             worker.request("build", spec=side.spec)
             reqs = [[self.prompts[i % len(self.prompts)], i] for i in range(self.session.lane.batch)]
             worker.generate(reqs, resolution=self.session.lane.resolution)
-            seconds = time.perf_counter() - started
-            worker.note_start(seconds)
-            return seconds
+            worker.note_start(time.perf_counter() - started)
         finally:
             worker.close()
 
