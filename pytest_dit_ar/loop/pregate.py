@@ -14,7 +14,10 @@ that sits on a line the commit added is a finding:
 * `proc`: string literals naming `/proc/`, `/sys/` or `clear_refs`;
 * `locks`: `fcntl`, `mmap`, `mincore`, `inotify`;
 * `dynamic`: `exec`, `eval`, `compile`, `__import__`, `importlib.import_module` (what the rules above cannot
-  see through).
+  see through);
+* `patching`: an assignment to (or `setattr`/`delattr` on) an attribute of `torch`, `sys` or `builtins`
+  (`torch.cuda.synchronize = ...`: the worker's own device-wide sync is bound before the candidate is
+  imported, but a patch of the runtime is worth a look), and any import of the harness (`pytest_dit_ar`).
 
 The findings **flag, they do not refuse**: every class they point at is closed at run time by
 construction (the sandbox, the freezer, the seccomp filter, the harness's own evidence), and a static rule
@@ -55,7 +58,9 @@ MODULES = {  # importing these is itself a finding
     "native": ("ctypes", "_ctypes", "cffi"),
     "concurrency": ("multiprocessing", "subprocess", "_thread"),
     "locks": ("fcntl", "mmap"),
+    "patching": ("pytest_dit_ar",),
 }
+PATCHED_ROOTS = ("torch", "sys", "builtins")  # an attribute assigned on these is a `patching` finding
 PREFIXES = {"concurrency": ("multiprocessing.", "subprocess.", "os.spawn", "os.exec"), "native": ("ctypes.", "cffi.")}
 WRITE_METHODS = ("write_text", "write_bytes", "touch", "mkdir", "unlink", "rename", "replace", "symlink_to",
                  "hardlink_to", "chmod", "rmdir")
@@ -113,8 +118,26 @@ class _Visitor(ast.NodeVisitor):
             if top in modules:
                 self._add(rule, node)
 
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for target in node.targets:
+            self._patch(target, node)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self._patch(node.target, node)
+        self.generic_visit(node)
+
+    def _patch(self, target: ast.AST, node: ast.AST) -> None:
+        name = self._qualified(target) if isinstance(target, ast.Attribute) else None
+        if name and name.split(".")[0] in PATCHED_ROOTS:
+            self._add("patching", node)
+
     def visit_Call(self, node: ast.Call) -> None:
         name = self._qualified(node.func)
+        if name in ("setattr", "delattr") and node.args:
+            root = self._qualified(node.args[0]) if isinstance(node.args[0], (ast.Name, ast.Attribute)) else None
+            if root and root.split(".")[0] in PATCHED_ROOTS:
+                self._add("patching", node)
         if name:
             self._call(name, node)
         if isinstance(node.func, ast.Attribute) and node.func.attr in WRITE_METHODS and \

@@ -88,6 +88,7 @@ class Worker:
         preload()
 
         self.torch = torch
+        self.settle = DeviceSync(torch)  # bound before the candidate is imported (build)
         self.root, self.device = root, device
         torch.set_num_threads(threads)
         if device.startswith("cuda") and cap_gb:
@@ -209,16 +210,33 @@ class Worker:
         return mem
 
 
-def settle(torch: Any) -> None:
-    """Wait for every kernel this process queued on any stream of any visible GPU (a device-wide
-    synchronize), so that nothing the side left running overlaps the other side's timed round. A no-op
-    where CUDA was never initialised (CPU lanes, a worker that has not touched the GPU)."""
-    cuda = getattr(torch, "cuda", None)
-    if cuda is None or not cuda.is_initialized():
-        return
-    for index in range(cuda.device_count()):
-        with cuda.device(index):
-            cuda.synchronize()
+class DeviceSync:
+    """The device-wide synchronize a worker replies after: it waits for every kernel this process queued on
+    any stream of any visible GPU, so that nothing the side left running overlaps the other side's timed
+    round. Bound when the worker starts, before any candidate code is imported: a candidate that later
+    replaces `torch.cuda.synchronize`, the native function behind it or `torch.cuda.is_initialized` changes
+    nothing here (once CUDA was seen initialised the sync runs after every request). A no-op while CUDA was
+    never initialised (CPU lanes, a worker that has not touched the GPU)."""
+
+    def __init__(self, torch: Any):
+        cuda = getattr(torch, "cuda", None)
+        native = getattr(getattr(torch, "_C", None), "_cuda_synchronize", None)
+        self._cuda = cuda
+        self._sync = native or getattr(cuda, "synchronize", None)
+        self._initialised = getattr(cuda, "is_initialized", None)
+        self._count = getattr(cuda, "device_count", None)
+        self._device = getattr(cuda, "device", None)
+        self._seen = False
+
+    def __call__(self) -> None:
+        if self._sync is None or self._initialised is None or self._count is None or self._device is None:
+            return
+        self._seen = self._seen or bool(self._initialised())
+        if not self._seen:
+            return
+        for index in range(self._count()):
+            with self._device(index):
+                self._sync()
 
 
 def serve(worker: Worker, proto: Any, stdin: Any) -> None:
@@ -244,7 +262,7 @@ def serve(worker: Worker, proto: Any, stdin: Any) -> None:
                      "traceback": traceback.format_exc()[-6000:]}
             traceback.print_exc(file=sys.stderr)
         with contextlib.suppress(Exception):  # a broken context is the next request's error
-            settle(worker.torch)  # before the reply: the round trip includes whatever the side queued
+            worker.settle()  # before the reply: the round trip includes whatever the side queued
         proto.write(protocol.encode(reply).decode())
         proto.flush()
 

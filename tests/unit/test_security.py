@@ -178,6 +178,27 @@ def test_the_pregate_reports_only_what_the_diff_adds() -> None:
     assert pregate.scan_diff({"model_under_test/m.py": (new, new)}) == []
 
 
+PATCHES = """
+import torch, sys
+import torch.cuda as tc
+from pytest_dit_ar.worker import server
+torch.cuda.synchronize = lambda *a, **k: None
+tc.is_initialized = lambda: False
+setattr(torch._C, "_cuda_synchronize", print)
+sys.modules["x"] = None
+model = torch.nn.Linear(2, 2)
+model.weight = None
+"""
+
+
+def test_the_pregate_flags_patches_of_the_runtime_and_imports_of_the_harness() -> None:
+    """Monkeypatching torch, sys or builtins (e.g. the device-wide sync the worker replies after) and importing
+    the harness are `patching` findings; an attribute of the candidate's own objects is not."""
+    found = {(f.rule, f.line) for f in pregate.scan_source("model_under_test/x.py", PATCHES)}
+    assert {("patching", 4), ("patching", 5), ("patching", 6), ("patching", 7)} <= found
+    assert ("patching", 10) not in found and ("patching", 8) not in found  # a subscript write, a module's field
+
+
 def test_the_pregate_records_unparsable_files() -> None:
     assert [f.rule for f in pregate.scan_source("m.py", "def (:\n")] == ["syntax"]
 

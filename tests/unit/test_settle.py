@@ -29,9 +29,10 @@ def fake_torch(events: Events, initialised: bool = True, devices: int = 2) -> Si
         current[0] = index
         yield
 
+    sync = lambda: events.append(("synchronize", current[0]))  # noqa: E731
     cuda = SimpleNamespace(is_initialized=lambda: initialised, device_count=lambda: devices, device=device,
-                           synchronize=lambda: events.append(("synchronize", current[0])))
-    return SimpleNamespace(cuda=cuda)
+                           synchronize=sync)
+    return SimpleNamespace(cuda=cuda, _C=SimpleNamespace(_cuda_synchronize=sync))
 
 
 def worker(events: Events, torch: SimpleNamespace, fail: bool = False) -> SimpleNamespace:
@@ -42,7 +43,7 @@ def worker(events: Events, torch: SimpleNamespace, fail: bool = False) -> Simple
         return {"outputs": []}
 
     noop = lambda **_: {}  # noqa: E731
-    return SimpleNamespace(torch=torch, build=noop, generate=generate, activation_dtypes=noop, profile=noop,
+    return SimpleNamespace(torch=torch, settle=server.DeviceSync(torch), build=noop, generate=generate, activation_dtypes=noop, profile=noop,
                            flops=noop, peak=noop)
 
 
@@ -65,3 +66,17 @@ def test_a_worker_that_never_touched_the_gpu_is_not_synchronised() -> None:
     events = Events()
     server.serve(worker(events, fake_torch(events, initialised=False)), events, io.StringIO('{"op": "generate"}\n'))
     assert [e[0] for e in events] == ["generate", "reply"]
+
+
+def test_a_candidate_that_patches_the_sync_after_the_worker_started_changes_nothing() -> None:
+    """The sync is bound before the candidate is imported: replacing torch.cuda.synchronize, the native
+    function behind it and torch.cuda.is_initialized later still leaves every GPU synchronised."""
+    events = Events()
+    torch = fake_torch(events)
+    side = worker(events, torch)
+    server.serve(side, events, io.StringIO('{"op": "build"}\n'))  # CUDA seen initialised once
+    torch.cuda.synchronize = torch._C._cuda_synchronize = lambda: events.append(("patched", None))
+    torch.cuda.is_initialized = lambda: False
+    events.clear()
+    server.serve(side, events, io.StringIO('{"op": "generate"}\n'))
+    assert [e[0] for e in events] == ["generate", "synchronize", "synchronize", "reply"]

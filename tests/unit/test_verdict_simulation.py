@@ -78,18 +78,21 @@ def test_where_the_machine_is_quiet_small_wins_are_kept() -> None:
 
 
 def test_where_the_machine_is_noisy_large_wins_are_kept() -> None:
-    """Eager H200 (fast/slow switching): 10% wins kept >= 99% on the shipped GPU design; the concurrent
-    design also keeps 5% wins >= 80% (the shipped one keeps about 75-80%, docs/perf-harness.md)."""
+    """Eager H200 (fast/slow switching): 10% wins kept >= 99% and 5% wins >= 80% on the shipped GPU design
+    (12 segments at most since wave 7; with 8 it kept 5% wins 73-81%, docs/perf-harness.md)."""
     regs, designs = setting()
     assert keep_rate(regs["eager-h200"], designs["gpu"], 2.5, 10.0, 300, seed=7) >= 0.97
+    assert keep_rate(regs["eager-h200"], designs["gpu"], 2.5, 5.0, 300, seed=14) >= 0.80
     assert keep_rate(regs["eager-h200"], CONCURRENT, 2.5, 5.0, 200, seed=8) >= 0.80
 
 
 def test_the_harness_graphed_best_keeps_small_wins_with_its_calibrated_bound() -> None:
     """The H200's graphed best as the harness measures it (5% per-round noise, not the probe's 0.1%): with the
-    bound of its calibration (1.67%) the shipped design keeps 3% wins about 92% of the time and 5% wins always
-    (docs/perf-harness.md); issue 20's 95% for 3% is met only by the concurrent design there."""
+    bound of its calibration (1.67%) the shipped design keeps 3% wins >= 95% and 2.5% wins >= 80% (issue 20's
+    bar; with 8 segments at most it kept 3% wins 92%, docs/design-notes.md note 55), and 5% wins always."""
     regs, designs = setting()
-    assert keep_rate(regs["graph-h200"], designs["gpu"], 1.67, 3.0, 400, seed=11) >= 0.85
+    assert designs["gpu"].max_segments == 12
+    assert keep_rate(regs["graph-h200"], designs["gpu"], 1.67, 3.0, 400, seed=11) >= 0.95
+    assert keep_rate(regs["graph-h200"], designs["gpu"], 1.67, 2.5, 400, seed=15) >= 0.80
     assert keep_rate(regs["graph-h200"], designs["gpu"], 1.67, 5.0, 300, seed=12) >= 0.99
     assert keep_rate(regs["graph-h200"], CONCURRENT, 1.67, 3.0, 300, seed=13) >= 0.95
