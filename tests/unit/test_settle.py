@@ -43,8 +43,8 @@ def worker(events: Events, torch: SimpleNamespace, fail: bool = False) -> Simple
         return {"outputs": []}
 
     noop = lambda **_: {}  # noqa: E731
-    return SimpleNamespace(torch=torch, settle=server.DeviceSync(torch), build=noop, generate=generate, activation_dtypes=noop, profile=noop,
-                           flops=noop, peak=noop)
+    return SimpleNamespace(torch=torch, settle=server.DeviceSync(torch), build=noop, generate=generate,
+                           activation_dtypes=noop, profile=noop, flops=noop, peak=noop)
 
 
 def test_every_gpu_is_synchronised_after_the_request_and_before_the_reply() -> None:
