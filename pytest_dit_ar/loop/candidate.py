@@ -83,7 +83,8 @@ class CandidateWorkers:
         worker = self.launcher.worker(SIDE_NAMES["cand"], self.candidate_root,
                                       self.run.worker_log(SIDE_NAMES["cand"], "quality")).spawn()
         best = self._spawn_best()
-        self._spawn_forks()
+        if self.session.lane.is_cuda:
+            self._spawn_forks()  # a GPU host's spare cores take their imports beside the candidate's start
         try:
             return self._quality_run(worker, best, cases, clock, live)
         except CandidateCrash:
@@ -102,6 +103,8 @@ class CandidateWorkers:
         with ThreadPoolExecutor(1) as pool:
             best_boot = pool.submit(boot, best, self.spec(self.best_root)) if best else None
             worker.handshake()
+            if self.forks is None:  # a CPU lane: after the candidate's start, which they would slow (note 55)
+                self._spawn_forks()
             t_build = time.perf_counter()
             build = worker.request("build", spec=self.spec(self.candidate_root))
             build_s = time.perf_counter() - t_build  # the harness's clock, not the worker's figure
