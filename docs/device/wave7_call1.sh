@@ -10,7 +10,8 @@
 #    deadline: real no-op decisions against a graphed best.
 # Results: $OUT/session.txt (the whole log), $OUT/summary.txt / summary.json (docs/device/wave4_summary.py),
 # $OUT/w7.tgz (ledger, every experiment.json / perf.json, noise.json, status), $OUT/env.txt.
-# Knobs: TOTAL_S (default 560), SLEEP_S (default 0.0025), NOOPS (default 8), ATTACKS=0 skips step 1,
+# Knobs: TOTAL_S (default 560), SLEEP_S (default 0.0025; 0: no sleep, no win experiment: the session is the
+# graphed best and its no-ops), NOOPS (default 8), ATTACKS=0 skips step 1,
 # LANE / STEPS / PATCHES (default dit-xl2-256 / 8 / "01 04 07 06"); DEVICE=cpu rehearses the flow here (the
 # embedded-cpu lane, no patches).
 set -u
@@ -53,8 +54,11 @@ json.dump(cfg, open(path, "w"), indent=2)
 PY
 for nn in $patches; do git apply "$(ls "$src"/examples/h200-session/patches/"$nn"-*.patch)" || exit 2; done
 cp model_under_test/__init__.py "$scratch/init-unslowed.py"
-python3 -c "from pytest_dit_ar.loop.patching import sleep_patch; print(sleep_patch(${SLEEP_S:-0.0025}, 'slow'))" \
-  >> model_under_test/__init__.py
+slow() { [ "${SLEEP_S:-0.0025}" != 0 ]; }
+if slow; then
+  python3 -c "from pytest_dit_ar.loop.patching import sleep_patch; print(sleep_patch(${SLEEP_S:-0.0025}, 'slow'))" \
+    >> model_under_test/__init__.py
+fi
 git add -A && git commit -qm "wave 7: $lane${patches:+ with patches $patches}, slowed by ${SLEEP_S:-0.0025} s a generate"
 { dit doctor; dit init --tag w7 --lane "$lane" && dit baseline ${UNSANDBOXED:+--unsandboxed}; } >> "$log" 2>&1
 echo "baseline: exit $? after $(( $(date +%s) - start )) s" >> "$OUT/env.txt"
@@ -67,8 +71,10 @@ judge() {  # judge CLASS DESCRIPTION: commit what the caller changed and run one
   echo "wall $(( $(date +%s) - t0 )) s"
 }
 if [ -f .autoresearch/results.tsv ]; then
-  cp "$scratch/init-unslowed.py" model_under_test/__init__.py
-  judge exact "remove the ${SLEEP_S:-0.0025} s sleep per generate (a true exact win)" >> "$log" 2>&1
+  if slow; then
+    cp "$scratch/init-unslowed.py" model_under_test/__init__.py
+    judge exact "remove the ${SLEEP_S:-0.0025} s sleep per generate (a true exact win)" >> "$log" 2>&1
+  fi
   n=0
   while [ "$n" -lt "${NOOPS:-8}" ]; do
     echo "# no-op $((n + 1))" >> model_under_test/__init__.py

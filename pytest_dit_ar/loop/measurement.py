@@ -304,11 +304,16 @@ class SegmentRun:
     def draw(self) -> list[list[Any]]:
         return [[self.rng.choice(self.prompts), self.rng.randrange(2**31)] for _ in range(self.batch)]
 
-    def warm_up(self, warmup: int | WarmupRule) -> None:
+    def warm_up(self, warmup: int | WarmupRule, together: bool = False) -> None:
         """Each side until its own round time is steady (perf_suite.warmup; a count is a fixed rule), on the
-        same requests for both."""
+        same requests for both. `together`: the first warm-up generate of both sides runs at once (a fresh
+        compiled worker's first generate loads its kernels and captures its graphs: 6-7 s a side on the
+        H200, two thirds of a graphed verdict's wall time when the sides took turns); nothing is timed
+        for the verdict then, and the steadiness rule needs later rounds, which take turns as before."""
         rule = _as_rule(warmup)
-        state = {side: rule.state([]) for side in SIDES}
+        if together and rule.max_rounds > 0:
+            self._first_together()
+        state = {side: rule.state(self.warm[side]) for side in SIDES}
         while any(v == "warming" for v in state.values()):
             reqs = self.draw()
             for side in SIDES:
@@ -316,6 +321,18 @@ class SegmentRun:
                     self.warm[side].append(timed(self.pair, side, reqs, self.resolution, self.watch)[0].seconds)
                     state[side] = rule.state(self.warm[side])
         self.warmup_state = state
+
+    def _first_together(self) -> None:
+        reqs = self.draw()
+        workers = {side: self.pair.worker(side) for side in SIDES}
+        try:
+            with ThreadPoolExecutor(len(SIDES)) as pool:
+                runs = {side: pool.submit(w.generate, reqs, resolution=self.resolution) for side, w in workers.items()}
+                for side in SIDES:
+                    self.warm[side].append(runs[side].result().seconds)
+        finally:
+            for w in workers.values():
+                w.freeze()
 
     def play_round(self) -> None:
         done = len(self.orders)
@@ -357,14 +374,15 @@ class SegmentRun:
 def run_segment(pair: Pair, index: int, prompts: tuple[str, ...], batch: int, rounds: int,
                 warmup: int | WarmupRule, rng: random.Random, on_round: RoundCallback | None = None,
                 resolution: int | None = None, check: RoundCheck | None = None,
-                watch: GpuWatch | None = None) -> SegmentRecord:
-    """Warm up both sides (each until steady: perf_suite.warmup), then time `rounds` paired rounds in balanced
-    orders with fresh seeds (SegmentRun). On CUDA lanes the harness samples both sides' device memory (NVML)."""
+                watch: GpuWatch | None = None, warm_together: bool = False) -> SegmentRecord:
+    """Warm up both sides (each until steady: perf_suite.warmup; a fresh pair's first generates at once when
+    `warm_together`), then time `rounds` paired rounds in balanced orders with fresh seeds (SegmentRun). On
+    CUDA lanes the harness samples both sides' device memory (NVML)."""
     run = SegmentRun(pair, index, prompts, batch, rng, resolution, check, watch)
     run.sampler = _sampler({side: pair.worker(side) for side in SIDES})
     try:
         pair.freeze()
-        run.warm_up(warmup)
+        run.warm_up(warmup, together=warm_together and pair.fresh)
         for done in range(rounds):
             run.play_round()
             if on_round:
@@ -794,7 +812,7 @@ def measure(plan: MeasurementPlan, launcher: WorkerLauncher, first_pair: Pair | 
             source.spawn_ahead(index + 1)
             t_seg = time.perf_counter()
             seg = run_segment(pair, index, plan.prompts, plan.batch, p.rounds, plan.warmup_rule(), rng, on_round,
-                              plan.resolution, plan.check, watch)
+                              plan.resolution, plan.check, watch, warm_together=plan.is_cuda)
             for side in SIDES:
                 seen = seg.peak_memory_mb(side) if plan.is_cuda else None
                 if seen:

@@ -4,6 +4,7 @@ and a clear refusal when one worker cannot fit (no processes: the workers are fa
 from __future__ import annotations
 
 import random
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -98,6 +99,34 @@ def test_each_side_warms_up_until_its_own_round_time_is_steady(tmp_path: Path) -
     assert seg.warmup_s["best"] == [1.0, 1.0] and seg.warmup_state["best"] == "steady"
     assert seg.cand_s == [0.5] * 4
     assert pair.cand.started == [pytest.approx(11.0)]  # recorded as this tree's start-up
+
+
+class MeetingWorker(FakeWorker):
+    """Its first generate waits (at most 5 s) until the other side's first generate runs too."""
+
+    def __init__(self, side: str, times: list[float], barrier: threading.Barrier):
+        super().__init__(side, times)
+        self.barrier = barrier
+
+    def generate(self, requests: list, resolution: int | None = None) -> Generated:
+        if self.calls == 0:
+            self.barrier.wait()  # BrokenBarrierError when the sides took turns
+        return super().generate(requests, resolution)
+
+
+def test_a_fresh_pairs_first_warm_up_generates_run_at_once_on_gpu_lanes(tmp_path: Path) -> None:
+    """On CUDA lanes a fresh pair's first generates (kernel loading, graph capture) run at the same time; the
+    later warm-up rounds and every timed round still take turns, and the first times count as warm-up."""
+    barrier = threading.Barrier(2, timeout=5)
+    pair = m.Pair(MeetingWorker("cand", [9.0, 0.5, 0.5, 0.5], barrier).spawn(),
+                  MeetingWorker("best", [8.0, 1.0, 1.0], barrier).spawn())
+    seg = m.run_segment(pair, 0, ("a",), 1, 4, plan(tmp_path).warmup_rule(), random.Random(1), warm_together=True)
+    assert seg.warmup_s["cand"] == [9.0, 0.5, 0.5] and seg.warmup_s["best"] == [8.0, 1.0, 1.0]
+    assert seg.cand_s == [0.5] * 4 and seg.best_s == [1.0] * 4
+    with pytest.raises(threading.BrokenBarrierError):  # without it the sides take turns from the first generate
+        lone = threading.Barrier(2, timeout=0.2)
+        m.run_segment(m.Pair(MeetingWorker("cand", [1.0], lone).spawn(), MeetingWorker("best", [1.0], lone).spawn()),
+                      0, ("a",), 1, 1, 1, random.Random(1))
 
 
 def test_a_fixed_count_still_means_exactly_that_many_rounds(tmp_path: Path) -> None:
