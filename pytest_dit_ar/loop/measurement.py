@@ -112,6 +112,15 @@ class SegmentRecord:
     live_peak_mb: float | None = None  # device memory of all live workers together, sampled (NVML)
     spawn_s: float = 0.0  # alternate layout: starting its workers' processes (to their hello), both sides
     close_s: float = 0.0  # alternate layout: closing them (the card's memory given back)
+    together_s: float = 0.0  # wall time of the first warm-up generates run at once (GPU lanes), else 0
+
+    @property
+    def warmup_wall_s(self) -> float:
+        """The warm-up's wall time: both sides' rounds, the first generates run at once counted once."""
+        total = sum(self.warmup_s["cand"]) + sum(self.warmup_s["best"])
+        if self.together_s and self.warmup_s["cand"] and self.warmup_s["best"]:
+            total -= self.warmup_s["cand"][0] + self.warmup_s["best"][0] - self.together_s
+        return total
 
     def as_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if k not in ("look", "rounds")}
@@ -300,19 +309,23 @@ class SegmentRun:
         self.memory: dict[str, dict[str, Any]] = {"cand": {}, "best": {}}
         self.warmup_state: dict[str, str] = {}
         self.sampler: MemorySampler | None = None
+        self.together_s = 0.0
 
     def draw(self) -> list[list[Any]]:
         return [[self.rng.choice(self.prompts), self.rng.randrange(2**31)] for _ in range(self.batch)]
 
-    def warm_up(self, warmup: int | WarmupRule, together: bool = False) -> None:
+    def warm_up(self, warmup: int | WarmupRule, together: dict[str, tuple[int, ...]] | None = None,
+                cores: tuple[int, ...] | None = None) -> None:
         """Each side until its own round time is steady (perf_suite.warmup; a count is a fixed rule), on the
-        same requests for both. `together`: the first warm-up generate of both sides runs at once (a fresh
-        compiled worker's first generate loads its kernels and captures its graphs: 6-7 s a side on the
-        H200, two thirds of a graphed verdict's wall time when the sides took turns); nothing is timed
-        for the verdict then, and the steadiness rule needs later rounds, which take turns as before."""
+        same requests for both. `together` (per side, cores of its own): the first warm-up generate of both
+        sides runs at once, each side pinned to its own spare cores, then both go back to the timed `cores` (a
+        fresh compiled worker's first generate loads its kernels and captures its graphs: 6-8 s a side on
+        the H200, half of a graphed verdict's wall time when the sides took turns; on one shared core at once
+        it took as long as in turns). Nothing is timed for the verdict then; the steadiness rule needs later
+        rounds, which take turns as before."""
         rule = _as_rule(warmup)
         if together and rule.max_rounds > 0:
-            self._first_together()
+            self._first_together(together, cores)
         state = {side: rule.state(self.warm[side]) for side in SIDES}
         while any(v == "warming" for v in state.values()):
             reqs = self.draw()
@@ -322,17 +335,22 @@ class SegmentRun:
                     state[side] = rule.state(self.warm[side])
         self.warmup_state = state
 
-    def _first_together(self) -> None:
+    def _first_together(self, own: dict[str, tuple[int, ...]], cores: tuple[int, ...] | None) -> None:
         reqs = self.draw()
         workers = {side: self.pair.worker(side) for side in SIDES}
+        for side, w in workers.items():
+            w.pin(list(own[side]))
+        start = time.perf_counter()
         try:
             with ThreadPoolExecutor(len(SIDES)) as pool:
                 runs = {side: pool.submit(w.generate, reqs, resolution=self.resolution) for side, w in workers.items()}
                 for side in SIDES:
                     self.warm[side].append(runs[side].result().seconds)
+            self.together_s = time.perf_counter() - start
         finally:
             for w in workers.values():
                 w.freeze()
+                w.pin(list(cores) if cores else sorted(os.sched_getaffinity(0)))
 
     def play_round(self) -> None:
         done = len(self.orders)
@@ -368,21 +386,22 @@ class SegmentRun:
                              problems[:20], fresh=pair.fresh, rounds=list(self.records), ready_s=pair.ready_s(),
                              forked=pair.forked, warmup_state=dict(self.warmup_state),
                              warm_cache={side: getattr(pair.worker(side), "cache_warm", None) for side in SIDES},
-                             live_peak_mb=s.peak_sum_mb if s else None)
+                             live_peak_mb=s.peak_sum_mb if s else None, together_s=self.together_s)
 
 
 def run_segment(pair: Pair, index: int, prompts: tuple[str, ...], batch: int, rounds: int,
                 warmup: int | WarmupRule, rng: random.Random, on_round: RoundCallback | None = None,
                 resolution: int | None = None, check: RoundCheck | None = None,
-                watch: GpuWatch | None = None, warm_together: bool = False) -> SegmentRecord:
-    """Warm up both sides (each until steady: perf_suite.warmup; a fresh pair's first generates at once when
-    `warm_together`), then time `rounds` paired rounds in balanced orders with fresh seeds (SegmentRun). On
-    CUDA lanes the harness samples both sides' device memory (NVML)."""
+                watch: GpuWatch | None = None, warm_cores: dict[str, tuple[int, ...]] | None = None,
+                cores: tuple[int, ...] | None = None) -> SegmentRecord:
+    """Warm up both sides (each until steady: perf_suite.warmup; a fresh pair's first generates at once, each
+    side on its own `warm_cores`, when given), then time `rounds` paired rounds on `cores` in balanced orders
+    with fresh seeds (SegmentRun). On CUDA lanes the harness samples both sides' device memory (NVML)."""
     run = SegmentRun(pair, index, prompts, batch, rng, resolution, check, watch)
     run.sampler = _sampler({side: pair.worker(side) for side in SIDES})
     try:
         pair.freeze()
-        run.warm_up(warmup, together=warm_together and pair.fresh)
+        run.warm_up(warmup, together=warm_cores if pair.fresh else None, cores=cores)
         for done in range(rounds):
             run.play_round()
             if on_round:
@@ -428,7 +447,7 @@ def _count_alternating(seconds: dict[str, float], seg: SegmentRecord, wall_s: fl
     startup, their close as teardown, warm-up and timed rounds, and the rest (reading and checking the
     outputs, the memory sampler) as round checks, as a pair's segment counts them."""
     parts = {"startup": seg.spawn_s + sum(seg.build_s.values()), "teardown": seg.close_s,
-             "warmup": sum(seg.warmup_s["cand"]) + sum(seg.warmup_s["best"]),
+             "warmup": seg.warmup_wall_s,
              "timed": sum(seg.cand_s) + sum(seg.best_s)}
     parts["round_checks"] = max(0.0, wall_s - sum(parts.values()))
     for phase, spent in parts.items():
@@ -526,6 +545,16 @@ def spare_cores(timed: tuple[int, ...] | None) -> tuple[int, ...] | None:
         return None
     spare = tuple(sorted(set(os.sched_getaffinity(0)) - set(timed)))
     return spare or None
+
+
+def warm_cores(timed: tuple[int, ...] | None, is_cuda: bool) -> dict[str, tuple[int, ...]] | None:
+    """Cores of its own for each side's first warm-up generate (GPU lanes with two spare cores or more: the
+    spare cores split in halves), or None (the sides take turns from the first generate on)."""
+    spare = spare_cores(timed) if is_cuda else None
+    if not spare or len(spare) < 2:
+        return None
+    half = len(spare) // 2
+    return {"cand": spare[:half], "best": spare[half:]}
 
 
 def gpu_watch(pair: Pair, is_cuda: bool) -> GpuWatch:
@@ -812,7 +841,8 @@ def measure(plan: MeasurementPlan, launcher: WorkerLauncher, first_pair: Pair | 
             source.spawn_ahead(index + 1)
             t_seg = time.perf_counter()
             seg = run_segment(pair, index, plan.prompts, plan.batch, p.rounds, plan.warmup_rule(), rng, on_round,
-                              plan.resolution, plan.check, watch, warm_together=plan.is_cuda)
+                              plan.resolution, plan.check, watch, warm_cores=warm_cores(cores, plan.is_cuda),
+                              cores=cores)
             for side in SIDES:
                 seen = seg.peak_memory_mb(side) if plan.is_cuda else None
                 if seen:
@@ -823,11 +853,11 @@ def measure(plan: MeasurementPlan, launcher: WorkerLauncher, first_pair: Pair | 
             t_close = time.perf_counter()
             # between the round trips: reading, hashing and checking the outputs, freezing, the GPU watch
             seconds["round_checks"] = seconds.get("round_checks", 0.0) + (t_close - t_seg) - sum(
-                seg.warmup_s["cand"] + seg.warmup_s["best"] + seg.cand_s + seg.best_s)
+                seg.cand_s + seg.best_s) - seg.warmup_wall_s
             pair.close()
             pair = None
             seconds["teardown"] = seconds.get("teardown", 0.0) + time.perf_counter() - t_close
-            seconds["warmup"] += sum(seg.warmup_s["cand"]) + sum(seg.warmup_s["best"])
+            seconds["warmup"] += seg.warmup_wall_s
             seconds["timed"] += sum(seg.cand_s) + sum(seg.best_s)
             seg.look = test.add(seg.cand_s, seg.best_s)
             segments.append(seg)

@@ -120,9 +120,12 @@ def test_a_fresh_pairs_first_warm_up_generates_run_at_once_on_gpu_lanes(tmp_path
     barrier = threading.Barrier(2, timeout=5)
     pair = m.Pair(MeetingWorker("cand", [9.0, 0.5, 0.5, 0.5], barrier).spawn(),
                   MeetingWorker("best", [8.0, 1.0, 1.0], barrier).spawn())
-    seg = m.run_segment(pair, 0, ("a",), 1, 4, plan(tmp_path).warmup_rule(), random.Random(1), warm_together=True)
+    own = {"cand": (0,), "best": (1,)}
+    seg = m.run_segment(pair, 0, ("a",), 1, 4, plan(tmp_path).warmup_rule(), random.Random(1), warm_cores=own)
     assert seg.warmup_s["cand"] == [9.0, 0.5, 0.5] and seg.warmup_s["best"] == [8.0, 1.0, 1.0]
     assert seg.cand_s == [0.5] * 4 and seg.best_s == [1.0] * 4
+    # the first generates ran at once: the warm-up's wall time counts them once (their real wall time here)
+    assert seg.together_s < 1.0 and seg.warmup_wall_s == pytest.approx(3.0 + seg.together_s)
     with pytest.raises(threading.BrokenBarrierError):  # without it the sides take turns from the first generate
         lone = threading.Barrier(2, timeout=0.2)
         m.run_segment(m.Pair(MeetingWorker("cand", [1.0], lone).spawn(), MeetingWorker("best", [1.0], lone).spawn()),
@@ -217,3 +220,11 @@ def test_one_side_at_a_time_takes_its_workers_from_the_fork_servers(tmp_path: Pa
                     forks=forks)  # type: ignore[arg-type]
     assert [s.layout for s in out.segments] == ["alternate", "alternate"] and all(s.forked for s in out.segments)
     assert forks.readied == 4 and FakeWorker.max_alive == 1  # one fork per side and segment, one alive at once
+
+
+def test_the_first_generates_get_halves_of_the_spare_cores_on_gpu_lanes_only(monkeypatch) -> None:
+    monkeypatch.setattr(m.os, "sched_getaffinity", lambda _: set(range(16)))
+    assert m.warm_cores((15,), True) == {"cand": tuple(range(7)), "best": tuple(range(7, 15))}
+    assert m.warm_cores((15,), False) is None and m.warm_cores(None, True) is None
+    monkeypatch.setattr(m.os, "sched_getaffinity", lambda _: {0, 1})
+    assert m.warm_cores((1,), True) is None  # one spare core: the sides take turns
