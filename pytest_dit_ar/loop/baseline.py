@@ -17,7 +17,7 @@ from dit_ar_contract.errors import Refused
 from dit_ar_contract.status import Status
 from perf_suite import profiling
 from perf_suite.busy import MachineLoad, busy_warning
-from quality_suite import task_metrics
+from quality_suite import metrics, task_metrics
 from quality_suite.artifacts import envelope_of, per_case_fidelity, save_case
 from quality_suite.corpora import Case, load_corpus
 
@@ -131,6 +131,7 @@ def _baseline(session: Session, out: Callable[[str], None], progress: bool, sand
     live = Live(sys.stdout, sys.stdout.isatty()) if progress else None  # beside the lines `out` prints
     if live is not None:
         live.phase("baseline: starting the worker")
+    metrics.prefetch()  # torchmetrics' import beside the worker's start, not before it
     with launcher.worker("baseline", session.root, RunPaths(run_dir).worker_log("baseline")) as worker:
         build = worker.request("build", spec=lane.workload(launcher.model_root(session.root), session.root))
         out(f"built {lane.preset} on {worker.device_name} in {build['build_s']:.1f} s")

@@ -16,6 +16,7 @@ from pathlib import Path
 from dit_ar_contract.config import WorkloadSpec
 from dit_ar_contract.errors import CandidateCrash, Refused
 from perf_suite.sequential import OffsetBound
+from quality_suite import metrics
 from quality_suite.audit import AuditEvidence
 from quality_suite.corpora import Case
 
@@ -83,6 +84,7 @@ class CandidateWorkers:
         worker = self.launcher.worker(SIDE_NAMES["cand"], self.candidate_root,
                                       self.run.worker_log(SIDE_NAMES["cand"], "quality")).spawn()
         best = self._spawn_best()
+        metrics.prefetch()  # torchmetrics' import while the workers start and the corpus runs, not before
         if self.session.lane.is_cuda:
             self._spawn_forks()  # a GPU host's spare cores take their imports beside the candidate's start
         try:

@@ -15,6 +15,7 @@ import pytest
 
 PROJECT = Path(__file__).resolve().parents[2]
 OURS = ("pytest_dit_ar", "quality_suite", "perf_suite", "dit_ar_contract", "model_under_test")
+_LOADED = __import__("torchmetrics.functional.image")
 HEAVY = {"torch", "torchvision", "torchmetrics", "scipy", "diffusers", "transformers", "open_clip", "matplotlib"}
 
 
@@ -93,3 +94,19 @@ def test_the_task_metric_checks_doctor_runs_import_no_torch(imported: set[str]) 
         for name in task_metrics.REGISTRY:
             task_metrics.problem(name, lane.quality, config.root)
     assert not imported & HEAVY, sorted(imported & HEAVY)
+
+
+def test_the_experiment_starts_without_importing_torchmetrics(imported: set[str]) -> None:
+    """`dit-ar experiment` imports the loop before its workers start; torchmetrics (about 4 s here) is imported
+    beside the quality run (`quality_suite.metrics.prefetch`), and on first use it is there. (torchmetrics itself
+    is loaded at this file's collection, `_LOADED`: its first import runs ldconfig, and the unit tier starts no
+    subprocess; the recording hook sees every import statement, cached module or not.)"""
+    import pytest_dit_ar.loop.experiment  # noqa: F401 - what the plugin imports when an experiment begins
+
+    assert "torchmetrics" not in imported
+    from quality_suite import metrics
+
+    metrics.prefetch().join(timeout=120)
+    assert "torchmetrics" in imported
+    img = __import__("torch").rand(3, 16, 16)
+    assert metrics.fidelity(img, img, img[:1], img[:1])["psnr_db"] == float("inf")
