@@ -104,9 +104,10 @@ class WorkerHandle:
         return self.proc.pid if self.proc else -1
 
     def processes(self) -> list[int]:
-        """Host PIDs of everything the worker runs: its whole sandbox, or just its process."""
+        """Host PIDs of everything the worker runs: its whole sandbox (zombies left out: they run nothing), or
+        just its process."""
         if self.namespace is not None:
-            return self.namespace.pids()
+            return self._running(self.namespace.pids())
         return [self.pid] if self.proc is not None and self.proc.poll() is None else []
 
     @property
