@@ -15,18 +15,7 @@
 # LANE / STEPS / PATCHES (default dit-xl2-256 / 8 / "01 04 07 06"); DEVICE=cpu rehearses the flow here on the
 # CPU (the embedded-cpu lane, no patches, a short deadline).
 set -u
-if [ "${DEVICE:-cuda}" = cpu ]; then
-  start=$(date +%s); OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"; export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
-  lane="${LANE:-embedded-cpu}"; patches="${PATCHES:-}"; steps="${STEPS:-}"
-else
-  . docs/device/h200_env.sh  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED
-  lane="${LANE:-dit-xl2-256}"; patches="${PATCHES-01 04 07 06}"; steps="${STEPS:-8}"
-  # the zygote's prelude must leave CUDA alone with the compile stack imported (as wave5_ladder.sh checks)
-  PYTORCH_NVML_BASED_CUDA_CHECK=1 python3 -c "import torch, torch._dynamo, torch._inductor.compile_fx, sys; \
-sys.exit(torch.cuda.is_initialized())" >> "$OUT/env.txt" 2>&1 || {
-    echo "compile stack initialises CUDA here: preloading it is switched off for this run" >> "$OUT/env.txt"
-    sed -i 's/^COMPILE_PRELOAD = .*/COMPILE_PRELOAD: tuple = ()/' pytest_dit_ar/worker/zygote.py; }
-fi
+. docs/device/lane_env.sh  # start, OUT, lane, patches, steps (DEVICE=cpu: a CPU rehearsal)
 src="$PWD"; D="$OUT/calibrate"; mkdir -p "$D"
 if command -v nvidia-smi >/dev/null 2>&1; then
   nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active \

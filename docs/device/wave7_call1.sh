@@ -16,17 +16,7 @@
 # embedded-cpu lane, no patches).
 set -u
 total="${TOTAL_S:-560}"
-if [ "${DEVICE:-cuda}" = cpu ]; then
-  start=$(date +%s); OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"; export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
-  lane="${LANE:-embedded-cpu}"; patches="${PATCHES:-}"; steps="${STEPS:-}"
-else
-  . docs/device/h200_env.sh  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED
-  lane="${LANE:-dit-xl2-256}"; patches="${PATCHES-01 04 07 06}"; steps="${STEPS:-8}"
-  PYTORCH_NVML_BASED_CUDA_CHECK=1 python3 -c "import torch, torch._dynamo, torch._inductor.compile_fx, sys; \
-sys.exit(torch.cuda.is_initialized())" >> "$OUT/env.txt" 2>&1 || {
-    echo "compile stack initialises CUDA here: preloading it is switched off for this run" >> "$OUT/env.txt"
-    sed -i 's/^COMPILE_PRELOAD = .*/COMPILE_PRELOAD: tuple = ()/' pytest_dit_ar/worker/zygote.py; }
-fi
+. docs/device/lane_env.sh  # start, OUT, lane, patches, steps (DEVICE=cpu: a CPU rehearsal)
 left() { echo $(( total - ($(date +%s) - start) )); }
 src="$PWD"; log="$OUT/session.txt"; scratch=/tmp/w7; project="$scratch/project"
 dit() { python3 -m pytest_dit_ar.cli --config config/autoresearch.json "$@"; }
