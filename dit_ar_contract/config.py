@@ -66,6 +66,9 @@ class PerfProtocol:
     spending_gamma: float = 1.0
     futility_z: float = 2.0
     futility_target_pct: float = 2.0  # "not faster" when the optimistic bound is below this
+    futility_power: float = 0.05  # "not faster" when a keep at the last look is less likely than this under
+    # the current estimate (conditional power; 0: off)
+    futility_from: float = 0.3  # ... from this information fraction on (rounds so far / rounds at the last look)
     pairs: int = 1
     first_look_rounds: int = 4
     look_every_rounds: int = 2
@@ -393,6 +396,10 @@ def _check_perf(r: _Reader, p: PerfProtocol, where: str) -> None:
               bound_min_df=p.bound_min_df, pairs=p.pairs, look_every_rounds=p.look_every_rounds)
     if not 0 < p.bound_confidence < 1:
         raise r.fail(f"{where}.bound_confidence", p.bound_confidence, "a confidence level in (0, 1)")
+    if not 0 <= p.futility_power < 1:
+        raise r.fail(f"{where}.futility_power", p.futility_power, "a probability in [0, 1) (0 turns the stop off)")
+    if not 0 <= p.futility_from <= 1:
+        raise r.fail(f"{where}.futility_from", p.futility_from, "an information fraction in [0, 1]")
     if p.pairs > 1 and not 4 <= p.first_look_rounds <= p.rounds:
         raise r.fail(f"{where}.first_look_rounds", p.first_look_rounds, f"4 to rounds ({p.rounds}) rounds per pair")
     if p.warmup_rounds < 0:

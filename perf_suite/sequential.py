@@ -34,8 +34,10 @@ Decision at each look of the schedule:
 * KEEP when a keep is allowed at this look, z <= -c_j (t-corrected) *and* the estimated improvement
   reaches `min_improvement_pct`;
 * DISCARD early ("not faster") when even the optimistic bound (estimate + `futility_z` t-corrected
-  standard errors) is below `futility_target_pct`; this stop is non-binding (the boundaries ignore it),
-  so it can only lower the false-keep rate;
+  standard errors) is below `futility_target_pct`, or, from information fraction `futility_from` on, when
+  the conditional power under the current estimate (the chance of a keep at the last look were the true
+  ratio the one estimated now) is below `futility_power`; both stops are non-binding (the boundaries
+  ignore them), so they can only lower the false-keep rate;
 * after the last look without either: DISCARD as inconclusive, with the estimate and its interval.
 
 Boundaries. Lan-DeMets alpha spending with the Hwang-Shih-DeCani family alpha(t) = alpha (1 - e^{-gamma t}) /
@@ -93,6 +95,8 @@ class Design:
     spending_gamma: float = _P.spending_gamma
     futility_z: float = _P.futility_z
     futility_target_pct: float = _P.futility_target_pct
+    futility_power: float = _P.futility_power
+    futility_from: float = _P.futility_from
     metric: str = "latency_ms"
     pairs: int = _P.pairs  # 1: successive fresh pairs (segments); m > 1: m concurrent pairs, rounds round-robin
     rounds: int = _P.rounds  # segments: rounds per pair; concurrent: rounds per pair at the last look
@@ -108,7 +112,8 @@ class Design:
         p = protocol
         top = max_segments or p.max_segments
         return cls(alpha=p.alpha, min_improvement_pct=p.min_improvement_pct, spending_gamma=p.spending_gamma,
-                   futility_z=p.futility_z, futility_target_pct=p.futility_target_pct, metric=metric,
+                   futility_z=p.futility_z, futility_target_pct=p.futility_target_pct,
+                   futility_power=p.futility_power, futility_from=p.futility_from, metric=metric,
                    pairs=p.pairs, rounds=p.rounds, min_segments=min(p.min_segments, top), max_segments=top,
                    first_look_rounds=min(p.first_look_rounds, p.rounds), look_every_rounds=p.look_every_rounds)
 
@@ -335,18 +340,53 @@ def _t_quantile(p: float | np.ndarray, df: float | np.ndarray) -> np.ndarray:
     return stdtrit(df, p)
 
 
-def decide(stats: LookStats, design: Design, z_boundary: float | None, last: bool) -> np.ndarray:
-    """Decision codes (KEEP, NOT_FASTER, INCONCLUSIVE, CONTINUE) for the experiments at one look."""
+def final_fraction(stats: LookStats, design: Design, look: int) -> np.ndarray:
+    """The information fraction t = SE(last look)^2 / SE(now)^2 the test has reached at look `look`, projected
+    from this look's variance parts: segments, k / K pairs; concurrent, (b + W r/R) / (b + W) (the
+    between-process part b does not shrink with rounds)."""
+    pts = design.schedule()
+    now, last = pts[look], pts[-1]
+    if not design.concurrent:
+        return np.full(len(stats.estimate), now.pairs / last.pairs)
+    return (stats.between + stats.within_var * now.rounds / last.rounds) / (stats.between + stats.within_var)
+
+
+def conditional_power(stats: LookStats, design: Design, look: int) -> np.ndarray:
+    """The chance of a keep at the last look if the true ratio were the one estimated now (stochastic
+    curtailment under the current trend: Jennison & Turnbull 2000, ch. 10): with Z' = -z and t the
+    information fraction, P = Phi((Z' / sqrt(t) - c_K) / sqrt(1 - t)), c_K the last look's nominal boundary
+    (the t-corrected one is larger, so this overstates the chance: the stop it drives is conservative)."""
+    zb = design.z_boundaries()
+    c_last = zb[max(zb)]
+    t = np.clip(final_fraction(stats, design, look), 1e-9, 1.0)
+    pts = design.schedule()
+    if pts[look].pairs * pts[look].rounds < design.futility_from * design.max_rounds:
+        return np.full(len(t), np.nan)  # too early for this stop (nan compares false)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        arg = (-stats.z / np.sqrt(t) - c_last) / np.sqrt(np.maximum(1.0 - t, 1e-12))
+    return np.where(t >= 1.0, np.nan, ndtr(arg))
+
+
+def decide(stats: LookStats, design: Design, z_boundary: float | None, last: bool,
+           look: int | None = None) -> np.ndarray:
+    """Decision codes (KEEP, NOT_FASTER, INCONCLUSIVE, CONTINUE) for the experiments at one look (`look`: its
+    index in the schedule, for the conditional-power stop; None: that stop is not used)."""
     gain = _improvement(stats.estimate, design.metric)
     keep = np.zeros(len(gain), bool)
     if z_boundary is not None:
         c = _t_quantile(ndtr(z_boundary), stats.df)
         keep = (stats.z <= -c) & (gain >= design.min_improvement_pct)
-    q = _t_quantile(ndtr(design.futility_z), stats.df)
-    optimistic = _improvement(stats.estimate - q * stats.se, design.metric)
-    notfaster = optimistic < design.futility_target_pct
+    notfaster = _optimistic(stats, design) < design.futility_target_pct
+    if design.futility_power > 0 and look is not None and not last:
+        notfaster |= conditional_power(stats, design, look) < design.futility_power
     out = np.where(keep, KEEP, np.where(notfaster, NOT_FASTER, INCONCLUSIVE if last else CONTINUE))
     return out
+
+
+def _optimistic(stats: LookStats, design: Design) -> np.ndarray:
+    """The improvement the estimate gives with `futility_z` (t-corrected) standard errors of luck."""
+    q = _t_quantile(ndtr(design.futility_z), stats.df)
+    return _improvement(stats.estimate - q * stats.se, design.metric)
 
 
 @dataclass(frozen=True)
@@ -373,7 +413,7 @@ def run_experiments(r: np.ndarray, design: Design, bound_sd: np.ndarray | float)
     whole = None if design.concurrent else pair_parts(r[:, :points[-1].pairs, :design.rounds])
     for j, p in enumerate(points):
         st = combine(whole.first(p.pairs) if whole else pair_parts(r[:, :p.pairs, :p.rounds]), bound_sd)
-        d = decide(st, design, zb.get(j), j == len(points) - 1)
+        d = decide(st, design, zb.get(j), j == len(points) - 1, j)
         new = (decision == CONTINUE) & (d != CONTINUE)
         decision[new], rounds[new], look[new] = d[new], p.pairs * p.rounds, j
         s2[new], W[new] = st.spread_var[new], st.within_var[new]
@@ -487,7 +527,7 @@ class SequentialTest:
         r = self.log_ratios()
         st = look_stats(r[None], self.bound.sd)
         nominal = d.z_boundaries().get(j)
-        code = int(decide(st, d, nominal, j == len(points) - 1)[0])
+        code = int(decide(st, d, nominal, j == len(points) - 1, j)[0])
         est, se, z, df = float(st.estimate[0]), float(st.se[0]), float(st.z[0]), float(st.df[0])
         c = float(_t_quantile(ndtr(nominal), df)) if nominal is not None else None
         level = c if c is not None else float(_t_quantile(1 - d.alpha, df))
@@ -501,10 +541,14 @@ class SequentialTest:
             reason = (f"faster: {interval} {where}, z={z:.2f} beyond the boundary -{c:.2f} "
                       f"(alpha {d.alpha:g} over all looks; offset bound {self.bound.pct:.2f}%, {self.bound.source})")
         elif code == NOT_FASTER:
-            q = float(_t_quantile(ndtr(d.futility_z), df))
-            optimistic = improvement_pct(est - q * se, d.metric)
-            reason = (f"not faster by {d.futility_target_pct:g}%: {interval} {where}; even {d.futility_z:g} "
-                      f"standard errors of luck give {optimistic:+.2f}%")
+            optimistic = float(_optimistic(st, d)[0])
+            if optimistic < d.futility_target_pct:
+                reason = (f"not faster by {d.futility_target_pct:g}%: {interval} {where}; even {d.futility_z:g} "
+                          f"standard errors of luck give {optimistic:+.2f}%")
+            else:
+                power = float(conditional_power(st, d, j)[0])
+                reason = (f"unlikely to be kept: {interval} {where}; were the true change {gain:+.2f}%, a keep by "
+                          f"the last look would have a {100 * power:.1f}% chance (below {100 * d.futility_power:g}%)")
         elif code == INCONCLUSIVE:
             reason = (f"inconclusive {where}: {interval}"
                       + (f"; needs z <= -{c:.2f}, got {z:.2f}" if gain >= d.min_improvement_pct else

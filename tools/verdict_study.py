@@ -78,9 +78,10 @@ def row(label: str, cells: list[str]) -> str:
 
 def table(regime: Regime, designs: dict[str, tuple[Design, float, Cost]], floor: float, cost_before: Cost, N: int,
           rng: np.random.Generator) -> list[str]:
-    out = [row("design (B)", [f"{e:g}%" if e else "no-op" for e in EFFECTS] + ["10% KEEP wall (median)"]),
-           row("---", ["---"] * (len(EFFECTS) + 1))]
-    cells, keep10 = [], ""
+    out = [row("design (B)", [f"{e:g}%" if e else "no-op" for e in EFFECTS]
+               + ["10% KEEP wall (median)", "no-op verdict wall (median)"]),
+           row("---", ["---"] * (len(EFFECTS) + 2))]
+    cells, keep10, noop = [], "", ""
     for e in EFFECTS:
         n = N * 4 if e == 0 else N
         d, used = before(regime.draw(rng, (n, 6, 8), e), floor)
@@ -88,10 +89,12 @@ def table(regime: Regime, designs: dict[str, tuple[Design, float, Cost]], floor:
         cells.append(f"{100 * kept.mean():.{2 if e == 0 else 1}f}% ({used.mean():.0f} r)")
         if e == 10.0 and kept.any():
             keep10 = f"{np.median(cost_before.wall(Design(rounds=8), used[kept])):.0f} s"
-    out.append(row(f"before: floor {floor:g}%, 8 rounds x 2..6", cells + [keep10]))
+        if e == 0:
+            noop = f"{np.median(cost_before.wall(Design(rounds=8), used)):.0f} s"
+    out.append(row(f"before: floor {floor:g}%, 8 rounds x 2..6", cells + [keep10, noop]))
     for label, (design, bound_pct, cost) in designs.items():
         last = design.schedule()[-1]
-        cells, keep10 = [], ""
+        cells, keep10, noop = [], "", ""
         for e in EFFECTS:
             n = N * 4 if e == 0 else N
             res = run_experiments(regime.draw(rng, (n, last.pairs, last.rounds), e), design,
@@ -100,7 +103,9 @@ def table(regime: Regime, designs: dict[str, tuple[Design, float, Cost]], floor:
             cells.append(f"{100 * kept.mean():.{2 if e == 0 else 1}f}% ({res.rounds.mean():.0f} r)")
             if e == 10.0 and kept.any():
                 keep10 = f"{np.median(cost.wall(design, res.rounds[kept])):.0f} s"
-        out.append(row(f"{label} (B {bound_pct:g}%)", cells + [keep10]))
+            if e == 0:
+                noop = f"{np.median(cost.wall(design, res.rounds)):.0f} s"
+        out.append(row(f"{label} (B {bound_pct:g}%)", cells + [keep10, noop]))
     return out
 
 

@@ -96,7 +96,7 @@ def test_a_slower_candidate_stops_after_one_segment() -> None:
 def test_an_unclear_small_effect_ends_inconclusive_with_its_interval() -> None:
     look = run(np.random.default_rng(5), 0.03, noise=0.30, offset_sd=0.02)
     assert look.decision in ("inconclusive", "not-faster", "keep")
-    noisy = SequentialTest(Design(max_segments=2, min_segments=2, futility_z=5.0, rounds=8), BOUND)
+    noisy = SequentialTest(Design(max_segments=2, min_segments=2, futility_z=5.0, futility_power=0.0, rounds=8), BOUND)
     rng = np.random.default_rng(6)
     noisy.add(*segment(rng, 0.03, noise=0.4))
     look = noisy.add(*segment(rng, 0.03, noise=0.4))
@@ -107,7 +107,7 @@ def test_an_unclear_small_effect_ends_inconclusive_with_its_interval() -> None:
 
 def test_process_offsets_larger_than_the_floor_widen_the_interval() -> None:
     rng = np.random.default_rng(7)
-    patient = Design(max_segments=6, rounds=8, futility_z=50.0)  # never stops for futility
+    patient = Design(max_segments=6, rounds=8, futility_z=50.0, futility_power=0.0)  # never stops for futility
     steady, offset = SequentialTest(patient, BOUND), SequentialTest(patient, BOUND)
     for _ in range(3):
         steady.add(*segment(rng, 0.0, noise=0.005, offset_sd=0.0))
@@ -214,3 +214,39 @@ def test_the_concurrent_interface_takes_every_pairs_rounds_so_far() -> None:
     with pytest.raises(ValueError, match="update"):
         fresh.add(cand[0], best[0])
     assert test.spread().pairs == 4
+
+
+def test_conditional_power_follows_the_brownian_formula_and_waits_for_its_fraction() -> None:
+    from perf_suite.sequential import LookStats, conditional_power
+
+    design = Design(max_segments=12, min_segments=2, rounds=16, futility_power=0.05, futility_from=0.3)
+    c_last = design.z_boundaries()[11]
+    one = np.ones(1)
+    stats = LookStats(-0.01 * one, 0.01 * one, -1.0 * one, 1e6 * one, one, one, one)  # z = -1 (faster)
+    t = 6 / 12
+    expected = float(norm_cdf((1.0 / math.sqrt(t) - c_last) / math.sqrt(1 - t)))
+    assert conditional_power(stats, design, 5)[0] == pytest.approx(expected)
+    assert math.isnan(conditional_power(stats, design, 2)[0])  # 3 of 12 pairs: before futility_from
+    assert math.isnan(conditional_power(stats, design, 11)[0])  # the last look decides by itself
+
+
+def norm_cdf(x: float) -> float:
+    return 0.5 * (1 + math.erf(x / math.sqrt(2)))
+
+
+def test_a_no_op_stops_as_unlikely_to_be_kept_long_before_the_last_pair() -> None:
+    rng = np.random.default_rng(21)
+    design = Design(max_segments=12, min_segments=2, rounds=16, futility_power=0.05, futility_from=0.3)
+    stops, off = [], Design(max_segments=12, min_segments=2, rounds=16, futility_power=0.0)
+    for _ in range(12):
+        test, patient = SequentialTest(design, BOUND), SequentialTest(off, BOUND)
+        while test.next_look() is not None or patient.next_look() is not None:
+            seg = segment(rng, 0.0, n=16, noise=0.15)
+            for t in (test, patient):
+                if t.next_look() is not None:
+                    t.add(*seg)
+        stops.append((test.current(), patient.current()))
+    assert all(a.decision != "keep" for a, _ in stops)
+    assert np.mean([a.segments for a, _ in stops]) < np.mean([b.segments for _, b in stops])
+    unlikely = [a for a, _ in stops if a.reason.startswith("unlikely to be kept")]
+    assert unlikely and all(a.segments >= 4 and "% chance (below 5%)" in a.reason for a in unlikely)

@@ -96,3 +96,17 @@ def test_the_harness_graphed_best_keeps_small_wins_with_its_calibrated_bound() -
     assert keep_rate(regs["graph-h200"], designs["gpu"], 1.67, 2.5, 400, seed=15) >= 0.80
     assert keep_rate(regs["graph-h200"], designs["gpu"], 1.67, 5.0, 300, seed=12) >= 0.99
     assert keep_rate(regs["graph-h200"], CONCURRENT, 1.67, 3.0, 300, seed=13) >= 0.95
+
+
+def test_an_eager_no_op_is_discarded_in_fewer_than_half_the_rounds_the_budget_allows() -> None:
+    """The conditional-power stop (perf_suite.sequential.conditional_power): eager H200 no-ops averaged 139-154
+    of 192 rounds without it (docs/perf-harness.md), above the issue's 120 s; with it they end early while
+    5% and 10% wins are still kept (the power asserts above use the same shipped design)."""
+    regs, designs = setting()
+    gpu = designs["gpu"]
+    assert gpu.futility_power > 0
+    last = gpu.schedule()[-1]
+    r = regs["eager-h200"].draw(np.random.default_rng(31), (800, last.pairs, last.rounds), 0.0)
+    res = run_experiments(r, gpu, math.log1p(2.5 / 100))
+    assert res.rounds.mean() <= 0.5 * gpu.max_rounds
+    assert np.mean(res.decision == KEEP) <= ALPHA
