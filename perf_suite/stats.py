@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy.stats import mannwhitneyu, wilcoxon
 
 
 @dataclass(frozen=True)
@@ -58,6 +57,8 @@ def decide_block(cand_s: list[float], best_s: list[float], *, metric: str, min_i
     lo, hi = bootstrap_median_ci(ratios, alpha, resamples)
     # Rounds are paired (same seeds, adjacent in time), so the paired test is the primary one: a burst
     # of noise that slows both sides of a round cancels in the ratio but not in an unpaired test.
+    from scipy.stats import mannwhitneyu, wilcoxon  # here: scipy.stats costs every harness ~1 s of import
+
     p = float(wilcoxon(np.log(ratios), alternative="less").pvalue) if np.any(ratios != 1.0) else 1.0
     mwu = float(mannwhitneyu(cand, best, alternative="less").pvalue)
     significant = p < alpha and hi < 1.0

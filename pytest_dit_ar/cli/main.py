@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from pathlib import Path
@@ -174,5 +175,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def entry() -> int:
+    """The console script and `python -m pytest_dit_ar.cli`: `main`, then a quick exit. After torch is imported
+    the interpreter's last garbage collections take 1.2-2 s (measured here: 1.41 s -> 0.24 s); `gc.freeze()`
+    moves what is alive into the permanent generation they skip. Everything else of the exit (atexit handlers,
+    flushing, thread joins) runs as usual. Not in `main`: tests call it in-process."""
+    code = main()
+    gc.freeze()
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

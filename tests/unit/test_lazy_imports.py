@@ -110,3 +110,15 @@ def test_the_experiment_starts_without_importing_torchmetrics(imported: set[str]
     assert "torchmetrics" in imported
     img = __import__("torch").rand(3, 16, 16)
     assert metrics.fidelity(img, img, img[:1], img[:1])["psnr_db"] == float("inf")
+
+
+def test_the_console_entry_runs_main_then_freezes_the_heap_for_a_quick_exit(monkeypatch) -> None:
+    import gc
+
+    from pytest_dit_ar.cli import main as cli
+
+    calls: list[str] = []
+    monkeypatch.setattr(cli, "main", lambda: calls.append("main") or 3)
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
+    assert cli.entry() == 3
+    assert calls == ["main", "freeze"]
