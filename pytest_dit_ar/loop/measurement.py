@@ -272,7 +272,7 @@ def timed(pair: Pair, side: str, requests: list[list[Any]], resolution: int | No
     lanes); the GPU's state is read right after."""
     watch = watch or NoGpu()
     other = pair.worker("best" if side == "cand" else "cand")
-    helpers = watch.helpers(set(other.processes()) - {other.pid})
+    helpers = watch.helpers(set(other.helpers()))
     waited, idle = watch.wait_idle(IDLE_WAIT_S) if helpers else (0.0, True)
     worker = pair.worker(side)
     worker.thaw()

@@ -110,6 +110,13 @@ class WorkerHandle:
             return self._running(self.namespace.pids())
         return [self.pid] if self.proc is not None and self.proc.poll() is None else []
 
+    def helpers(self) -> list[int]:
+        """What else runs beside the worker: its processes less the worker's own (an exec'd worker's sandbox
+        init and the worker under it; a forked worker's process). Host PIDs the harness reads itself."""
+        running = self.processes()
+        own = {self.pid} | (self.namespace.own_pids(running) if self.namespace is not None else set())
+        return [p for p in running if p not in own]
+
     @property
     def frozen(self) -> bool:
         return self.freezer.frozen

@@ -286,6 +286,15 @@ class Namespace:
                     continue
         return found
 
+    def own_pids(self, pids: list[int] | None = None) -> set[int]:
+        """The sandbox's init and the command bubblewrap started under it (PID 1 and 2 inside the namespace:
+        the kernel's `NSpid`, so nothing the sandboxed code does can claim either number while they live)."""
+        own = {self.init_pid}
+        for pid in self.pids() if pids is None else pids:
+            if _inner_pid(pid) in (1, 2):
+                own.add(pid)
+        return own
+
     def signal_all(self, sig: int) -> int:
         """Send `sig` to every process until a pass finds none it has not signalled (forks are caught)."""
         done: set[int] = set()
@@ -309,3 +318,15 @@ class Namespace:
 
     def kill(self) -> None:
         self.signal_all(signal.SIGKILL)
+
+
+def _inner_pid(pid: int) -> int | None:
+    """A process's PID in its innermost PID namespace (the last field of `NSpid` in /proc/PID/status)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError):
+        return None
+    return None

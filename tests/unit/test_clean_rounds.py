@@ -67,6 +67,9 @@ class FakeWorker:
     def processes(self) -> list[int]:
         return [self.pid, 101 if self.side == "cand" else 201]  # the worker and one helper
 
+    def helpers(self) -> list[int]:
+        return [p for p in self.processes() if p != self.pid]
+
     def gpu_memory_mb(self) -> None:
         return None
 
@@ -350,3 +353,4 @@ def test_concurrent_pairs_are_built_first_then_dealt_rounds_round_robin(monkeypa
 def test_fork_servers_per_side_default_two_on_cuda_one_on_cpu() -> None:
     assert PerfProtocol().fork_servers(is_cuda=True) == 2 and PerfProtocol().fork_servers(is_cuda=False) == 1
     assert replace(PerfProtocol(), fork_servers_per_side=3).fork_servers(is_cuda=False) == 3
+

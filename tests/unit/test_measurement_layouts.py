@@ -58,6 +58,7 @@ class FakeWorker:
     def thaw(self) -> None: ...
     def pin(self, cores: object) -> None: ...
     def processes(self) -> list[int]: return []
+    def helpers(self) -> list[int]: return []
     def peak_rss_mb(self) -> float: return 100.0
     def peak_host_mb(self) -> float: return 100.0
     def kernel_peak_mb(self) -> None: return None
