@@ -63,6 +63,7 @@ Interface for the measurement (loop.measurement):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
@@ -406,7 +407,15 @@ class Verdicts:
 def run_experiments(r: np.ndarray, design: Design, bound_sd: np.ndarray | float) -> Verdicts:
     """Decisions of the design on r: (N, pairs, rounds) log ratios in timing order (segments layout: (N,
     max_segments, rounds)), each experiment with its own B."""
-    N = r.shape[0]
+    points = design.schedule()
+    whole = None if design.concurrent else pair_parts(r[:, :points[-1].pairs, :design.rounds])
+    return judge_looks(r.shape[0], design, lambda p: combine(
+        whole.first(p.pairs) if whole else pair_parts(r[:, :p.pairs, :p.rounds]), bound_sd))
+
+
+def judge_looks(N: int, design: Design, stats_at: Callable[[LookPoint], LookStats]) -> Verdicts:
+    """The decisions of N experiments look by look, the statistic at each look from `stats_at` (the verdict's
+    own `combine`, or a simulation's oracle that knows the true variance)."""
     points = design.schedule()
     zb = design.z_boundaries()
     decision = np.full(N, CONTINUE)
@@ -414,9 +423,8 @@ def run_experiments(r: np.ndarray, design: Design, bound_sd: np.ndarray | float)
     look = np.zeros(N, int)
     s2 = np.full(N, np.nan)
     W = np.full(N, np.nan)
-    whole = None if design.concurrent else pair_parts(r[:, :points[-1].pairs, :design.rounds])
     for j, p in enumerate(points):
-        st = combine(whole.first(p.pairs) if whole else pair_parts(r[:, :p.pairs, :p.rounds]), bound_sd)
+        st = stats_at(p)
         d = decide(st, design, zb.get(j), j == len(points) - 1, j)
         new = (decision == CONTINUE) & (d != CONTINUE)
         decision[new], rounds[new], look[new] = d[new], p.pairs * p.rounds, j

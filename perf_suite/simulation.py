@@ -10,6 +10,9 @@ Models (each draws per-round log ratios log(candidate/best) of shape (N, pairs, 
 * `Gaussian`: per-side lognormal noise of a given per-round sd (a CUDA-graph replay: ~0.1% per round).
 Every regime adds a per-pair offset N(0, sigma_b^2) on top (the part that no round-level model has).
 
+The oracles (`run_oracle`, `fixed_sample_power`) are tests that knew the true variance of a pair's trimmed mean
+(`pair_variance`, by Monte Carlo on the regime): the bar the issue sets for the verdict's detection curve.
+
 The fast unit test (tests/unit/test_verdict_simulation.py) and the study script
 (tools/verdict_study.py, the tables of docs/perf-harness.md) both use this module.
 """
@@ -21,8 +24,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from scipy.special import ndtr, ndtri
 
-from .sequential import KEEP, Design, OffsetBound, PairSpread, pooled_bound, run_experiments, trimmed
+from .sequential import (
+    KEEP,
+    Design,
+    LookPoint,
+    LookStats,
+    OffsetBound,
+    PairSpread,
+    Verdicts,
+    judge_looks,
+    pair_parts,
+    pooled_bound,
+    run_experiments,
+    trimmed,
+)
 from .studies import StudyResults
 
 H200_STUDIES = ("h200/wave2/study-h200-1.json", "h200/wave3/study.json")
@@ -219,3 +236,34 @@ def simulate_session(regime: Regime, design: Design, prior: OffsetBound, effects
 def calibration_spread(regime: Regime, pairs: int, rounds: int, rng: np.random.Generator) -> PairSpread:
     """The spread an A/A calibration of `pairs` pairs x `rounds` rounds measures on the regime."""
     return PairSpread.of(regime.draw(rng, (1, pairs, rounds))[0])
+
+
+def pair_variance(regime: Regime, rounds: int, rng: np.random.Generator, n: int = 200_000) -> float:
+    """The true variance of one pair's 20%-trimmed mean log ratio on the regime, its per-pair offset
+    included (pairs are independent, so k pairs' mean has V / k): what an oracle test knows, by Monte Carlo."""
+    return float(trimmed(regime.draw(rng, (n, 1, rounds)))[0].var(ddof=1))
+
+
+def run_oracle(r: np.ndarray, design: Design, pair_var: float) -> Verdicts:
+    """The verdict's own rule (the same looks, boundaries, minimum gain and early stops, `judge_looks`) in a
+    test that knew the variance: SE^2 = V / k after k pairs and normal quantiles, nothing estimated. Segments
+    layout only (the shipped one)."""
+    if design.concurrent:
+        raise ValueError("the oracle replays the segments layout; the concurrent design has no pair variance")
+    N = r.shape[0]
+    whole = pair_parts(r[:, :design.schedule()[-1].pairs, :design.rounds])
+    nan = np.full(N, np.nan)
+
+    def known(p: LookPoint) -> LookStats:
+        est = whole.first(p.pairs).loc.mean(1)
+        se = np.full(N, math.sqrt(pair_var / p.pairs))
+        return LookStats(est, se, est / se, np.full(N, 1e7), nan, nan, nan)
+
+    return judge_looks(N, design, known)
+
+
+def fixed_sample_power(effect_pct: float, pair_var: float, pairs: float, alpha: float) -> float:
+    """The power of one z-test at level `alpha` after `pairs` pairs that knew the variance (no minimum gain,
+    no early stop): the most any test can detect with that many rounds."""
+    delta = -math.log1p(-effect_pct / 100.0)
+    return float(ndtr(delta / math.sqrt(pair_var / pairs) - ndtri(1.0 - alpha)))

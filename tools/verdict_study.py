@@ -1,5 +1,5 @@
 """The verdict's operating characteristics by simulation, side by side with the protocol shipped before issue 20
-(the tables of docs/perf-harness.md).
+(the tables of docs/perf-harness.md), with two oracles that knew the true variance (perf_suite.simulation).
 
 Noise regimes come from perf_suite.simulation (fitted to docs/data/h200 and docs/data/cpu, plus a CUDA-graph-quiet
 and a mixed regime); the new designs are judged by perf_suite.sequential.run_experiments, the code that judges
@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from dit_ar_contract.config import load_config  # noqa: E402
 from perf_suite.sequential import KEEP, Design, OffsetBound, boundaries, pair_parts, run_experiments  # noqa: E402
-from perf_suite.simulation import Regime, regimes, simulate_session  # noqa: E402
+from perf_suite.simulation import Regime, fixed_sample_power, pair_variance, regimes, run_oracle, simulate_session  # noqa: E402
 
 EFFECTS = (0.0, 2.5, 3.0, 5.0, 10.0)
 
@@ -92,6 +92,7 @@ def table(regime: Regime, designs: dict[str, tuple[Design, float, Cost]], floor:
         if e == 0:
             noop = f"{np.median(cost_before.wall(Design(rounds=8), used)):.0f} s"
     out.append(row(f"before: floor {floor:g}%, 8 rounds x 2..6", cells + [keep10, noop]))
+    shipped_rounds: dict[float, float] = {}
     for label, (design, bound_pct, cost) in designs.items():
         last = design.schedule()[-1]
         cells, keep10, noop = [], "", ""
@@ -101,12 +102,32 @@ def table(regime: Regime, designs: dict[str, tuple[Design, float, Cost]], floor:
                                   math.log1p(bound_pct / 100))
             kept = res.decision == KEEP
             cells.append(f"{100 * kept.mean():.{2 if e == 0 else 1}f}% ({res.rounds.mean():.0f} r)")
+            shipped_rounds.setdefault(e, res.rounds.mean())
             if e == 10.0 and kept.any():
                 keep10 = f"{np.median(cost.wall(design, res.rounds[kept])):.0f} s"
             if e == 0:
                 noop = f"{np.median(cost.wall(design, res.rounds)):.0f} s"
         out.append(row(f"{label} (B {bound_pct:g}%)", cells + [keep10, noop]))
-    return out
+    # the oracles draw from their own stream, so the rows above stay those of the runs before they were added
+    oracle_rng = np.random.default_rng([int(rng.bit_generator.seed_seq.entropy), len(regime.name)])
+    return out + oracle_rows(regime, next(iter(designs.values()))[0], shipped_rounds, N, oracle_rng)
+
+
+def oracle_rows(regime: Regime, design: Design, shipped_rounds: dict[float, float], N: int,
+                rng: np.random.Generator) -> list[str]:
+    """Two tests that knew the true variance of a pair's trimmed mean: the shipped rule (the first design) with it (same looks,
+    boundaries, minimum gain and early stops), and one z-test at that rule's mean rounds."""
+    V = pair_variance(regime, design.rounds, rng)
+    last = design.schedule()[-1]
+    same, fixed = [], []
+    for e in EFFECTS:
+        res = run_oracle(regime.draw(rng, (N * 4 if e == 0 else N, last.pairs, last.rounds), e), design, V)
+        same.append(f"{100 * np.mean(res.decision == KEEP):.{2 if e == 0 else 1}f}% ({res.rounds.mean():.0f} r)")
+        power = fixed_sample_power(e, V, shipped_rounds[e] / design.rounds, design.alpha)
+        fixed.append(f"{100 * power:.{2 if e == 0 else 1}f}% ({shipped_rounds[e]:.0f} r)")
+    sd = 100 * math.sqrt(V)
+    return [row(f"oracle: the shipped rule knowing V (pair sd {sd:.2f}%)", same + ["", ""]),
+            row("oracle: one z-test knowing V at the shipped rule's mean rounds", fixed + ["", ""])]
 
 
 def sessions(regime: Regime, design: Design, prior: OffsetBound, N: int, rng: np.random.Generator) -> str:

@@ -14,7 +14,15 @@ import pytest
 
 from dit_ar_contract.config import load_config
 from perf_suite.sequential import KEEP, Design, OffsetBound, run_experiments
-from perf_suite.simulation import Regime, regimes, simulate_session
+from perf_suite.simulation import (
+    Gaussian,
+    Regime,
+    fixed_sample_power,
+    pair_variance,
+    regimes,
+    run_oracle,
+    simulate_session,
+)
 from tests.helpers.loop import PROJECT
 
 ALPHA = 0.01
@@ -110,3 +118,41 @@ def test_an_eager_no_op_is_discarded_in_fewer_than_half_the_rounds_the_budget_al
     res = run_experiments(r, gpu, math.log1p(2.5 / 100))
     assert res.rounds.mean() <= 0.5 * gpu.max_rounds
     assert np.mean(res.decision == KEEP) <= ALPHA
+
+
+def test_the_oracle_knows_the_variance_and_holds_its_level_where_the_noise_is_normal() -> None:
+    """The oracles the detection curve is held against (perf_suite.simulation): one z-test at level alpha has
+    power alpha at no effect and more with more pairs; the shipped rule knowing V keeps no more than alpha of
+    Gaussian no-ops and refuses the concurrent layout (it has no single pair variance)."""
+    regs, designs = setting()
+    gpu = designs["gpu"]
+    assert fixed_sample_power(0.0, 1e-3, 4, ALPHA) == pytest.approx(ALPHA)
+    assert fixed_sample_power(3.0, 1e-3, 8, ALPHA) > fixed_sample_power(3.0, 1e-3, 4, ALPHA)
+    rng = np.random.default_rng(21)
+    V = pair_variance(regs["graph-h200"], gpu.rounds, rng, n=20_000)
+    assert 0.012 < math.sqrt(V) < 0.022  # the harness's graphed pairs: ~1.6% a pair, per-pair offset included
+    normal = Regime("normal", "gaussian", 0.01, quiet=Gaussian(0.03))
+    last = gpu.schedule()[-1]
+    r = normal.draw(rng, (3000, last.pairs, last.rounds), 0.0)
+    assert np.mean(run_oracle(r, gpu, pair_variance(normal, gpu.rounds, rng, n=20_000)).decision == KEEP) <= ALPHA
+    with pytest.raises(ValueError, match="segments layout"):
+        run_oracle(r, CONCURRENT, V)
+
+
+def test_where_the_machine_is_noisy_the_detection_curve_is_near_the_oracles() -> None:
+    """Issue 20: on the eager H200 lane the detection curve lies within 10 points of a test that knew the
+    variance, on the same draws: the shipped rule with V known, and one z-test at the rounds the verdict used.
+    With the B a session learns (1.8%; docs/perf-harness.md); a fresh session's prior (2.5%) is up to 18 points
+    below at 2.5-3% (the table there)."""
+    regs, designs = setting()
+    gpu, eager = designs["gpu"], regs["eager-h200"]
+    rng = np.random.default_rng(22)
+    V = pair_variance(eager, gpu.rounds, rng, n=50_000)
+    last = gpu.schedule()[-1]
+    for effect in (3.0, 5.0, 10.0):
+        r = eager.draw(rng, (600, last.pairs, last.rounds), effect)
+        shipped = run_experiments(r, gpu, math.log1p(1.8 / 100))
+        kept = np.mean(shipped.decision == KEEP)
+        oracle = np.mean(run_oracle(r, gpu, V).decision == KEEP)
+        fixed = fixed_sample_power(effect, V, shipped.rounds.mean() / gpu.rounds, gpu.alpha)
+        assert kept >= oracle - 0.10 and kept >= fixed - 0.10, (effect, kept, oracle, fixed)
