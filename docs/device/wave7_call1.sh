@@ -11,7 +11,9 @@
 # Results: $OUT/session.txt (the whole log), $OUT/summary.txt / summary.json (docs/device/wave4_summary.py),
 # $OUT/w7.tgz (ledger, every experiment.json / perf.json, noise.json, status), $OUT/env.txt.
 # Knobs: TOTAL_S (default 560), SLEEP_S (default 0.0025; 0: no sleep, no win experiment: the session is the
-# graphed best and its no-ops), NOOPS (default 8), ATTACKS=0 skips step 1,
+# graphed best and its no-ops), WIN_SLEEP_S (the win shortens the sleep to this instead of removing it: a small
+# win on rounds dominated by a precise sleep), NOOPS (default 8), LOADED_NOOPS (the last n no-ops run beside
+# `nproc` busy processes; default 0), ATTACKS=0 skips step 1,
 # LANE / STEPS / PATCHES (default dit-xl2-256 / 8 / "01 04 07 06"); DEVICE=cpu rehearses the flow here (the
 # embedded-cpu lane, no patches).
 set -u
@@ -63,14 +65,27 @@ judge() {  # judge CLASS DESCRIPTION: commit what the caller changed and run one
 if [ -f .autoresearch/results.tsv ]; then
   if slow; then
     cp "$scratch/init-unslowed.py" model_under_test/__init__.py
-    judge exact "remove the ${SLEEP_S:-0.0025} s sleep per generate (a true exact win)" >> "$log" 2>&1
+    if [ -n "${WIN_SLEEP_S:-}" ]; then  # a shorter sleep instead of none: a small win on precise rounds
+      python3 -c "from pytest_dit_ar.loop.patching import sleep_patch; print(sleep_patch($WIN_SLEEP_S, 'slow'))" \
+        >> model_under_test/__init__.py
+      judge exact "shorten the sleep per generate from $SLEEP_S s to $WIN_SLEEP_S s (a true exact win)" >> "$log" 2>&1
+    else
+      judge exact "remove the ${SLEEP_S:-0.0025} s sleep per generate (a true exact win)" >> "$log" 2>&1
+    fi
   fi
   n=0
   while [ "$n" -lt "${NOOPS:-8}" ]; do
     echo "# no-op $((n + 1))" >> model_under_test/__init__.py
-    judge exact "no-op against the best $((n + 1)): a comment" >> "$log" 2>&1 || break
+    loaded=""
+    if [ $(( ${NOOPS:-8} - n )) -le "${LOADED_NOOPS:-0}" ]; then  # the last LOADED_NOOPS under a competing load
+      loaded=" under a competing load of $(nproc) busy processes"
+      for _ in $(seq "$(nproc)"); do python3 -c "while True: pass" & done
+    fi
+    judge exact "no-op against the best $((n + 1)): a comment$loaded" >> "$log" 2>&1 || break
+    [ -n "$loaded" ] && pkill -f "while True: pass"
     n=$((n + 1))
   done
+  pkill -f "while True: pass" 2>/dev/null
   mkdir -p "$scratch/out"
   cp .autoresearch/results.tsv "$scratch/out/ledger.tsv"
   cp .autoresearch/noise.json "$scratch/out/" 2>/dev/null
