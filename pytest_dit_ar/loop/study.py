@@ -333,10 +333,11 @@ def summarize(arms: dict[str, StudyArm], protocol: PerfProtocol, metric: str, ol
 
 
 def figure(summary: dict[str, ArmSummary], path: Path) -> Path:
-    """Detection rate and rounds used against the true speedup, both protocols."""
+    """Detection rate and rounds used against the true speedup, both protocols; the no-op arm is the point at 0
+    (a study of no-ops alone still shows its keeps and rounds)."""
     from matplotlib.figure import Figure
 
-    arms = sorted((float(a), v) for a, v in summary.items() if a not in (NULL, OVERHEAD))
+    arms = sorted((0.0 if a == NULL else float(a), v) for a, v in summary.items() if a != OVERHEAD)
     fig = Figure(figsize=(9, 3.6))
     left, right = fig.subplots(1, 2)
     for name, style in (("new", "o-"), ("old", "s--")):
@@ -350,6 +351,9 @@ def figure(summary: dict[str, ArmSummary], path: Path) -> Path:
             if runs.experiments:
                 left.axhline(100 * runs.keep_rate, color=colour, lw=0.8, ls=":",
                              label=f"{name}: no-ops kept {runs.keeps}/{len(runs.experiments)}")
+    top = max([x for x, _ in arms] + [1.0])
+    for ax in (left, right):
+        ax.set_xlim(-0.05 * top, 1.05 * top)
     left.set(xlabel="true speedup (%)", ylabel="kept (%)", title="detection", ylim=(-5, 105))
     right.set(xlabel="true speedup (%)", ylabel="paired rounds per decision", title="cost")
     left.legend(fontsize=7)
