@@ -115,8 +115,8 @@ def table(regime: Regime, designs: dict[str, tuple[Design, float, Cost]], floor:
 
 def oracle_rows(regime: Regime, design: Design, shipped_rounds: dict[float, float], N: int,
                 rng: np.random.Generator) -> list[str]:
-    """Two tests that knew the true variance of a pair's trimmed mean: the shipped rule (the first design) with it (same looks,
-    boundaries, minimum gain and early stops), and one z-test at that rule's mean rounds."""
+    """Two tests that knew the true variance of a pair's trimmed mean: the shipped rule (the first design) with
+    it (same looks, boundaries, minimum gain and early stops), and one z-test at that rule's mean rounds."""
     V = pair_variance(regime, design.rounds, rng)
     last = design.schedule()[-1]
     same, fixed = [], []
