@@ -288,7 +288,9 @@ class Namespace:
 
     def own_pids(self, pids: list[int] | None = None) -> set[int]:
         """The sandbox's init and the command bubblewrap started under it (PID 1 and 2 inside the namespace:
-        the kernel's `NSpid`, so nothing the sandboxed code does can claim either number while they live)."""
+        the kernel's `NSpid`, so nothing the sandboxed code does can claim either number while they live). The
+        innermost PID is the sandbox's own: `pids` lists this namespace's processes only, and a nested PID
+        namespace needs CAP_SYS_ADMIN, which the sandbox drops."""
         own = {self.init_pid}
         for pid in self.pids() if pids is None else pids:
             if _inner_pid(pid) in (1, 2):

@@ -9,10 +9,10 @@ import time
 
 
 def test_an_exec_d_worker_is_not_its_own_helper_but_what_it_starts_is() -> None:
-    assert shutil.which("bwrap"), "bubblewrap is missing: install it as the README says (apt-get install bubblewrap)"
     """The H200's eager run (wave 8) waited up to 0.25 s before every timed side of the quality run's pair:
     the exec'd worker's own Python process was taken for a helper with a CUDA context of its own. The worker
     and the sandbox's init are PID 2 and 1 inside the namespace; what the worker starts is neither."""
+    assert shutil.which("bwrap"), "bubblewrap is missing: install it as the README says (apt-get install bubblewrap)"
     from pytest_dit_ar.worker.sandbox import Namespace
 
     r, w = os.pipe()
