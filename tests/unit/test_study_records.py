@@ -93,7 +93,7 @@ def test_a_tree_already_slowed_can_be_slowed_again_for_a_speedup_arm() -> None:
 
 def test_a_study_of_no_ops_alone_still_draws_its_keeps_and_rounds(tmp_path: Path) -> None:
     """The figure puts the no-op arm at a true speedup of 0 in both panels: the loaded no-op study of
-    2026-12-03 (docs/data/cpu/study-loaded-wave9.json) has no speedup arm and drew two empty panels before."""
+    2026-12-03 (docs/data/cpu/study-loaded-wave9.json, run 1) has no speedup arm and drew two empty panels before."""
     results = StudyResults.read(DATA / "cpu" / "study-loaded-wave9.json")
     summary = study.summary_of(results, orders=50)
     assert list(summary) == [NULL] and summary[NULL].new.keeps == 0 and len(summary[NULL].new.experiments) == 21
