@@ -407,10 +407,14 @@ class Verdicts:
 def run_experiments(r: np.ndarray, design: Design, bound_sd: np.ndarray | float) -> Verdicts:
     """Decisions of the design on r: (N, pairs, rounds) log ratios in timing order (segments layout: (N,
     max_segments, rounds)), each experiment with its own B."""
-    points = design.schedule()
-    whole = None if design.concurrent else pair_parts(r[:, :points[-1].pairs, :design.rounds])
+    whole = None if design.concurrent else segment_parts(r, design)
     return judge_looks(r.shape[0], design, lambda p: combine(
         whole.first(p.pairs) if whole else pair_parts(r[:, :p.pairs, :p.rounds]), bound_sd))
+
+
+def segment_parts(r: np.ndarray, design: Design) -> PairParts:
+    """Every segment's parts at once (segments layout): a look at k pairs takes the first k (`PairParts.first`)."""
+    return pair_parts(r[:, :design.schedule()[-1].pairs, :design.rounds])
 
 
 def judge_looks(N: int, design: Design, stats_at: Callable[[LookPoint], LookStats]) -> Verdicts:

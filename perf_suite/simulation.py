@@ -35,9 +35,9 @@ from .sequential import (
     PairSpread,
     Verdicts,
     judge_looks,
-    pair_parts,
     pooled_bound,
     run_experiments,
+    segment_parts,
     trimmed,
 )
 from .studies import StudyResults
@@ -251,7 +251,7 @@ def run_oracle(r: np.ndarray, design: Design, pair_var: float) -> Verdicts:
     if design.concurrent:
         raise ValueError("the oracle replays the segments layout; the concurrent design has no pair variance")
     N = r.shape[0]
-    whole = pair_parts(r[:, :design.schedule()[-1].pairs, :design.rounds])
+    whole = segment_parts(r, design)
     nan = np.full(N, np.nan)
 
     def known(p: LookPoint) -> LookStats:
