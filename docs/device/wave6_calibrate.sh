@@ -10,7 +10,8 @@
 # Then `profile_of` (what `dit-ar calibrate` stores) prints the between-process sd, the bound B, the per-round
 # noise and the rounds a 3/5/10% win needs. A second, eager arm (patch 01 only) runs when EAGER_S > 0.
 # Writes $OUT/calibrate/{graphed,eager}.{json,txt}, profiles.txt, clocks.csv and $OUT/env.txt.
-# Knobs: STUDY_S (graphed arm, default 420), EAGER_S (default 0), SPEEDUPS (default 3; "" for none), PAIRS (A/A,
+# Knobs: STUDY_S (graphed arm, default 420), EAGER_S (default 0), SPEEDUPS (default 3; "" for none),
+# EAGER_SPEEDUPS (the eager arm's, default 10; "" for none), PAIRS (A/A,
 # default 40), POOL (pairs forked at once, default 2),
 # LANE / STEPS / PATCHES (default dit-xl2-256 / 8 / "01 04 07 06"); DEVICE=cpu rehearses the flow here on the
 # CPU (the embedded-cpu lane, no patches, a short deadline).
@@ -28,7 +29,7 @@ tree() {  # tree DIR PATCH...: a copy of the project's source with the named pat
   (cd "$src" && tar cf - --exclude=./.git --exclude=./.autoresearch --exclude=./.venv --exclude=./.whl .) |
     (cd "$dir" && tar xf -)
   for nn in "$@"; do
-    (cd "$dir" && git apply "$(ls "$src"/examples/h200-session/patches/"$nn"-*.patch)") || return 1
+    (cd "$dir" && git apply "$(patch_file "$nn")") || return 1
   done
 }
 study() {  # study NAME SECONDS SPEEDUPS DIR
@@ -41,7 +42,7 @@ study() {  # study NAME SECONDS SPEEDUPS DIR
 # shellcheck disable=SC2086
 tree /tmp/w6-graphed $patches && study graphed "${STUDY_S:-420}" "${SPEEDUPS-3}" /tmp/w6-graphed
 if [ "${EAGER_S:-0}" -gt 0 ]; then
-  tree /tmp/w6-eager ${patches:+01} && study eager "$EAGER_S" 10 /tmp/w6-eager
+  tree /tmp/w6-eager ${patches:+01} && study eager "$EAGER_S" "${EAGER_SPEEDUPS-10}" /tmp/w6-eager
 fi
 [ -n "${smi:-}" ] && kill "$smi" 2>/dev/null
 python3 docs/device/calibration_profiles.py "$D" "$lane" graphed eager > "$D/profiles.txt" 2>&1

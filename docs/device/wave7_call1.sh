@@ -44,7 +44,7 @@ if int(sys.argv[2]):
     cfg["lanes"][sys.argv[1]]["steps"] = int(sys.argv[2])
 json.dump(cfg, open(path, "w"), indent=2)
 PY
-for nn in $patches; do git apply "$(ls "$src"/examples/h200-session/patches/"$nn"-*.patch)" || exit 2; done
+for nn in $patches; do git apply "$(patch_file "$nn")" || exit 2; done
 cp model_under_test/__init__.py "$scratch/init-unslowed.py"
 slow() { [ "${SLEEP_S:-0.0025}" != 0 ]; }
 if slow; then
