@@ -46,6 +46,9 @@ H200_STUDIES = ("h200/wave2/study-h200-1.json", "h200/wave3/study.json")
 CPU_STUDIES = ("cpu/study-quiet.json", "cpu/study-loaded.json", "cpu/study-loaded-long.json")
 # the harness's own pairs of a CUDA-graphed best (wave 6: docs/device/wave6_calibrate.sh, the study engine)
 GRAPH_STUDIES = ("h200/wave6/calibrate/graphed.json",)
+# the same engine on a best whose DiT forward is a hand-captured CUDA graph (fp32, no compile: patches 01 and
+# examples/cuda-graphs; wave 10, two calls of 27 and 20 A/A pairs)
+HAND_GRAPH_STUDIES = ("h200/wave10/call2/calibrate/graphed.json", "h200/wave10/call3/calibrate/graphed.json")
 
 
 def recorded_pairs(data_dir: Path, files: tuple[str, ...]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -188,7 +191,8 @@ def recorded_regime(data_dir: Path, files: tuple[str, ...], label: str) -> Regim
 
 def regimes(data_dir: Path) -> dict[str, Regime]:
     """The regimes the issue names: eager H200 (fitted), CPU (recorded), CUDA-graph-quiet, and mixed; plus
-    the graphed best as the harness measured it on the H200 ("graph-h200") where its study is recorded."""
+    the graphed bests as the harness measured them on the H200 ("graph-h200": compiled, "hand-graph-h200": a
+    hand-captured graph) where their studies are recorded."""
     eager = Switching.fit(recorded_pairs(data_dir, H200_STUDIES))
     graph = Gaussian(0.001 / math.sqrt(2))
     cpu = Residuals.of(recorded_log_ratios(data_dir, CPU_STUDIES))
@@ -197,7 +201,9 @@ def regimes(data_dir: Path) -> dict[str, Regime]:
             "graph": Regime("CUDA-graph replay, 0.1% per round", "gaussian", 0.001, quiet=graph, latency_s=0.30),
             "mixed": Regime("eager candidate vs graphed best", "mixed", 0.01, eager, graph, latency_s=0.38),
             **({"graph-h200": g} if (g := recorded_regime(data_dir, GRAPH_STUDIES,
-                                                          "CUDA-graphed best, H200, the harness's pairs")) else {})}
+                                                          "CUDA-graphed best, H200, the harness's pairs")) else {}),
+            **({"hand-graph-h200": h} if (h := recorded_regime(
+                data_dir, HAND_GRAPH_STUDIES, "hand-captured CUDA graph best, H200, the harness's pairs")) else {})}
 
 
 @dataclass(frozen=True)

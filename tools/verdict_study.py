@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seed", type=int, default=20)
-    parser.add_argument("--only", default=None, help="one regime (eager-h200, graph, graph-h200, mixed, cpu)")
+    parser.add_argument("--only", default=None, help="one regime (eager-h200, graph, graph-h200, mixed, cpu, hand-graph-h200)")
     args = parser.parse_args(argv)
     N = 250 if args.quick else 1000
     rng = np.random.default_rng(args.seed)
@@ -160,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     # the eager lane as the H200 measured it (docs/results-h200.md, waves 8-9): 545 ms a generate, about 9 s of
     # warm-up, round checks, start and close a further pair and 6.5 s of the first pair's warm-up and checks
     e_cost = Cost(0.545, 9.0, 0.545, first_s=6.5)
+    # a hand-captured CUDA graph best (wave 10's study): 313 ms a generate, 18.6 s a pair of which 10 s timed
+    h_cost = Cost(0.313, 8.6, 0.313)
     plans = {
         "eager-h200": (7.0, e_cost, {f"segments {gpu.rounds} x 2..{gpu.max_segments}": (gpu, 2.5, e_cost),
                                      "segments, B learned": (gpu, 1.8, e_cost),
@@ -179,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         "cpu": (3.4, Cost(0.15, 12.0), {f"segments {cpu.rounds} x 2..{cpu.max_segments}": (cpu, 2.5, cpu_cost),
                                         "segments, B learned": (cpu, 1.9, cpu_cost),
                                         "concurrent 8 x <=36": (conc, 2.5, cpu_cost)}),
+        "hand-graph-h200": (7.0, Cost(0.313, 9.8), {f"segments {gpu.rounds} x 2..{gpu.max_segments}": (gpu, 2.5, h_cost),
+                                                    "segments, B of its calibration": (gpu, 0.44, h_cost)}),
     }
     print(f"N = {N} experiments per cell ({4 * N} for no-ops); cells: kept (mean paired rounds)\n")
     for name, (floor, cost_before, designs) in plans.items():

@@ -51,6 +51,8 @@ def keep_rate(regime: Regime, design: Design, bound_pct: float, effect: float, n
     # the harness's own graphed best on the H200 (wave 6 calibration, 14 A/A pairs): its bound, and about what
     # a session of no-ops learns from it (0.8%)
     ("graph-h200", "gpu", 1.67), ("graph-h200", "gpu", 0.8),
+    # a hand-captured CUDA graph best on the H200 (wave 10, 47 A/A pairs): the prior, and its calibration's bound
+    ("hand-graph-h200", "gpu", 2.5), ("hand-graph-h200", "gpu", 0.44),
 ])
 def test_no_op_keeps_stay_below_alpha_over_all_looks(regime: str, design: str, bound_pct: float) -> None:
     regs, designs = setting()
@@ -108,6 +110,22 @@ def test_the_harness_graphed_best_keeps_small_wins_with_its_calibrated_bound() -
     assert keep_rate(regs["graph-h200"], designs["gpu"], 1.67, 2.5, 400, seed=15) >= 0.80
     assert keep_rate(regs["graph-h200"], designs["gpu"], 1.67, 5.0, 300, seed=12) >= 0.99
     assert keep_rate(regs["graph-h200"], CONCURRENT, 1.67, 3.0, 300, seed=13) >= 0.95
+
+
+def test_a_hand_captured_graph_best_keeps_small_wins_and_discards_no_ops_in_one_pair() -> None:
+    """The H200's quietest measured regime (a hand-captured CUDA graph best, wave 10: 0.2% between pairs,
+    1.2-1.4% a round): 2.5% wins kept >= 80% even with the prior B, and with its calibrated bound (0.44%) a no-op
+    is discarded after about one pair (docs/perf-harness.md, "a hand-captured graph best")."""
+    regs, designs = setting()
+    gpu = designs["gpu"]
+    hand = regs["hand-graph-h200"]
+    assert keep_rate(hand, gpu, 2.5, 2.5, 300, seed=41) >= 0.80
+    assert keep_rate(hand, gpu, 0.44, 3.0, 300, seed=42) >= 0.95
+    last = gpu.schedule()[-1]
+    res = run_experiments(hand.draw(np.random.default_rng(43), (500, last.pairs, last.rounds), 0.0), gpu,
+                          math.log1p(0.44 / 100))
+    assert res.rounds.mean() <= 1.5 * gpu.rounds
+    assert np.mean(res.decision == KEEP) <= ALPHA
 
 
 def test_an_eager_no_op_is_discarded_in_fewer_than_half_the_rounds_the_budget_allows() -> None:
