@@ -145,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seed", type=int, default=20)
-    parser.add_argument("--only", default=None, help="one regime (eager-h200, graph, graph-h200, mixed, cpu, hand-graph-h200)")
+    parser.add_argument("--only", default=None,
+                        help="one regime (eager-h200, graph, graph-h200, mixed, cpu, hand-graph-h200)")
     args = parser.parse_args(argv)
     N = 250 if args.quick else 1000
     rng = np.random.default_rng(args.seed)
@@ -184,8 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         "cpu": (3.4, Cost(0.15, 12.0), {f"segments {cpu.rounds} x 2..{cpu.max_segments}": (cpu, 2.5, cpu_cost),
                                         "segments, B learned": (cpu, 1.9, cpu_cost),
                                         "concurrent 8 x <=36": (conc, 2.5, cpu_cost)}),
-        "hand-graph-h200": (7.0, Cost(0.313, 9.8), {f"segments {gpu.rounds} x 2..{gpu.max_segments}": (gpu, 2.5, h_cost),
-                                                    "segments, B of its calibration": (gpu, 0.44, h_cost)}),
+        "hand-graph-h200": (7.0, Cost(0.313, 9.8), {
+            f"segments {gpu.rounds} x 2..{gpu.max_segments}": (gpu, 2.5, h_cost),
+            "segments, B of its calibration": (gpu, 0.44, h_cost)}),
     }
     print(f"N = {N} experiments per cell ({4 * N} for no-ops); cells: kept (mean paired rounds)\n")
     for name, (floor, cost_before, designs) in plans.items():
