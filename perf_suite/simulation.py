@@ -49,6 +49,9 @@ GRAPH_STUDIES = ("h200/wave6/calibrate/graphed.json",)
 # the same engine on a best whose DiT forward is a hand-captured CUDA graph (fp32, no compile: patches 01 and
 # examples/cuda-graphs; wave 10, two calls of 27 and 20 A/A pairs)
 HAND_GRAPH_STUDIES = ("h200/wave10/call2/calibrate/graphed.json", "h200/wave10/call3/calibrate/graphed.json")
+# the regimes resampled from those studies, where their files are recorded: name -> (files, label)
+RECORDED = {"graph-h200": (GRAPH_STUDIES, "CUDA-graphed best, H200, the harness's pairs"),
+            "hand-graph-h200": (HAND_GRAPH_STUDIES, "hand-captured CUDA graph best, H200, the harness's pairs")}
 
 
 def recorded_pairs(data_dir: Path, files: tuple[str, ...]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -200,10 +203,8 @@ def regimes(data_dir: Path) -> dict[str, Regime]:
             "cpu": Regime("CPU (recorded rounds resampled)", "residuals", 0.013, residuals=cpu, latency_s=0.15),
             "graph": Regime("CUDA-graph replay, 0.1% per round", "gaussian", 0.001, quiet=graph, latency_s=0.30),
             "mixed": Regime("eager candidate vs graphed best", "mixed", 0.01, eager, graph, latency_s=0.38),
-            **({"graph-h200": g} if (g := recorded_regime(data_dir, GRAPH_STUDIES,
-                                                          "CUDA-graphed best, H200, the harness's pairs")) else {}),
-            **({"hand-graph-h200": h} if (h := recorded_regime(
-                data_dir, HAND_GRAPH_STUDIES, "hand-captured CUDA graph best, H200, the harness's pairs")) else {})}
+            **{name: reg for name, (files, label) in RECORDED.items()
+               if (reg := recorded_regime(data_dir, files, label)) is not None}}
 
 
 @dataclass(frozen=True)

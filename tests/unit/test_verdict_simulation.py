@@ -115,7 +115,8 @@ def test_the_harness_graphed_best_keeps_small_wins_with_its_calibrated_bound() -
 def test_a_hand_captured_graph_best_keeps_small_wins_and_discards_no_ops_in_one_pair() -> None:
     """The H200's quietest measured regime (a hand-captured CUDA graph best, wave 10: 0.2% between pairs,
     1.2-1.4% a round): 2.5% wins kept >= 80% even with the prior B, and with its calibrated bound (0.44%) a no-op
-    is discarded after about one pair (docs/perf-harness.md, "a hand-captured graph best")."""
+    is discarded after about one pair (docs/perf-harness.md, "hand-captured CUDA graph best, H200, the
+    harness's pairs")."""
     regs, designs = setting()
     gpu = designs["gpu"]
     hand = regs["hand-graph-h200"]
