@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import threading
+import zlib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,6 +17,14 @@ from dit_ar_contract.errors import Refused
 from pytest_dit_ar.loop import measurement as m
 from pytest_dit_ar.loop.memory_plan import MemoryBudget
 from pytest_dit_ar.worker.client import Generated
+
+
+def _image(prompt: str, seed: int) -> torch.Tensor:
+    """A 3x2x2 image that differs for every (prompt, seed < 2**64): the seed's 8 bytes and 4 of the prompt's
+    CRC (a residue such as seed % 997 repeats for two of a segment's random seeds now and then: a false
+    collision, which made CI fail once)."""
+    values = [(seed >> (8 * i)) & 255 for i in range(8)] + list(zlib.crc32(prompt.encode()).to_bytes(4, "big"))
+    return torch.tensor(values, dtype=torch.float32).reshape(3, 2, 2)
 
 
 class FakeWorker:
@@ -45,7 +54,7 @@ class FakeWorker:
     def generate(self, requests: list, resolution: int | None = None) -> Generated:
         t = self.times[min(self.calls, len(self.times) - 1)]
         self.calls += 1
-        images = torch.stack([torch.full((3, 2, 2), float(seed % 997)) for _, seed in requests])
+        images = torch.stack([_image(prompt, seed) for prompt, seed in requests])
         return Generated(t, images, images[:, :1], None, {})
 
     def close(self) -> None:
