@@ -28,7 +28,7 @@ def _image(prompt: str, seed: int) -> torch.Tensor:
 
 
 class FakeWorker:
-    """Generates in `times` seconds (first calls slow, like a compile), images that depend on the seed."""
+    """Generates in `times` seconds (first calls slow, like a compile), an image of its own for each request."""
 
     alive: list[FakeWorker] = []
     max_alive = 0
