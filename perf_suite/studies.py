@@ -1,15 +1,15 @@
-"""The study's result files, typed (the engine: `pytest_dit_ar.loop.study`; the verb: `dit-ar calibrate`).
+"""The study's result files, typed (the engine: `pytest_dit_ar.loop.aa_pairs`; the verb: `dit-ar calibrate`).
 
 A study times arms of paired worker processes: `null` (a tree against itself, A/A), one arm per injected true
 speedup (named by its percentage: the best side sleeps a known fraction of the latency) and `sandbox-overhead`
 (the sandboxed tree against itself unsandboxed). Each arm holds its pairs' round times (`StudyPair`); the whole
 run is a `StudyResults`. The file keeps the shape it always had (`arms`: name -> list of pairs, `delays_s`:
-arm -> seconds) plus `format`; files without one are format 1 (the studies of docs/data/h200/ waves 2-4 and
-docs/data/cpu/) and read the same. A newer format is refused, as pyperf and asv refuse one (`from_dict`).
+arm -> seconds) plus `format`; files without one are format 1 (the studies of lab/data/h200/ waves 2-4 and
+lab/data/cpu/) and read the same. A newer format is refused, as pyperf and asv refuse one (`from_dict`).
 
-Readers: the study's evaluation (loop/study.py), the calibration (loop/calibration.py), the noise regimes fitted
-to recorded studies (perf_suite/simulation.py, hence tools/verdict_study.py). The study's summary is derived
-data: it is written beside the results for a reader of the file, and recomputed from the pairs, never read back.
+Readers: the calibration (loop/calibration.py) and, beside the product, the lab's studies (lab/studies/: the
+measured study's evaluation, the noise regimes fitted to recorded studies). A study's summary is derived data:
+it is written beside the results for a reader of the file, and recomputed from the pairs, never read back.
 """
 
 from __future__ import annotations
@@ -77,20 +77,6 @@ class StudyArm:
     def log_ratios(self, rounds: int | None = None) -> np.ndarray:
         """(pairs, rounds) log ratios of the first `rounds` rounds of every pair."""
         return np.array([p.log_ratios(rounds) for p in self.pairs])
-
-    def sleep_free(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Every pair's (candidate, best) round times with the injected sleep taken off the best side."""
-        delay = self.delay_s or 0.0
-        return [(np.asarray(p.cand_s, float), np.asarray(p.best_s, float) - delay) for p in self.pairs]
-
-    def sleep_free_log_ratios(self) -> list[np.ndarray]:
-        """Every pair's log ratios with the injected sleep's expected effect taken off."""
-        delay = self.delay_s or 0.0
-        out = []
-        for p in self.pairs:
-            c, b = np.asarray(p.cand_s, float), np.asarray(p.best_s, float)
-            out.append(np.log(c / b) - np.log(c / (c + delay)))
-        return out
 
 
 @dataclass(frozen=True)

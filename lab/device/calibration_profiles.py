@@ -1,8 +1,8 @@
 """Print what `dit-ar calibrate` would store for each study file of a device calibration run (the profile of
-`pytest_dit_ar.loop.calibration.profile_of` and its lines), for docs/device/wave4_calibrate.sh and
+`pytest_dit_ar.loop.calibration.profile_of` and its lines), for lab/device/wave4_calibrate.sh and
 wave6_calibrate.sh:
 
-    python3 docs/device/calibration_profiles.py DIR LANE NAME [NAME ...]     # reads DIR/NAME.json
+    python3 lab/device/calibration_profiles.py DIR LANE NAME [NAME ...]     # reads DIR/NAME.json
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What ran on the H200 machines for docs/perf-harness.md, docs/results-h200.md and docs/models.md.
-#   bash docs/device/h200_run.sh [tests] [session] [study] [branches]   (default: the first three)
+#   bash lab/device/h200_run.sh [tests] [session] [study] [branches]   (default: the first three)
 # tests   (last GPU): full-size presets and GPU determinism (pytest -m cuda)
 # session (last GPU, after tests): the research session of examples/h200-session on dit-xl2-256.
 #         Resumable across calls: state is restored from .h200state/session.tgz when /tmp/h200 is
@@ -55,7 +55,7 @@ last_gpu=$(( $(nvidia-smi -L | wc -l) - 1 ))
 (
   export CUDA_VISIBLE_DEVICES=0
   if has study; then
-    timeout "${STUDY_S:-560}" python3 -m pytest_dit_ar.loop.study --lane dit-xl2-256 --nulls "${NULLS:-20}" --speedups 10,5,2 \
+    timeout "${STUDY_S:-560}" python3 -m lab.studies.measured_study --lane dit-xl2-256 --nulls "${NULLS:-20}" --speedups 10,5,2 \
       --trials "${TRIALS:-4}" --steps 4 --rounds 10 --pool 6 --cpu-affinity 4,5 --out "$OUT/study.json" > "$OUT/study.txt" 2>&1
   fi
 ) &

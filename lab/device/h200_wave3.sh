@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # What ran on the H200 machine (kind nvidia-h200-x2) for the sequential verdict (issue 12), sandboxed:
-#   bash docs/device/h200_wave3.sh
-# GPU 0: `pytest_dit_ar.loop.study` on dit-xl2-256 at 8 steps (no-op segments, injected true speedups,
+#   bash lab/device/h200_wave3.sh
+# GPU 0: `lab.studies.measured_study` on dit-xl2-256 at 8 steps (no-op segments, injected true speedups,
 #        old and new protocol on the same segments). GPU 1: the research session of examples/h200-session
 #        (baseline and the candidates in order until the deadline), for the verdicts and the wall time per
 #        experiment. Each side's workers are pinned to cores of their own. Results land in $OUT.
-# Needs in .whl/ what docs/device/h200_env.sh says. Knobs: STUDY_S, SESSION_S (seconds).
+# Needs in .whl/ what lab/device/h200_env.sh says. Knobs: STUDY_S, SESSION_S (seconds).
 set -u
-. docs/device/h200_env.sh  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED
+. lab/device/h200_env.sh  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED
 (
   export CUDA_VISIBLE_DEVICES=0
-  timeout "${STUDY_S:-540}" python3 -m pytest_dit_ar.loop.study --lane dit-xl2-256 --steps 8 --null-segments 40 \
+  timeout "${STUDY_S:-540}" python3 -m lab.studies.measured_study --lane dit-xl2-256 --steps 8 --null-segments 40 \
     --speedups 3,5,10 --segments-per-speedup 16 --pool 2 --cpu-affinity 2,3 --deadline-s $(( ${STUDY_S:-540} - 40 )) \
     ${UNSANDBOXED:+--unsandboxed} --out "$OUT/study.json" --figure "$OUT/study.png" > "$OUT/study.txt" 2>&1
 ) &

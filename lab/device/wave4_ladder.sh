@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 21 on one H200 (kind nvidia-h200), at most ~300 s:  bash docs/device/wave4_ladder.sh
+# Issue 21 on one H200 (kind nvidia-h200), at most ~300 s:  bash lab/device/wave4_ladder.sh
 # The ladder of examples/h200-session/ replayed from the start on dit-xl2-256 at 8 steps, 8 rounds, sandboxed:
 # the starting commit batches classifier-free guidance (patch 01, fp32 eager: the baseline), then regional
 # compile (04), whole compile (05), CUDA graphs (06, reduce-overhead) and bf16 (07, numerical) are each judged
@@ -12,7 +12,7 @@
 # baseline), the ledger and every perf.json / experiment.json. docs/results-h200.md ("Wave 4") waits for them.
 # Knobs: SESSION_S (default 290), ONLY (default 04,05,06,07).
 set -u
-. docs/device/h200_env.sh  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED
+. lab/device/h200_env.sh  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED
 dir="$OUT/ladder"; mkdir -p "$dir"
 src="$PWD"; scratch=/tmp/wave4-ladder; project="$scratch/project"
 total="${SESSION_S:-290}"
@@ -44,6 +44,6 @@ if [ -d "$project/.autoresearch" ]; then
   done
   { ls -la "$project/.autoresearch/compile-cache"; du -sh "$project"/.autoresearch/compile-cache/*; } \
     > "$dir/compile-cache.txt" 2>&1
-  python3 docs/device/wave4_summary.py "$project" "$dir/summary.json" > "$dir/summary.txt" 2>&1
+  python3 lab/device/wave4_summary.py "$project" "$dir/summary.json" > "$dir/summary.txt" 2>&1
 fi
 echo "total $(( $(date +%s) - start )) s" >> "$OUT/env.txt"

@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # Security v3 (issues 25 and 27) on the H200 machine (kind nvidia-h200, one GPU), about 500 s:
-#   bash docs/device/wave4_security.sh
+#   bash lab/device/wave4_security.sh
 # Writes under "$OUT/security/":
 #   doctor.txt       what the sandbox uses there (user, seccomp, cgroup hierarchies);
-#   freeze_cost.txt  tools/freeze_cost.py: freeze waits, cgroup freezer and SIGSTOP fallback, idle and in-kernel
+#   freeze_cost.txt  lab/tools/freeze_cost.py: freeze waits, cgroup freezer and SIGSTOP fallback, idle and in-kernel
 #                    work (docs/security.md "What a freeze costs" wants an H200 row);
 #   gpu_worker.txt   one sandboxed worker of the embedded model on cuda:0 (the allow-list root must still give
 #                    CUDA what it needs): build, three generates, the worker's uid, the freeze waits, the
 #                    sampled host and device memory (NVML every 100 ms);
 #   attacks.txt      the round-3 worker-level attack tests of tests/e2e/test_attacks.py (CPU, as root).
-# Needs in .whl/ what docs/device/h200_env.sh says.
+# Needs in .whl/ what lab/device/h200_env.sh says.
 set -u
-. docs/device/h200_env.sh  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED
+. lab/device/h200_env.sh  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED
 mkdir -p "$OUT/security"
 python3 -m pytest_dit_ar.cli doctor > "$OUT/security/doctor.txt" 2>&1
-timeout 150 python3 tools/freeze_cost.py > "$OUT/security/freeze_cost.txt" 2>&1
+timeout 150 python3 -m lab.tools.freeze_cost > "$OUT/security/freeze_cost.txt" 2>&1
 timeout 200 python3 - > "$OUT/security/gpu_worker.txt" 2>&1 <<'EOF'
 import time
 from pathlib import Path

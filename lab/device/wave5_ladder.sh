@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 21 (and issue 20's graphed regime) on one H200, kind nvidia-h200, one call of at most 600 s:
-#   bash docs/device/wave5_ladder.sh
+#   bash lab/device/wave5_ladder.sh
 # The ladder of examples/h200-session/ replayed on dit-xl2-256 at 8 steps, 8 rounds, sandboxed, from the fp32
 # eager baseline (patch 01, batched guidance) through regional compile (04), whole compile (05), CUDA graphs
 # (06, reduce-overhead) and bf16 (07), every worker after a tree's first starting from the harness's compile
@@ -11,12 +11,12 @@
 # not kept.
 # Results (at most 8 files come back): $OUT/ladder.tgz (ledger, every perf.json / experiment.json, the compile
 # cache listing), $OUT/session.txt (the whole log), $OUT/summary.txt and $OUT/summary.json
-# (docs/device/wave4_summary.py: per experiment verdict, estimate, warm-up rounds, warm start, cold compile;
+# (lab/device/wave4_summary.py: per experiment verdict, estimate, warm-up rounds, warm start, cold compile;
 # the kept chain's speed-up over the baseline), $OUT/env.txt.  Knobs: SESSION_S (default 560), NOOPS (max 6),
 # SCRATCH (default /tmp/wave5-ladder), LATER (the steps after 04, default "06 07 05"; 'hand' names the hand-made
 # graphs, "07|10" judges 10 only when 07 was not kept).
 set -u
-. docs/device/h200_env.sh  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED
+. lab/device/h200_env.sh  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED
 src="$PWD"; scratch="${SCRATCH:-/tmp/wave5-ladder}"; project="$scratch/project"; log="$OUT/session.txt"
 total="${SESSION_S:-560}"
 left() { echo $(( total - ($(date +%s) - start) )); }
@@ -77,7 +77,7 @@ if [ -d "$project/.autoresearch" ]; then
     cat "$project"/.autoresearch/compile-cache/*.json; } > "$scratch/out/compile-cache.txt" 2>&1
   (cd "$project" && python3 -m pytest_dit_ar.cli --config config/autoresearch.json status --rows 30) \
     > "$scratch/out/status.txt" 2>&1
-  python3 docs/device/wave4_summary.py "$project" "$OUT/summary.json" > "$OUT/summary.txt" 2>&1
+  python3 lab/device/wave4_summary.py "$project" "$OUT/summary.json" > "$OUT/summary.txt" 2>&1
   tar czf "$OUT/ladder.tgz" -C "$scratch" out
 fi
 echo "total $(( $(date +%s) - start )) s" >> "$OUT/env.txt"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 20 on one H200 (kind nvidia-h200), one call of at most 600 s:
-#   STUDY_S=420 bash docs/device/wave6_calibrate.sh
+#   STUDY_S=420 bash lab/device/wave6_calibrate.sh
 # The noise of a CUDA-graphed best measured the way an experiment measures it: the study engine (the engine of
 # `dit-ar calibrate`: the experiment's launcher, sandbox, compile caches and forked pairs) on dit-xl2-256 at
 # 8 steps, 16 rounds a pair, on the tree the wave-6 ladder kept (patches 01 batched guidance, 04 regional
@@ -16,7 +16,7 @@
 # LANE / STEPS / PATCHES (default dit-xl2-256 / 8 / "01 04 07 06"); DEVICE=cpu rehearses the flow here on the
 # CPU (the embedded-cpu lane, no patches, a short deadline).
 set -u
-. docs/device/lane_env.sh  # start, OUT, lane, patches, steps (DEVICE=cpu: a CPU rehearsal)
+. lab/device/lane_env.sh  # start, OUT, lane, patches, steps (DEVICE=cpu: a CPU rehearsal)
 src="$PWD"; D="$OUT/calibrate"; mkdir -p "$D"
 if command -v nvidia-smi >/dev/null 2>&1; then
   nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active \
@@ -33,7 +33,7 @@ tree() {  # tree DIR PATCH...: a copy of the project's source with the named pat
   done
 }
 study() {  # study NAME SECONDS SPEEDUPS DIR
-  ( cd "$4" && PYTHONPATH="${PYTHONPATH/$src/$4}" timeout $(( $2 + 40 )) python3 -m pytest_dit_ar.loop.study \
+  ( cd "$4" && PYTHONPATH="${PYTHONPATH/$src/$4}" timeout $(( $2 + 40 )) python3 -m lab.studies.measured_study \
       --lane "$lane" ${steps:+--steps "$steps"} --null-segments "${PAIRS:-40}" --speedups "$3" \
       --segments-per-speedup "${PAIRS:-40}" --rounds 16 --old-rounds 16 --pool "${POOL:-2}" --deadline-s "$2" \
       ${UNSANDBOXED:+--unsandboxed} --out "$D/$1.json" ) > "$D/$1.txt" 2>&1
@@ -45,5 +45,5 @@ if [ "${EAGER_S:-0}" -gt 0 ]; then
   tree /tmp/w6-eager ${patches:+01} && study eager "$EAGER_S" "${EAGER_SPEEDUPS-10}" /tmp/w6-eager
 fi
 [ -n "${smi:-}" ] && kill "$smi" 2>/dev/null
-python3 docs/device/calibration_profiles.py "$D" "$lane" graphed eager > "$D/profiles.txt" 2>&1
+python3 lab/device/calibration_profiles.py "$D" "$lane" graphed eager > "$D/profiles.txt" 2>&1
 echo "total $(( $(date +%s) - start )) s" >> "$OUT/env.txt"

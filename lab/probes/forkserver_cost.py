@@ -1,6 +1,6 @@
 """Wall and CPU-seconds cost of a cold exec'd worker, a fork server and a fork (embedded-cpu lane, sandboxed).
 
-  python docs/probes/forkserver_cost.py [OUT.json]   # from the repository root; prints JSON
+  python lab/probes/forkserver_cost.py [OUT.json]   # from the repository root; prints JSON
 
 CPU seconds (user + system of the process and its reaped children, from /proc) do not depend on how loaded
 the machine is; wall seconds do. A forked worker's figure is fork request to built pipeline.

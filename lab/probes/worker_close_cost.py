@@ -1,7 +1,7 @@
 """How long closing one sandboxed worker of the embedded model takes (wave 7: a closed worker's zombie was
 waited for). Run from the repository root on the CPU VM:
 
-    python docs/probes/worker_close_cost.py [N]
+    python lab/probes/worker_close_cost.py [N]
 
 Starts N (default 2) sandboxed embedded-cpu workers one after another, builds, generates once, then times
 `WorkerProcess.close()` (exit request, kill, wait until nothing of the sandbox runs)."""

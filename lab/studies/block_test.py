@@ -1,10 +1,14 @@
-"""The performance decision for one interleaved block: improvement, significance, guardrails."""
+"""The retired performance decision for one interleaved block (paired Wilcoxon + bootstrap of the median ratio),
+kept for the study that compares it with the sequential test on measured pairs (measured_study). The harness
+decides with perf_suite.sequential."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
 import numpy as np
+
+from perf_suite.guardrails import p95
 
 
 @dataclass(frozen=True)
@@ -25,10 +29,6 @@ class BlockStats:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-def p95(values: list[float]) -> float:
-    return float(np.percentile(np.asarray(values, dtype=float), 95))
 
 
 def improvement_pct(median_ratio: float, metric: str) -> float:

@@ -13,8 +13,8 @@ Every regime adds a per-pair offset N(0, sigma_b^2) on top (the part that no rou
 The oracles (`run_oracle`, `fixed_sample_power`) are tests that knew the true variance of a pair's trimmed mean
 (`pair_variance`, by Monte Carlo on the regime): the bar the issue sets for the verdict's detection curve.
 
-The fast unit test (tests/unit/test_verdict_simulation.py) and the study script
-(tools/verdict_study.py, the tables of docs/perf-harness.md) both use this module.
+The fast test (lab/tests/test_verdict_simulation.py) and the study script (lab/studies/verdict_study.py) both
+use this module; the recorded studies it fits come from lab/data (`regimes(LAB_DATA)`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 from scipy.special import ndtr, ndtri
 
-from .sequential import (
+from perf_suite.sequential import (
     KEEP,
     Design,
     LookPoint,
@@ -40,11 +40,12 @@ from .sequential import (
     segment_parts,
     trimmed,
 )
-from .studies import StudyResults
+from perf_suite.studies import StudyArm, StudyResults
 
+LAB_DATA = Path(__file__).resolve().parents[1] / "data"  # the recorded studies (lab/data)
 H200_STUDIES = ("h200/wave2/study-h200-1.json", "h200/wave3/study.json")
 CPU_STUDIES = ("cpu/study-quiet.json", "cpu/study-loaded.json", "cpu/study-loaded-long.json")
-# the harness's own pairs of a CUDA-graphed best (wave 6: docs/device/wave6_calibrate.sh, the study engine)
+# the harness's own pairs of a CUDA-graphed best (wave 6: lab/device/wave6_calibrate.sh, the study engine)
 GRAPH_STUDIES = ("h200/wave6/calibrate/graphed.json",)
 # the same engine on a best whose DiT forward is a hand-captured CUDA graph (fp32, no compile: patches 01 and
 # examples/cuda-graphs; wave 10, two calls of 27 and 20 A/A pairs)
@@ -54,15 +55,31 @@ RECORDED = {"graph-h200": (GRAPH_STUDIES, "CUDA-graphed best, H200, the harness'
             "hand-graph-h200": (HAND_GRAPH_STUDIES, "hand-captured CUDA graph best, H200, the harness's pairs")}
 
 
+def sleep_free(arm: StudyArm) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Every pair's (candidate, best) round times with the arm's injected sleep taken off the best side."""
+    delay = arm.delay_s or 0.0
+    return [(np.asarray(p.cand_s, float), np.asarray(p.best_s, float) - delay) for p in arm.pairs]
+
+
+def sleep_free_log_ratios(arm: StudyArm) -> list[np.ndarray]:
+    """Every pair's log ratios with the arm's injected sleep's expected effect taken off."""
+    delay = arm.delay_s or 0.0
+    out = []
+    for p in arm.pairs:
+        c, b = np.asarray(p.cand_s, float), np.asarray(p.best_s, float)
+        out.append(np.log(c / b) - np.log(c / (c + delay)))
+    return out
+
+
 def recorded_pairs(data_dir: Path, files: tuple[str, ...]) -> list[tuple[np.ndarray, np.ndarray]]:
     """Every recorded segment's (candidate, best) round times in seconds, the injected sleep taken off."""
-    return [p for name in files for arm in StudyResults.read(data_dir / name).arms.values() for p in arm.sleep_free()]
+    return [p for name in files for arm in StudyResults.read(data_dir / name).arms.values() for p in sleep_free(arm)]
 
 
 def recorded_log_ratios(data_dir: Path, files: tuple[str, ...]) -> list[np.ndarray]:
     """Every recorded segment's log ratios, the injected sleep's expected effect taken off."""
     return [r for name in files for arm in StudyResults.read(data_dir / name).arms.values()
-            for r in arm.sleep_free_log_ratios()]
+            for r in sleep_free_log_ratios(arm)]
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,21 @@
 """The verdict's operating characteristics by simulation, side by side with the protocol shipped before issue 20
-(the tables of docs/perf-harness.md), with two oracles that knew the true variance (perf_suite.simulation).
+(the tables of docs/perf-harness.md), with two oracles that knew the true variance (lab/studies/simulation.py).
 
-Noise regimes come from perf_suite.simulation (fitted to docs/data/h200 and docs/data/cpu, plus a CUDA-graph-quiet
+Noise regimes come from lab/studies/simulation.py (fitted to lab/data/h200 and lab/data/cpu, plus a CUDA-graph-quiet
 and a mixed regime); the new designs are judged by perf_suite.sequential.run_experiments, the code that judges
 real experiments; "before" is a replica of the shipped pre-issue-20 rule (fixed floor on the between part taken
 from the total spread, df = summed within df, z >= 0 futility).
 
-    python tools/verdict_study.py              # all tables (a few minutes on the 2-core VM)
-    python tools/verdict_study.py --quick      # N / 4
+From the repository root:
+
+    python -m lab.studies.verdict_study            # all tables (a few minutes on the 2-core VM)
+    python -m lab.studies.verdict_study --quick    # N / 4
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,12 +23,20 @@ from pathlib import Path
 import numpy as np
 from scipy.special import ndtr, stdtrit
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from dit_ar_contract.config import load_config
+from perf_suite.sequential import KEEP, Design, OffsetBound, boundaries, pair_parts, run_experiments
 
-from dit_ar_contract.config import load_config  # noqa: E402
-from perf_suite.sequential import KEEP, Design, OffsetBound, boundaries, pair_parts, run_experiments  # noqa: E402
-from perf_suite.simulation import Regime, fixed_sample_power, pair_variance, regimes, run_oracle, simulate_session  # noqa: E402
+from .simulation import (
+    LAB_DATA,
+    Regime,
+    fixed_sample_power,
+    pair_variance,
+    regimes,
+    run_oracle,
+    simulate_session,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
 
 EFFECTS = (0.0, 2.5, 3.0, 5.0, 10.0)
 
@@ -155,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     cpu = Design.from_protocol(cfg.lanes["embedded-cpu"].performance, "latency_ms")
     gpu = Design.from_protocol(cfg.lanes["dit-xl2-256"].performance, "latency_ms")
     conc = Design(pairs=8, rounds=36, first_look_rounds=4, look_every_rounds=2)
-    regs = regimes(ROOT / "docs" / "data")
+    regs = regimes(LAB_DATA)
     gpu_cost, cpu_cost = Cost(0.45, 9.8, 0.45), Cost(0.15, 12.0, 0.15)
     # the harness's graphed best on the H200: 80 ms rounds; a fresh pair's start, warm-up (its compiled first
     # generates), round checks and close 12 s, the first pair's too (wave 10's 10% KEEP: 36 s besides its rounds
@@ -191,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(f"N = {N} experiments per cell ({4 * N} for no-ops); cells: kept (mean paired rounds)\n")
     for name, (floor, cost_before, designs) in plans.items():
-        if name not in regs or (args.only and name != args.only):  # its study is not in docs/data, or not asked
+        if name not in regs or (args.only and name != args.only):  # its study is not in lab/data, or not asked
             continue
         print(f"### {regs[name].name}\n")
         print("\n".join(table(regs[name], designs, floor, cost_before, N, rng)))

@@ -1,7 +1,7 @@
 """Run N fresh `dit-ar demo`s one after another and tabulate each candidate's verdict against the one the README
 documents (`pytest_dit_ar.cli.demo.DOCUMENTED`). A benchmark, not a test: each demo takes minutes.
 
-    python tools/demo_repeat.py -n 3 --dir /tmp/demo-repeat [--config config/autoresearch.json]
+    python -m lab.tools.demo_repeat -n 3 --dir /tmp/demo-repeat [--config config/autoresearch.json]
 
 Prints one row per demo (wall seconds, the load average at its start, each candidate's verdict, `*` where it
 differs from the documented one) and a final line `as documented: K of N demos`; writes the table as JSON to
@@ -20,10 +20,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from pytest_dit_ar.cli.demo import DOCUMENTED, candidates
 
-from pytest_dit_ar.cli.demo import DOCUMENTED, candidates  # noqa: E402 - the checkout's own copy
+ROOT = Path(__file__).resolve().parents[2]
 
 CANDIDATE = re.compile(r"candidate (\d+)/\d+:")
 VERDICT = re.compile(r"^\s*VERDICT: ([A-Z-]+)")

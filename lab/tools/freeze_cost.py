@@ -1,7 +1,7 @@
 """Cost of a freeze with the cgroup freezer and with the SIGSTOP fallback (docs/security.md): an idle process,
 and one whose two threads loop on 512 MiB preadv calls (in-kernel work a freeze must wait out).
 
-Run from the repository root, as a user who can write the cgroup tree (root): python tools/freeze_cost.py
+Run from the repository root, as a user who can write the cgroup tree (root): python -m lab.tools.freeze_cost
 """
 
 from __future__ import annotations
@@ -11,11 +11,8 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from pytest_dit_ar.worker import cgroup  # noqa: E402
+from pytest_dit_ar.worker import cgroup
 
 KERNEL_WORK = """
 import os, threading, time

@@ -1,8 +1,8 @@
 """Figures of the house the reviews measure (issue 24): string-keyed reads of run records outside state/, change-class
 literals outside their enum, and the longest classes.
 
-    python tools/house_figures.py            # all three
-    python tools/house_figures.py --verbose  # with file:line of every hit
+    python -m lab.tools.house_figures            # all three
+    python -m lab.tools.house_figures --verbose  # with file:line of every hit
 
 A *string-keyed read of a run record* is `x["key"]` or `x.get("key")` in a module that reads run records (the report
 and `dit-ar status`), where `key` is a key of a record the run folder holds (the ledger columns and the keys the
@@ -17,7 +17,7 @@ import argparse
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("pytest_dit_ar", "dit_ar_contract", "quality_suite", "perf_suite")
 READERS = ("pytest_dit_ar/report", "pytest_dit_ar/cli/status.py")
 CLASS_WORDS = {"exact", "numerical", "approximate", "quantization"}

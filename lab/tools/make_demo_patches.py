@@ -1,6 +1,6 @@
 """Write the candidates of `dit-ar demo` as patch files, each against the unmodified model_under_test/.
 
-    python tools/make_demo_patches.py            # -> pytest_dit_ar/cli/demo_patches/*.patch
+    python -m lab.tools.make_demo_patches        # -> pytest_dit_ar/cli/demo_patches/*.patch
 
 Each patch has one line of context, so any subset applies in order: the demo keeps some candidates and
 resets others, and every later one must still apply (tests/e2e/test_demo.py checks every combination).
@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "pytest_dit_ar" / "cli" / "demo_patches"
 PIPELINE = "model_under_test/pipeline.py"
 EMBEDDED = "model_under_test/embedded.py"

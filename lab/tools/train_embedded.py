@@ -2,7 +2,7 @@
 
 Command (from the repository root)::
 
-    python tools/train_embedded.py            # defaults below, seed 0 -> assets/embedded-digits/
+    python -m lab.tools.train_embedded        # defaults below, seed 0 -> assets/embedded-digits/
 
 The folder is what the `embedded-cpu` lane's `weights` names: `transformer/` (config and safetensors),
 `scheduler/` (the sampler: DPM-Solver++ 2M, see SAMPLER_CONFIG), `model_index.json` and `training.json`.
@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from diffusers import DDPMScheduler, DiTTransformer2DModel, DPMSolverMultistepScheduler
 
-OUT = Path(__file__).resolve().parents[1] / "assets" / "embedded-digits"
+OUT = Path(__file__).resolve().parents[2] / "assets" / "embedded-digits"
 NUM_CLASSES = 10
 LATENT_SIZE = 16
 
@@ -68,7 +68,7 @@ def write_folder(out: Path, model: DiTTransformer2DModel, training: dict) -> Non
     DPMSolverMultistepScheduler(**SAMPLER_CONFIG).save_pretrained(out / "scheduler")
     index = {"_class_name": "DiTPipeline", "transformer": ["diffusers", "DiTTransformer2DModel"],
              "scheduler": ["diffusers", "DPMSolverMultistepScheduler"],
-             "_note": "pixel-space latents (1x16x16): no VAE; see tools/train_embedded.py"}
+             "_note": "pixel-space latents (1x16x16): no VAE; see lab/tools/train_embedded.py"}
     (out / "model_index.json").write_text(json.dumps(index, indent=2) + "\n")
     (out / "training.json").write_text(json.dumps(training, indent=2) + "\n")
 
@@ -131,7 +131,7 @@ def main(argv=None) -> None:
         saved = DiTTransformer2DModel(**TRANSFORMER_CONFIG)
         saved.load_state_dict({k: v.contiguous() for k, v in ema.items()})
         write_folder(args.out, saved, {
-            "command": "python tools/train_embedded.py",
+            "command": "python -m lab.tools.train_embedded",
             "args": {k: str(v) for k, v in vars(args).items()},
             "steps_done": step,
             "wall_time_s": round(elapsed, 1),

@@ -1,4 +1,4 @@
-"""The machine's noise profile from A/A pairs (the study engine, loop.study), and what it implies.
+"""The machine's noise profile from A/A pairs (loop/aa_pairs.py), and what it implies.
 
 `collect` times the best tree against itself in `pairs` fresh pairs of `rounds` rounds (plus optional arms
 whose best side sleeps a fraction of the latency: known speedups); `profile_of` turns the collected
@@ -21,7 +21,7 @@ from perf_suite.sequential import Design, OffsetBound, improvement_pct, pooled_b
 from perf_suite.studies import NULL, StudyArm, StudyPair, StudyResults
 
 from ..state.noise import NoiseProfile
-from .study import StudyPlan, aa_spread, pooled, run_study
+from .aa_pairs import StudyPlan, aa_spread, pooled, run_study
 
 POWER_EFFECTS = (3.0, 5.0, 10.0)
 POWER = 0.8

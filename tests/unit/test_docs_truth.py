@@ -359,6 +359,7 @@ def test_named_lanes_exist_and_lane_lists_are_complete():
 _FLAG = re.compile(r"^(--[a-z][a-z0-9-]*)(?:[ =].*)?$")
 
 # Flags of other tools that the docs name on their own, in a code span, and the tool they belong to.
+STUDY = "python -m lab.studies.measured_study"
 OTHER_TOOLS = {
     "--snapshot-update": "syrupy", "--mpl-generate-path": "pytest-mpl", "--lf": "pytest", "--deselect": "pytest",
     "--fixtures": "pytest", "--durations": "pytest", "--benchmark-skip": "pytest-benchmark",
@@ -366,10 +367,10 @@ OTHER_TOOLS = {
     "--benchmark-compare": "pytest-benchmark", "--benchmark-autosave": "pytest-benchmark",
     "--system-site-packages": "python -m venv", "--nvtx-include": "ncu", "--kernel-name-base": "ncu",
     "--clock-control": "ncu", "--capture-range": "nsys", "--clearenv": "bwrap", "--unshare-all": "bwrap",
-    "--die-with-parent": "bwrap", "--new-session": "bwrap", "--ro-bind": "bwrap", "--cpu-affinity": "loop.study",
-    "--null-segments": "loop.study", "--speedups": "loop.study", "--load": "loop.study", "--nulls": "loop.study",
-    "--segments-per-speedup": "loop.study", "--deadline-s": "loop.study", "--pool": "loop.study",
-    "--trials": "loop.study", "--outdir": "python -m build", "--force-reinstall": "pip", "--dev": "bwrap",
+    "--die-with-parent": "bwrap", "--new-session": "bwrap", "--ro-bind": "bwrap", "--cpu-affinity": STUDY,
+    "--null-segments": STUDY, "--speedups": STUDY, "--load": STUDY, "--nulls": STUDY,
+    "--segments-per-speedup": STUDY, "--deadline-s": STUDY, "--pool": STUDY,
+    "--trials": STUDY, "--outdir": "python -m build", "--force-reinstall": "pip", "--dev": "bwrap",
     "--dev-bind": "bwrap", "--set": "ncu", "--gres": "slurm", "--cpus-per-task": "slurm",
     "--size": "bwrap", "--cap-drop": "bwrap", "--disable-userns": "bwrap", "--seccomp": "bwrap", "--tmpfs": "bwrap",
     "--remount-ro": "bwrap", "--perms": "bwrap", "--unshare-user": "bwrap", "--no-new-privs": "setpriv",

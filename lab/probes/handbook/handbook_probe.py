@@ -2,7 +2,7 @@
 
 Run from the repository root on a CUDA machine with diffusers installed:
 
-    python handbook/09_reference/probes/handbook_probe.py  # prints JSON; writes $OUT/probe.json if OUT is set
+    python lab/probes/handbook/handbook_probe.py  # prints JSON; writes $OUT/probe.json if OUT is set
 
 What it measures, all with seeded random weights of the presets' architectures (model_under_test/presets.py):
 

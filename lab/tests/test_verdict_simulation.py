@@ -1,20 +1,21 @@
-"""The verdict replayed on the noise it meets (perf_suite.simulation): the shipped CPU and GPU designs and the
+"""The verdict replayed on the noise it meets (lab/studies/simulation.py): the shipped CPU and GPU designs and the
 concurrent-pairs design, judged by the same code as real experiments, keep no-ops at most alpha of the time
 over all looks in every regime measured so far, and keep the wins the issue asks for where the machine is
-quiet. The slow study with the full tables is tools/verdict_study.py (docs/perf-harness.md)."""
+quiet. The slow study with the full tables is lab/studies/verdict_study.py (docs/perf-harness.md)."""
 
 from __future__ import annotations
 
 import math
 import zlib
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from dit_ar_contract.config import load_config
-from perf_suite.sequential import KEEP, Design, OffsetBound, run_experiments
-from perf_suite.simulation import (
+from lab.studies.simulation import (
+    LAB_DATA,
     Gaussian,
     Regime,
     fixed_sample_power,
@@ -23,9 +24,10 @@ from perf_suite.simulation import (
     run_oracle,
     simulate_session,
 )
-from tests.helpers.loop import PROJECT
+from perf_suite.sequential import KEEP, Design, OffsetBound, run_experiments
 
 ALPHA = 0.01
+PROJECT = Path(__file__).resolve().parents[2]
 CONCURRENT = Design(pairs=8, rounds=36, first_look_rounds=4, look_every_rounds=2)
 
 
@@ -34,7 +36,7 @@ def setting() -> tuple[dict[str, Regime], dict[str, Design]]:
     cfg = load_config(PROJECT / "config" / "autoresearch.json")
     designs = {"cpu": Design.from_protocol(cfg.lanes["embedded-cpu"].performance, "latency_ms"),
                "gpu": Design.from_protocol(cfg.lanes["dit-xl2-256"].performance, "latency_ms")}
-    return regimes(PROJECT / "docs" / "data"), designs
+    return regimes(LAB_DATA), designs
 
 
 def keep_rate(regime: Regime, design: Design, bound_pct: float, effect: float, n: int, seed: int) -> float:
@@ -144,7 +146,7 @@ def test_an_eager_no_op_is_discarded_in_fewer_than_half_the_rounds_the_budget_al
 
 
 def test_the_oracle_knows_the_variance_and_holds_its_level_where_the_noise_is_normal() -> None:
-    """The oracles the detection curve is held against (perf_suite.simulation): one z-test at level alpha has
+    """The oracles the detection curve is held against (lab/studies/simulation.py): one z-test at level alpha has
     power alpha at no effect and more with more pairs; the shipped rule knowing V keeps no more than alpha of
     Gaussian no-ops and refuses the concurrent layout (it has no single pair variance)."""
     regs, designs = setting()
