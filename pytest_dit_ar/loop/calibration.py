@@ -46,7 +46,7 @@ class Collected:
 
 
 def collect(plan: StudyPlan) -> Collected:
-    """A/A pairs (and 2 pairs per injected speedup) through the study engine, stopped at the plan's deadline
+    """A/A pairs (and 2 pairs per injected speedup) in fresh pairs (aa_pairs.run_study), stopped at the plan's deadline
     (`StudyPlan.calibration`: the verb's budget)."""
     return Collected(run_study(plan), plan.null_pairs, plan.pairs_per_speedup)
 
