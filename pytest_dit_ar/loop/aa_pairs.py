@@ -9,7 +9,9 @@ timed cores, warm-up until steady, then paired rounds in balanced order with fre
 (`null`) times the tree against itself; a speedup arm times it against a copy whose `generate()` first sleeps a
 set fraction of the measured latency (loop/patching.py `sleep_patch`), so the tree is truly faster by that
 fraction. Arms are measured round-robin (a segment of each in turn), so a change in the machine's load reaches
-all of them; every pair is closed after its segment.
+all of them; every pair is closed after its segment. A plan may also ask for a sandbox-overhead arm (the
+sandboxed tree against itself unsandboxed), `load` busy processes beside the workers and pools of pairs started
+at once: knobs the calibration leaves off and the lab's measured study (lab/studies/, not shipped) turns.
 
 What runs is a `StudyPlan`; what it measured is a `perf_suite.studies.StudyResults` (typed, with a format
 version), rewritten after every segment so that a run cut short still leaves its data. `aa_spread` and `pooled`
