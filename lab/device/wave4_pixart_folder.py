@@ -7,7 +7,7 @@ Full size (default): the PixArt-Sigma-XL-2-1024 transformer (28 blocks, width 11
 T5-XXL-sized encoder (24 layers, width 4096, 4.7 B parameters), an SDXL-sized VAE, all in bf16 (VAE fp32),
 built on `--device` so that random initialisation is quick. The tokenizer is a word-level fast tokenizer
 made here (`tokenizers`; nothing is downloaded), padded to 300 tokens as PixArt-Sigma's. `--tiny` saves the
-tests' tiny pipeline instead (tests/tiny_pipelines.py), to check the flow on a CPU."""
+tests' tiny pipeline instead (tests/helpers/tiny_pipelines.py), to check the flow on a CPU."""
 
 from __future__ import annotations
 

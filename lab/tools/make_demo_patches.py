@@ -3,7 +3,7 @@
     python -m lab.tools.make_demo_patches        # -> pytest_dit_ar/cli/demo_patches/*.patch
 
 Each patch has one line of context, so any subset applies in order: the demo keeps some candidates and
-resets others, and every later one must still apply (tests/e2e/test_demo.py checks every combination).
+resets others, and every later one must still apply (tests/unit/test_demo_patches.py checks every combination).
 The header lines (Subject, Classification, Expect) are read by the demo; `git apply` skips them.
 Run it again whenever model_under_test/ changes; it refuses when a candidate no longer fits.
 """
