@@ -145,3 +145,12 @@ def test_pipeline_weights_nobody_cannot_read_come_first_with_the_command(repo: P
     assert "transformer/diffusion_pytorch_model.safetensors (mode 0600)" in lines[first]
     weights.chmod(0o644)
     assert not any("first:" in line for line in scaffold(repo, pipe, force=True))
+
+
+def test_the_gates_refusal_for_a_lane_without_a_task_metric_names_the_key_and_the_flag() -> None:
+    from quality_suite import gates
+    from tests.unit.test_gates import QUALITY
+
+    checks = gates.aggregate_checks("approximate", {}, QUALITY, {}, {}, set())
+    message = next(c.message for c in checks if c.name == "task_metrics")
+    assert "lanes.<lane>.task_metrics" in message and "quality.clip" in message and "--clip-weights PATH" in message
