@@ -313,7 +313,8 @@ def plan(request: Request, root: Path) -> Plan:
     if weights == MUTABLE.rstrip("/") or weights.startswith(MUTABLE):
         raise Refused(f"the pipeline folder {weights} is inside the mutable {MUTABLE}: keep the weights elsewhere")
     config = config_for(family, lane, work, weights)
-    clip = add_clip(config, lane, request, root, family.text_to_image, MUTABLE)
+    clip = add_clip(config, lane, request.clip_weights, request.clip_model, root, family.text_to_image,
+                    MUTABLE)
     cases = corpus_cases(family, folder, request.cases)
     context = dict(family=family, lane=lane, weights=weights, target=config["target"],
                    fixed_paths=config["fixed_paths"], corpus=f"{CORPUS_DIR}/{lane}.jsonl", cases=len(cases),

@@ -82,11 +82,11 @@ def describe(choice: ClipChoice | None, lane: str) -> str:
             f"lower its mean by at most {CLIP_MARGIN:g} (lanes.{lane}.quality.approximate.task_margin.clip_score)")
 
 
-def add_clip(config: dict[str, Any], lane: str, request: Any, root: Path, text_to_image: bool,
-             mutable: str) -> ClipChoice | None:
-    """The lane's CLIP score when the request names weights (scaffold.Request's clip_weights and clip_model)."""
-    if request.clip_weights is None:
+def add_clip(config: dict[str, Any], lane: str, weights: Path | None, model: str | None, root: Path,
+             text_to_image: bool, mutable: str) -> ClipChoice | None:
+    """The lane's CLIP score when --clip-weights names weights (None: the lane keeps no task metric)."""
+    if weights is None:
         return None
-    choice = choose(root, request.clip_weights, request.clip_model, text_to_image, mutable)
+    choice = choose(root, weights, model, text_to_image, mutable)
     apply(config, lane, choice)
     return choice

@@ -91,7 +91,8 @@ def plan(request: sc.Request, root: Path, weights: Path | None) -> sc.Plan:
     config["fixed_paths"] = list(sc.FIXED)
     if entry and not Path(entry).is_absolute():  # the weights inside the repository are fixed (a file or a folder)
         config["fixed_paths"].append(entry if (root / entry).is_file() else entry.rstrip("/") + "/")
-    clip = add_clip(config, lane, request, root, True, sc.MUTABLE)  # the skeleton's cases are prompts
+    clip = add_clip(config, lane, request.clip_weights, request.clip_model, root, True,  # prompts
+                    sc.MUTABLE)
     cases = corpus_cases(request.cases)
     context = dict(family=CUSTOM, lane=lane, weights=entry or "none (the skeleton's seeded weights)",
                    target=config["target"], fixed_paths=config["fixed_paths"], corpus=f"{sc.CORPUS_DIR}/{lane}.jsonl",
