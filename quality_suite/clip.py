@@ -34,8 +34,8 @@ HOW_TO = ("CLIP weights are never downloaded by the harness. On a machine with i
           "cache folder with\n"
           "  python -c \"import open_clip; "
           "open_clip.create_model('{model}', pretrained='laion2b_s34b_b79k', cache_dir='clip-cache')\"\n"
-          "(other tags: open_clip.list_pretrained_tags_by_model('{model}')), copy clip-cache/ to this machine (for "
-          "example to {path}) and name it: quality.clip in config/autoresearch.json (or lanes.<lane>.quality.clip), "
+          "(other tags: open_clip.list_pretrained_tags_by_model('{model}')), copy clip-cache/ to this machine and name "
+          "it: quality.clip in config/autoresearch.json (or lanes.<lane>.quality.clip), "
           "{{\"model\": \"{model}\", \"weights\": \"<the folder or the checkpoint file in it>\"}}, with "
           "\"clip_score\" in lanes.<lane>.task_metrics; or scaffold the lane with "
           "`dit-ar scaffold --pipeline PATH --clip-weights <folder> --clip-model {model}`. See " + GUIDE + ".")
@@ -58,11 +58,11 @@ def spec_for(settings: ClipSettings, root: Path) -> ClipSpec:
     model, weights = settings.model, settings.weights
     if not weights:
         raise Refused("clip_score is a required metric but the quality contract names no CLIP model and weights "
-                      "(key quality.clip.weights).\n" + HOW_TO.format(model=model or "ViT-B-32", path="weights/"))
+                      "(key quality.clip.weights).\n" + HOW_TO.format(model=model or "ViT-B-32"))
     path = Path(weights) if Path(weights).is_absolute() else Path(root) / weights
     if not path.exists():
         raise Refused(f"clip_score is a required metric but its weights file {path} does not exist "
-                      f"(quality.clip.weights = {weights!r}).\n" + HOW_TO.format(model=model or "ViT-B-32", path=path))
+                      f"(quality.clip.weights = {weights!r}).\n" + HOW_TO.format(model=model or "ViT-B-32"))
     try:
         found = clip_weights.locate(path, model)
     except Refused as exc:
