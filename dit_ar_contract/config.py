@@ -154,6 +154,10 @@ class LpipsSettings:
 
 @dataclass(frozen=True)
 class ClipSettings:
+    """open_clip weights for `clip_score`: a checkpoint file, a folder holding one or a Hugging Face hub cache folder
+    (`weights`, relative to the repository or absolute), and the architecture (`model`; optional where the folder
+    says it: quality_suite/clip.py)."""
+
     model: str | None = None
     weights: str | None = None
 
@@ -461,6 +465,15 @@ def _check_lane(r: _Reader, lane: Lane, root: Path) -> None:
     _check_quality(r, lane.quality, f"{where}.quality")
 
 
+def _check_metric_weights(r: _Reader, lane: Lane, root: Path, mutable: tuple[str, ...]) -> None:
+    """Task-metric weights never lie under a mutable path (a candidate's commit could swap the model scoring it)."""
+    for key, value in (("clip", lane.quality.clip.weights), ("classifier", lane.quality.classifier.weights)):
+        path = (root / value).resolve() if value else None  # an absolute value stays itself
+        for m in mutable if path else ():
+            if path == (root / m).resolve() or (root / m).resolve() in path.parents:
+                raise r.fail(f"lanes.{lane.name}.quality.{key}.weights", value, f"a path outside the mutable {m!r}")
+
+
 def _paths(r: _Reader, raw: dict, key: str) -> tuple[str, ...]:
     items = r.value(tuple[str, ...], raw.get(key, []), key)
     if not items:
@@ -556,5 +569,7 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> Config:
             a, b = m.rstrip("/"), f.rstrip("/")
             if a == b or a.startswith(b + "/") or b.startswith(a + "/"):
                 raise r.fail("mutable_paths", m, f"no overlap with fixed path {f!r}")
+    for lane in lanes.values():
+        _check_metric_weights(r, lane, root, mutable)
     return Config(path=path.resolve(), root=root, sha256=hashlib.sha256(text.encode()).hexdigest(), target=target,
                   default_lane=default_lane, lanes=lanes, mutable_paths=mutable, fixed_paths=fixed)

@@ -222,7 +222,8 @@ def aggregate_checks(cls: ChangeClass | str, summary: dict[str, Any], quality: Q
     if cls.judged_on_the_task and not task_base and not task_cand:
         claim = "non-inferiority" if cls is ChangeClass.APPROXIMATE else "zero regression"
         checks.append(Check("task_metrics", False, 0.0, 1.0, None, f"the {cls} gate needs task-quality metrics to "
-                            f"show {claim}; this lane configures none (see docs/quality.md, task metrics)"))
+                            f"show {claim}; this lane configures none: set lanes.<lane>.task_metrics, e.g. "
+                            "clip_score with quality.clip (dit-ar scaffold --clip-weights PATH)"))
     if cls is ChangeClass.APPROXIMATE:
         checks += _task_checks(task_cand, task_base, lower_is_better, quality.approximate.task_margin)
     if cls is ChangeClass.QUANTIZATION:

@@ -32,6 +32,8 @@ from typing import Any
 from dit_ar_contract.config import DEFAULT_CONFIG, load_config
 from dit_ar_contract.errors import Refused
 
+from .scaffold_clip import ClipChoice, add_clip, describe
+
 TEMPLATES = Path(__file__).resolve().parent / "scaffold_templates"
 CORPUS_DIR = "corpus"
 MUTABLE = "model_under_test/"
@@ -92,6 +94,8 @@ class Request:
     device: str = "cuda"
     cases: int = DEFAULT_CASES
     force: bool = False
+    clip_weights: Path | None = None  # open_clip weights for the clip_score task metric (scaffold_clip.py)
+    clip_model: str | None = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,7 @@ class Plan:
     lane: str
     workload: Workload
     files: Mapping[str, str] = field(default_factory=dict)
+    clip: ClipChoice | None = None
 
 
 # -- reading the pipeline -----------------------------------------------------------------------------
@@ -308,15 +313,17 @@ def plan(request: Request, root: Path) -> Plan:
     if weights == MUTABLE.rstrip("/") or weights.startswith(MUTABLE):
         raise Refused(f"the pipeline folder {weights} is inside the mutable {MUTABLE}: keep the weights elsewhere")
     config = config_for(family, lane, work, weights)
+    clip = add_clip(config, lane, request.clip_weights, request.clip_model, root, family.text_to_image,
+                    MUTABLE)
     cases = corpus_cases(family, folder, request.cases)
     context = dict(family=family, lane=lane, weights=weights, target=config["target"],
                    fixed_paths=config["fixed_paths"], corpus=f"{CORPUS_DIR}/{lane}.jsonl", cases=len(cases),
-                   **dataclasses.asdict(work))
+                   task_metrics=config["lanes"][lane]["task_metrics"], **dataclasses.asdict(work))
     files = {str(DEFAULT_CONFIG): json.dumps(config, indent=2) + "\n", **corpus_files(root, lane, cases),
              "model_under_test/__init__.py": render("model/__init__.py.j2", **context),
              "model_under_test/pipeline.py": render(family.template, **context),
              "program.md": render("program.md.j2", **context), "AGENTS.md": render("AGENTS.md.j2", **context)}
-    return Plan(root=root, family=family, lane=lane, workload=work, files=files)
+    return Plan(root=root, family=family, lane=lane, workload=work, files=files, clip=clip)
 
 
 def check_config(plan_: Plan) -> None:
@@ -366,10 +373,12 @@ def scaffold(request: Request, cwd: Path | None = None, out: Callable[[str], Non
         f"guidance {w.guidance:g}, batch {w.batch}, on {w.device}")
     for rel in written:
         out(f"  wrote {rel}")
+    if made.family.text_to_image:
+        out(describe(made.clip, made.lane))
     out("next:")
     from ..worker.sandbox import unreadable_refusal
 
-    refusal = unreadable_refusal(request.pipeline.expanduser().resolve())
+    refusal = unreadable_refusal(request.pipeline.expanduser().resolve(), (root,))
     if refusal:  # baseline would refuse: say it now, with the fix as the first step
         out(f"  first: {refusal}")
     out(f'  git add -A && git commit -m "Set up dit-ar for {made.family.class_name}"')
@@ -400,6 +409,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu for a CPU lane")
     parser.add_argument("--cases", type=int, default=DEFAULT_CASES,
                         help=f"cases in the frozen corpus (default {DEFAULT_CASES})")
+    parser.add_argument("--clip-weights", type=Path, metavar="PATH",
+                        help="open_clip weights for the clip_score task metric of a text-to-image lane: a checkpoint "
+                             "file, a folder holding one, or a Hugging Face hub cache folder (nothing is downloaded)")
+    parser.add_argument("--clip-model", metavar="NAME",
+                        help="with --clip-weights: the open_clip architecture (e.g. ViT-B-32; default: what the "
+                             "weights' folder or hub repository says)")
     parser.add_argument("--force", action="store_true", help="overwrite files that exist already")
     parser.set_defaults(func=run)
     return parser
@@ -411,13 +426,13 @@ def run(args: argparse.Namespace) -> int:
                       "PyTorch model: a seam skeleton to fill in)")
     if args.weights is not None and not args.custom:
         raise Refused("--weights goes with --custom; a diffusers pipeline folder carries its own weights")
+    if args.clip_model is not None and args.clip_weights is None:
+        raise Refused("--clip-model goes with --clip-weights PATH (the open_clip weights it names the architecture of)")
+    request = Request(pipeline=args.pipeline or Path(), lane=args.lane, resolution=args.resolution, steps=args.steps,
+                      guidance=args.guidance, batch=args.batch, device=args.device, cases=args.cases,
+                      force=args.force, clip_weights=args.clip_weights, clip_model=args.clip_model)
     if args.custom:
         from .scaffold_custom import scaffold_custom
 
-        return scaffold_custom(Request(pipeline=Path(), lane=args.lane, resolution=args.resolution, steps=args.steps,
-                                       guidance=args.guidance, batch=args.batch, device=args.device, cases=args.cases,
-                                       force=args.force), args.weights)
-    request = Request(pipeline=args.pipeline, lane=args.lane, resolution=args.resolution, steps=args.steps,
-                      guidance=args.guidance, batch=args.batch, device=args.device, cases=args.cases,
-                      force=args.force)
+        return scaffold_custom(request, args.weights)
     return scaffold(request)
