@@ -48,8 +48,8 @@ def _generate(torch: Any, pipe: Any, requests: list[tuple[str, int]]) -> None:
 
 FLOPS_METHODS = {
     "dispatched": "the operators one generate dispatched (torch.utils.flop_counter)",
-    "replica": "an unfused eager replica of the same candidate: each CUDA graph's operators counted once at its "
-               "capture, then a steady generate's operators plus its replays times their graphs' FLOPs",
+    "replica": "a replica of the same candidate built under the counter: each CUDA graph's operators counted "
+               "once at its capture, then a steady generate's operators plus its replays times their graphs' FLOPs",
 }
 
 
@@ -73,8 +73,9 @@ def count_flops(worker: Any, requests: list[tuple[str, int]], replica: bool = Fa
 def replica_flops(worker: Any, requests: list[tuple[str, int]]) -> dict[str, Any]:
     """FLOPs of a graphed pipeline's steady generate, counted on a replica built under the counter.
 
-    The replica is the same candidate built again from the same spec (`worker.replica()`); torch.compile does
-    not compile while a counting mode is active, so its kernels are the unfused eager ones. Its build and first
+    The replica is the same candidate built again from the same spec (`worker.replica()`); torch.compile compiles
+    nothing new while a counting mode is active (new code runs eager, unfused), and compiled code that does run
+    still calls its GEMMs and attention through the dispatcher the counter sits on. Its build and first
     generate capture its graphs, each graph's operators counted once; its second generate counts its eager
     operators plus, for every replay, the FLOPs its graph captured. Replays of a graph captured out of sight
     (none is expected: the build is counted too) leave the dispatched count in place, with the reason."""

@@ -19,7 +19,8 @@
 # chain's speed-up), profiles.txt (each profile's table), ladder.tgz (ledger, every experiment.json and perf.json,
 # profile JSONs, status, `dit-ar summary --markdown`, the HTML report), clocks.csv (SM clock, power; this call),
 # env.txt (this call's machine and software).
-# Knobs: ONLY="04,05" judges only those steps; START="01,02" folds those patches into the starting commit (a
+# Knobs: CHECK=1 first runs tests/e2e/test_gpu_ladder_cuda.py (about a minute: patch 06's graph against the
+# best of 01-05, the profile's clock and replica FLOP count on this GPU); ONLY="04,05" judges only those steps; START="01,02" folds those patches into the starting commit (a
 # session that starts later in the ladder, e.g. on a fresh machine; its chain starts there); PROFILE_AFTER;
 # SCRATCH (default /tmp/ladder); FRESH=1 discards an earlier session in SCRATCH; LANE=embedded-cpu rehearses the
 # whole flow on this machine's CPU (no wheels, the CPU lane: every patch is a no-op there, so each step is judged
@@ -134,6 +135,11 @@ finish() {  # status, summary, report and the returned files
 
 setup_machine
 stamp "machine ready (wheels, sandbox check)"
+if [ -n "${CHECK:-}" ] && [ ! -f "$keep/check.done" ]; then  # the sampling graph and the profile on this GPU first
+  (cd "$src" && timeout 300 python3 -m pytest -q -s -p no:cacheprovider -m cuda tests/e2e/test_gpu_ladder_cuda.py) \
+    >> "$log" 2>&1 && touch "$keep/check.done"
+  stamp "check (tests/e2e/test_gpu_ladder_cuda.py): $([ -f "$keep/check.done" ] && echo passed || echo FAILED, see session.txt)"
+fi
 ledger="$project/.autoresearch/results.tsv"
 if [ -f "$ledger" ] && grep -qP '\tbaseline\t' "$ledger"; then
   cd "$project" || exit 2
