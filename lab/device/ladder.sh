@@ -10,27 +10,29 @@
 # description the patch's Subject line; lane dit-xl2-256 at STEPS sampling steps and ROUNDS timed rounds a
 # segment (defaults 8 and 8; the lane ships 25 and 16), sandboxed when bubblewrap works there. After the steps in
 # PROFILE_AFTER (default "04 end": the hand-graphed best and the final best) it runs `dit-ar profile` of the best.
-# The deadline: SESSION_S seconds from this call's start (default 530); no step starts with less than MIN_LEFT
-# seconds left (default 140) and a running one is stopped before the deadline (it records nothing; the next call
-# resets to the best and judges it again). A step that is not started stops the chain there (the order matters).
+# The deadline: DEADLINE (epoch seconds), else SESSION_S seconds from this call's start (default 530). No step
+# starts with less than MIN_LEFT seconds left (default 140) and a running one is stopped before the deadline (it
+# records nothing; the next call resets to the best and judges it again). A step that is not started stops the
+# chain there (the order matters).
 #
 # Results in $OUT (8 files): session.txt (the whole log, all calls), timing.txt (what took how long, all calls),
-# summary.txt / summary.json (lab/device/ladder_summary.py: verdicts, estimates, wall time per phase, the kept
-# chain's speed-up), profiles.txt (each profile's table), ladder.tgz (ledger, every experiment.json and perf.json,
-# profile JSONs, status, `dit-ar summary --markdown`, the HTML report), clocks.csv (SM clock, power; this call),
-# env.txt (this call's machine and software).
-# Knobs: CHECK=1 first runs tests/e2e/test_gpu_ladder_cuda.py (about a minute: patch 06's graph against the
-# best of 01-05, the profile's clock and replica FLOP count on this GPU); ONLY="04,05" judges only those steps; START="01,02" folds those patches into the starting commit (a
-# session that starts later in the ladder, e.g. on a fresh machine; its chain starts there); PROFILE_AFTER;
-# SCRATCH (default /tmp/ladder); FRESH=1 discards an earlier session in SCRATCH; LANE=embedded-cpu rehearses the
-# whole flow on this machine's CPU (no wheels, the CPU lane: every patch is a no-op there, so each step is judged
-# a no-op) with STEPS from the lane unless set.
+# summary.txt (lab/device/ladder_summary.py: verdicts, estimates, wall time per phase, the kept chain's
+# speed-up), ledger.tsv, profiles.txt (each profile's table), ladder.tgz (summary.json, the ledger, every
+# experiment.json and perf.json, profile JSONs, status, `dit-ar summary --markdown`, the HTML report),
+# clocks.csv (SM clock, its maximum, power; this call), env.txt (this call's machine and software).
+#
+# Knobs: CHECK=1 first runs tests/e2e/test_gpu_ladder_cuda.py (about a minute: patch 06's graph against the best
+# of 01-05, the profile's clock and replica FLOP count on this GPU); ONLY="04,05" judges only those steps;
+# START="01,02" folds those patches into the starting commit (a session that starts later in the ladder, e.g. on
+# a fresh machine; its chain starts there); PROFILE_AFTER; STEPS; ROUNDS; SCRATCH (default /tmp/ladder); FRESH=1
+# discards an earlier session in SCRATCH; LANE=embedded-cpu rehearses the whole flow on this machine's CPU (no
+# wheels; every patch is a no-op on the CPU lane, so each step is judged as one).
 set -u
 start=$(date +%s)
 here="$(cd "$(dirname "$0")" && pwd)"; src="$(cd "$here/../.." && pwd)"
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 lane="${LANE:-dit-xl2-256}"; scratch="${SCRATCH:-/tmp/ladder}"; project="$scratch/project"; keep="$scratch/out"
-deadline=$(( start + ${SESSION_S:-530} )); min_left="${MIN_LEFT:-140}"
+deadline="${DEADLINE:-$(( start + ${SESSION_S:-530} ))}"; min_left="${MIN_LEFT:-140}"
 if [ "$lane" = embedded-cpu ]; then steps="${STEPS:-}"; else steps="${STEPS:-8}"; fi
 rounds="${ROUNDS:-8}"
 [ -n "${FRESH:-}" ] && rm -rf "$scratch"
@@ -104,7 +106,12 @@ baseline() {
 profile_best() {  # profile_best TAG: `dit-ar profile` of the current best, JSON and table kept
   [ "$(left)" -ge 90 ] || { stamp "profile $1: not started, the deadline is too close"; return 0; }
   [ -f "$keep/profile-$1.json" ] && return 0
-  local t0; t0=$(date +%s)
+  local t0 same; t0=$(date +%s)
+  same="$(grep -l "\"commit\": \"$(git rev-parse HEAD | cut -c1-10)\"" "$keep"/profile-*.json 2>/dev/null | head -1)"
+  if [ -n "$same" ]; then  # the best did not move since that profile
+    cp "$same" "$keep/profile-$1.json"; stamp "profile after $1: the best is the one $(basename "$same") profiled"
+    return 0
+  fi
   timeout $(( $(left) - 10 )) python3 -m pytest_dit_ar.cli --config config/autoresearch.json profile --json \
     > "$keep/profile-$1.json" 2>> "$log" || { stamp "profile $1 failed"; rm -f "$keep/profile-$1.json"; return 0; }
   { echo "=== profile after $1 (commit $(git rev-parse --short HEAD))"
@@ -125,11 +132,12 @@ finish() {  # status, summary, report and the returned files
   cp .autoresearch/results.tsv "$keep/ledger.tsv"
   [ -d .autoresearch/report ] && [ "$(du -sm .autoresearch/report | cut -f1)" -lt 12 ] && \
     rm -rf "$keep/report" && cp -r .autoresearch/report "$keep/report"
-  for f in "$keep"/profile-*.json "$keep"/status.txt "$keep"/summary.md "$keep"/ledger.tsv "$keep"/runs "$keep"/report; do
+  for f in "$keep"/profile-*.json "$keep"/status.txt "$keep"/summary.md "$keep"/summary.json "$keep"/ledger.tsv \
+    "$keep"/runs "$keep"/report; do
     [ -e "$f" ] && files+=("$(basename "$f")")
   done
   tar czf "$OUT/ladder.tgz" -C "$keep" "${files[@]}"
-  cp "$keep/summary.txt" "$keep/summary.json" "$OUT/" 2>/dev/null
+  cp "$keep/summary.txt" "$keep/ledger.tsv" "$OUT/" 2>/dev/null
   [ -f "$keep/profiles.txt" ] && cp "$keep/profiles.txt" "$OUT/"
 }
 
