@@ -16,6 +16,7 @@ import time
 import torch
 
 from model_under_test.presets import _finish, build_on, sd_vae
+from quality_suite.metrics import fidelity_batch
 
 
 def decode(vae: torch.nn.Module, latents: torch.Tensor) -> torch.Tensor:
@@ -39,10 +40,12 @@ def main() -> None:
     for scale in (0.5, 1.0, 2.0):
         latents = (torch.randn(args.batch, 4, 32, 32, generator=gen) * scale).to(args.device)
         start = time.perf_counter()
-        ref, got = decode(vae, latents), decode(half, latents)
-        mse = ((ref - got) ** 2).flatten(1).mean(1)
-        psnr = (-10 * torch.log10(mse)).tolist()
-        print(f"latent scale {scale}: PSNR of the bf16 decode against fp32 {', '.join(f'{p:.2f}' for p in psnr)} dB; "
+        ref, got = decode(vae, latents).cpu(), decode(half, latents).cpu()
+        same = [torch.zeros(1)] * len(ref)  # the latents are not the probe's question
+        fid = fidelity_batch(list(got), list(ref), same, same)
+        psnr = ", ".join(f"{f['psnr_db']:.2f}" for f in fid)
+        ssim = ", ".join(f"{f['ssim']:.5f}" for f in fid)
+        print(f"latent scale {scale}: bf16 decode against fp32: PSNR {psnr} dB, SSIM {ssim}; "
               f"image std {ref.std().item():.3f}; {time.perf_counter() - start:.1f} s")
 
 
