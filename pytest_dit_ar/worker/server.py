@@ -96,6 +96,7 @@ class Worker:
             torch.cuda.set_per_process_memory_fraction(min(1.0, cap_gb * 2**30 / total), device)
         self.identity = _device_identity(torch, device)
         self.pipe: Any = None
+        self.spec: dict[str, Any] = {}
         self.rows = 0
         self.rows_observable = True
 
@@ -105,7 +106,7 @@ class Worker:
 
         module = import_model(self.root)
         start = time.perf_counter()
-        self.pipe = module.build_pipeline(spec)
+        self.pipe, self.spec = module.build_pipeline(spec), dict(spec)
         build_s = time.perf_counter() - start
         components = getattr(self.pipe, "components", None)
         if not isinstance(components, dict) or "transformer" not in components:
@@ -169,6 +170,13 @@ class Worker:
         from perf_suite import profiling
 
         return profiling.count_flops(self, self._built_requests(requests))
+
+    def replica(self) -> Any:
+        """A second build of the same candidate from the same spec, without the harness's hooks (the profile counts
+        a graphed pipeline's FLOPs on it: perf_suite.profiling.replica_flops)."""
+        if self.pipe is None:
+            raise RuntimeError("build was not called")
+        return import_model(self.root).build_pipeline(dict(self.spec))
 
     def peak(self) -> dict[str, Any]:
         """A measured arithmetic and copy peak of this worker's device (for devices not in the roofline table)."""
