@@ -126,7 +126,7 @@ class Zygote(WorkerProcess):
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.spawned_at = time.perf_counter()
         try:
-            self._launch(self.argv(ZYGOTE_BOOTSTRAP), theirs.fileno(), None)
+            spawn.launch(self, self.argv(ZYGOTE_BOOTSTRAP), theirs.fileno(), None)
         finally:
             theirs.close()
         self._sock = mine
