@@ -11,14 +11,16 @@ PACKAGES = ("dit_ar_contract", "pytest_dit_ar", "quality_suite", "perf_suite")
 def import_circles(graph: grimp.ImportGraph) -> list[list[str]]:
     """One circle (a -> b -> ... -> a) for every group of modules that import each other, directly or not."""
     g = nx.DiGraph()
-    for module in graph.modules:
+    for module in sorted(graph.modules):
         g.add_node(module)
-        g.add_edges_from((module, imported) for imported in graph.find_modules_directly_imported_by(module))
+        g.add_edges_from((module, imported) for imported in sorted(graph.find_modules_directly_imported_by(module)))
     circles = []
     for group in nx.strongly_connected_components(g):
         if len(group) > 1:
-            edges = nx.find_cycle(g.subgraph(group))
-            circles.append([a for a, _ in edges] + [edges[0][0]])
+            path = [a for a, _ in nx.find_cycle(g.subgraph(group), source=min(group))]
+            start = path.index(min(path))  # the same circle reads the same from run to run
+            path = path[start:] + path[:start]
+            circles.append(path + [path[0]])
     return sorted(circles)
 
 
