@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dit_ar_contract.sides import Role
+
 HEADROOM_PCT = 5.0  # kept free: NVML samples miss short peaks; the allocator's fragmentation
 
 
@@ -80,7 +82,6 @@ def may_prefetch(b: MemoryBudget, best_peak_mb: float | None) -> bool:
     return usable is None or best_peak_mb is None or 2 * best_peak_mb <= usable
 
 
-def order(segment: int, first: str) -> tuple[str, str]:
-    """The sides' order in an alternating segment: `first` ('cand' or 'best') on even segments, swapped on odd."""
-    other = "best" if first == "cand" else "cand"
-    return (first, other) if segment % 2 == 0 else (other, first)
+def order(segment: int, first: Role) -> tuple[Role, Role]:
+    """The sides' order in an alternating segment: `first` on even segments, the other side first on odd ones."""
+    return (first, first.other) if segment % 2 == 0 else (first.other, first)

@@ -61,23 +61,17 @@ from perf_suite.stats import decide_block
 from perf_suite.studies import NULL, OVERHEAD, StudyArm, StudyPair, StudyResults
 from quality_suite.corpora import load_corpus
 
+from ..state.perf_record import SegmentRecord
 from ..state.session import Session, open_session
 from ..worker.client import WorkerLauncher
 from ..worker.forkserver import ForkServers
 from .clean_rounds import GpuWatch
 from .launch import launcher_for
-from .measurement import (
-    SIDE_NAMES,
-    MeasurementPlan,
-    PairSource,
-    SegmentRecord,
-    Side,
-    gpu_watch,
-    run_segment,
-    timed_cores,
-)
+from .measurement_plan import MeasurementPlan, Side
+from .pairs import SIDE_NAMES, PairSource, gpu_watch, timed_cores
 from .patching import sleep_patch
 from .pool import PoolPlan
+from .segment import run_segment
 
 OLD_BLOCKS = 2  # the earlier protocol: a block, then a confirming block in fresh workers
 KEEP = DECISIONS[0]  # the sequential test's "keep"

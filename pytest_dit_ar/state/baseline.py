@@ -40,6 +40,11 @@ class Roofline:
     device_peak: dict[str, Any] = field(default_factory=dict)
     roofline_unavailable: str | None = None
 
+    @property
+    def peak_measured(self) -> bool:
+        """The device's peak was timed on this machine (perf_suite.roofline.Peak.measured), not a datasheet's."""
+        return bool(self.device_peak.get("measured"))
+
 
 ROOFLINE_KEYS = tuple(f.name for f in dataclasses.fields(Roofline))
 

@@ -20,6 +20,7 @@ import pytest
 from pytest_dit_ar.loop.patching import wrap_generate
 from pytest_dit_ar.state import runs
 from pytest_dit_ar.state.paths import StatePaths
+from pytest_dit_ar.state.perf_record import PerfRecord
 from tests.helpers.loop import DELAY_LINE, commit_change, experiment, git, last_line, ledger_rows
 
 pytestmark = pytest.mark.slow
@@ -139,7 +140,7 @@ def test_a_daemon_burning_cpu_cannot_slow_the_best_and_dies(loop_repo: Path) -> 
     assert survivors() == []
     run = loop_repo / ledger_rows(loop_repo)[-1].run_dir
     baseline = runs.read_baseline(StatePaths(loop_repo).baseline("embedded-cpu") / runs.BASELINE_RECORD)
-    aa = runs.PerfRecord.aa_segment(baseline).segments[0]
+    aa = PerfRecord.aa_segment(baseline).segments[0]
     quiet_ms = 1e3 * statistics.median(aa.cand_s + aa.best_s)
     for segment in runs.read_perf(run).segments:
         best_ms = 1e3 * statistics.median(segment.best_s)

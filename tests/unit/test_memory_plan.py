@@ -1,5 +1,6 @@
 """The memory plan (loop.memory_plan): what may live at once on the target's card."""
 
+from dit_ar_contract.sides import Role
 from pytest_dit_ar.loop.memory_plan import MemoryBudget, budget, layout, may_prefetch, order
 
 A5500 = budget(True, 24.0, True, None, 24.0)
@@ -49,7 +50,8 @@ def test_the_best_is_prefetched_only_when_two_of_it_fit():
 
 
 def test_alternating_order_swaps_every_segment():
-    assert [order(i, "best") for i in range(3)] == [("best", "cand"), ("cand", "best"), ("best", "cand")]
+    cand, best = Role.CANDIDATE, Role.BEST
+    assert [order(i, best) for i in range(3)] == [(best, cand), (cand, best), (best, cand)]
 
 
 def test_an_experiment_whose_best_cannot_fit_is_refused_before_it_runs():
