@@ -93,7 +93,9 @@ class PerfProtocol:
     # "auto": "one" on CUDA lanes (H200: pair spread 3.4% vs 9-12% on two cores), "affinity" on CPU lanes
 
     def fork_servers(self, is_cuda: bool) -> int:
-        """Fork servers per side (docs/design-notes.md 36)."""
+        """Fork servers per side: two on CUDA lanes (each later segment forks from one of two independent
+        layouts, the fork servers' imports run in parallel beside the quality run), one on CPU lanes (a
+        prelude competes with the quality run for the same few cores)."""
         return self.fork_servers_per_side or (2 if is_cuda else 1)
 
 

@@ -12,11 +12,11 @@ synonyms (`EXPANSIONS`); a word the handbook does not contain is corrected to th
 within one or two edits (rapidfuzz's optimal-string-alignment distance), or split into two handbook words
 ("grpahs" -> "graphs", "ridgepoint" -> "ridge point"); a run of Chinese characters is segmented (jieba) and
 translated with the dictionary in `zh.py`, and what the dictionary does not know is matched as character
-bigrams. The ranking itself stays this module's: no BM25 library scores fractional, per-field term counts
-with the project's passage length (docs/design-notes.md note 46). rapidfuzz and jieba are imported only
-when a query needs them. Every result says how
-much of the query the best page covers (`SearchResult.coverage`); below `WEAK_COVERAGE` the match is
-reported as weak.
+bigrams. The ranking itself stays this package's: no BM25 library scores fractional, per-field term counts
+with the project's passage length. rapidfuzz and jieba are imported only when a query needs them. Every
+result says how much of the query the best page covers (`SearchResult.coverage`); below `WEAK_COVERAGE` the
+match is reported as weak. The parts: words.py (tokens), index.py (passages and the index), query.py (query
+planning), this module (ranking and the API).
 
 API:
     search(query, handbook_dir, top=5, cache_path=None) -> list[FileHit]

@@ -39,7 +39,7 @@ class SideProcesses(Protocol):
 def running(pids: list[int]) -> list[int]:
     """The processes of `pids` that are not zombies: a zombie has exited, its memory, descriptors and GPU
     context are released, and only its parent's wait is missing (the sandbox's init after a graceful exit
-    stayed a zombie for 1.3-2 s on the 2-core VM, which every close used to wait for)."""
+    stays a zombie for 1.3-2 s on the 2-core VM: waiting for it would slow every close)."""
     states = cgroup.task_states(pids)
     return [p for p in pids if states.get(p, "Z") not in ("Z", "X")]
 
