@@ -1,4 +1,4 @@
-"""Stage attribution, FLOPs and device peaks of one side's pipeline (DESIGN §6, `dit-ar profile`).
+"""Stage attribution, FLOPs and device peaks of one side's pipeline (docs/design/speed-verdict.md, `dit-ar profile`).
 
 Two halves: functions that run *inside* a worker (they receive the worker.Worker and use its built
 pipeline) and functions that run in the harness (they drive a WorkerProcess and do the arithmetic).

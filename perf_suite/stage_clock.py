@@ -1,4 +1,4 @@
-"""Harness-side stage times and CUDA graph accounting for `dit-ar profile` (DESIGN §6).
+"""Harness-side stage times and CUDA graph accounting for `dit-ar profile` (docs/design/speed-verdict.md).
 
 The pipeline names its stages with `torch.profiler.record_function` ("text_encode", "denoise", "decode"); what
 a stage *costs* is measured here, in the worker, never reported by the candidate:

@@ -1,4 +1,4 @@
-"""Quality gates per experiment class (DESIGN §5): pure functions from measurements to checks.
+"""Quality gates per experiment class (docs/design/quality.md): pure functions from measurements to checks.
 
 Every check carries the metric, the case, the value, the comparison and the threshold so that a
 verdict can say exactly what failed. Thresholds come from the config's quality contract:
@@ -19,7 +19,7 @@ verdict can say exactly what failed. Thresholds come from the config's quality c
 The rule for lanes without task metrics is one for both classes whose claim is about the task rather than
 the pixels: neither an approximate nor a quantization change can be kept there. Fidelity floors alone say
 how far the pixels moved, not whether the model still does its job (an int8 change once passed at 20.9 dB
-on fidelity alone). Configure a task metric for the lane (docs/quality.md) to open both classes.
+on fidelity alone). Configure a task metric for the lane (docs/design/quality.md) to open both classes.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What ran on the H200 machines for docs/perf-harness.md, docs/results-h200.md and docs/models.md.
+# What ran on the H200 machines for docs/design/speed-verdict.md, lab/notebook/h200-research-sessions.md and docs/design/models-and-lanes.md.
 #   bash lab/device/h200_run.sh [tests] [session] [study] [branches]   (default: the first three)
 # tests   (last GPU): full-size presets and GPU determinism (pytest -m cuda)
 # session (last GPU, after tests): the research session of examples/h200-session on dit-xl2-256.
@@ -7,11 +7,11 @@
 #         absent, and saved to $OUT/session*.tgz at the end (copy them to .h200state/ and call again).
 #         Known limit: on 2026-11-30 session.tgz and session_git.tgz came to 23 and 20 MB after the
 #         baseline and three experiments, over the 16 MiB a returned file may have, so the state did
-#         not come back; part 2 of docs/results-h200.md ran as branches instead.
+#         not come back; part 2 of lab/notebook/h200-research-sessions.md ran as branches instead.
 # study   (GPU 0, in parallel; needs a second GPU): the harness study (false keeps on no-op commits,
 #         detection of speedups)
 # branches (both GPUs): the second part of the published session, two sessions in parallel from the
-#         best commit of the first part (see docs/results-h200.md); BRANCHES overrides the split
+#         best commit of the first part (see lab/notebook/h200-research-sessions.md); BRANCHES overrides the split
 # Each side's workers are pinned to their own two cores. Results land in $OUT.
 # Needs the wheels in .whl/ (diffusers, gitpython, gitdb, smmap, importlib_metadata; git.deb if the
 # machine has no git). Knobs: NULLS (20), TRIALS (4), STEPS (session sampling steps, 8), ROUNDS (8),

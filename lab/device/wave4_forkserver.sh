@@ -10,7 +10,7 @@
 #     start/end times, idle wait and NVML SM clock, power, temperature, throttle reasons (forkserver.json);
 #   - pairs alternate between both workers on core 2 and both on cores 2,3: the between-pair sd of the mean
 #     log ratio and the per-round sd under each (4 pairs each), and one segment of the cold pair.
-# Fills: docs/perf-harness.md "Fork servers" and "Clean rounds" tables (H200 rows), docs/design-notes.md 36.
+# Fills: docs/design/speed-verdict.md "Fork servers" and "Clean rounds" tables (H200 rows), lab/notebook/design-decisions.md 36.
 set -u
 . lab/device/h200_env.sh  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED
 mkdir -p "$OUT/forkserver"

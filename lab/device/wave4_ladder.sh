@@ -9,7 +9,7 @@
 # in the place of 06 instead (then 07).
 # Results in $OUT/ladder/: session.txt (the whole log), summary.json / summary.txt (per experiment: verdict,
 # estimate, warm-up rounds per side, warm start, cold compile; the kept chain's speed-up over the fp32 eager
-# baseline), the ledger and every perf.json / experiment.json. docs/results-h200.md ("Wave 4") waits for them.
+# baseline), the ledger and every perf.json / experiment.json. lab/notebook/h200-research-sessions.md ("Wave 4") waits for them.
 # Knobs: SESSION_S (default 290), ONLY (default 04,05,06,07).
 set -u
 . lab/device/h200_env.sh  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED

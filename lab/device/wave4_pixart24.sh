@@ -10,7 +10,7 @@
 #   (lab/device/wave4_pixart_folder.py: 0.6 B transformer, T5-XXL-sized encoder, tokenizer built offline,
 #   save_pretrained) through the README's flow in a fresh git repository: `dit-ar scaffold --pipeline`,
 #   commit, `doctor`, `init`, `baseline`, one `experiment` (a comment: expected DISCARD-PERFORMANCE).
-# docs/results-h200.md ("Wave 6") has what ran. Knobs: TOTAL_S (default 235), PARTS ("a b"), TINY=1 / DEVICE=cpu (the
+# lab/notebook/h200-research-sessions.md ("Wave 6") has what ran. Knobs: TOTAL_S (default 235), PARTS ("a b"), TINY=1 / DEVICE=cpu (the
 # CPU rehearsal of part B's flow with the tests' tiny pipeline; part A needs CUDA and is skipped on a CPU).
 set -u
 if [ -z "${DEVICE:-}" ] || [ "${DEVICE}" != cpu ]; then

@@ -4,7 +4,7 @@
 # Writes under "$OUT/security/":
 #   doctor.txt       what the sandbox uses there (user, seccomp, cgroup hierarchies);
 #   freeze_cost.txt  lab/tools/freeze_cost.py: freeze waits, cgroup freezer and SIGSTOP fallback, idle and in-kernel
-#                    work (docs/security.md "What a freeze costs" wants an H200 row);
+#                    work (docs/design/sandbox-and-security.md "What a freeze costs" wants an H200 row);
 #   gpu_worker.txt   one sandboxed worker of the embedded model on cuda:0 (the allow-list root must still give
 #                    CUDA what it needs): build, three generates, the worker's uid, the freeze waits, the
 #                    sampled host and device memory (NVML every 100 ms);

@@ -1,5 +1,5 @@
 """The verdict's operating characteristics by simulation, side by side with the protocol shipped before issue 20
-(the tables of docs/perf-harness.md), with two oracles that knew the true variance (lab/studies/simulation.py).
+(the tables of docs/design/speed-verdict.md), with two oracles that knew the true variance (lab/studies/simulation.py).
 
 Noise regimes come from lab/studies/simulation.py (fitted to lab/data/h200 and lab/data/cpu, plus a CUDA-graph-quiet
 and a mixed regime); the new designs are judged by perf_suite.sequential.run_experiments, the code that judges
@@ -170,8 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     # generates), round checks and close 12 s, the first pair's too (wave 10's 10% KEEP: 36 s besides its rounds
     # in 3 pairs)
     g_cost = Cost(0.08, 12.0, 0.08, first_s=12.0)
-    # the eager lane as the H200 measured it (docs/results-h200.md, waves 8-9): 545 ms a generate, about 9 s of
-    # warm-up, round checks, start and close a further pair and 6.5 s of the first pair's warm-up and checks
+    # the eager lane as the H200 measured it (lab/notebook/h200-research-sessions.md, waves 8-9):
+    # 545 ms a generate, about 9 s of warm-up, round checks, start and close a further pair
+    # and 6.5 s of the first pair's warm-up and checks
     e_cost = Cost(0.545, 9.0, 0.545, first_s=6.5)
     # a hand-captured CUDA graph best (wave 10's study): 313 ms a generate, 18.6 s a pair of which 10 s timed
     h_cost = Cost(0.313, 8.6, 0.313, first_s=8.6)

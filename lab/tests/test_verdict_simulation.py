@@ -1,7 +1,7 @@
 """The verdict replayed on the noise it meets (lab/studies/simulation.py): the shipped CPU and GPU designs and the
 concurrent-pairs design, judged by the same code as real experiments, keep no-ops at most alpha of the time
 over all looks in every regime measured so far, and keep the wins the issue asks for where the machine is
-quiet. The slow study with the full tables is lab/studies/verdict_study.py (docs/perf-harness.md)."""
+quiet. The slow study with the full tables is lab/studies/verdict_study.py (docs/design/speed-verdict.md)."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def test_where_the_machine_is_quiet_small_wins_are_kept() -> None:
     """Issue 20's goals for a CUDA-graphed best on the shipped GPU design: 3% kept >= 95%, 2.5% >= 80%
     (with the prior B, before the session has learned anything); the CPU lane keeps 5% wins, and where its
     rounds are dominated by something precise (the quiet regime on the CPU design) 3% wins, while no-ops stay
-    at most alpha (the real run: docs/perf-harness.md, "precise rounds on the CPU lane")."""
+    at most alpha (the real run: docs/design/speed-verdict.md, "precise rounds on the CPU lane")."""
     regs, designs = setting()
     assert keep_rate(regs["graph"], designs["gpu"], 2.5, 3.0, 300, seed=4) >= 0.95
     assert keep_rate(regs["graph"], designs["gpu"], 2.5, 2.5, 300, seed=5) >= 0.80
@@ -95,7 +95,7 @@ def test_where_the_machine_is_quiet_small_wins_are_kept() -> None:
 
 def test_where_the_machine_is_noisy_large_wins_are_kept() -> None:
     """Eager H200 (fast/slow switching): 10% wins kept >= 99% and 5% wins >= 80% on the shipped GPU design
-    (12 segments at most since wave 7; with 8 it kept 5% wins 73-81%, docs/perf-harness.md)."""
+    (12 segments at most since wave 7; with 8 it kept 5% wins 73-81%, docs/design/speed-verdict.md)."""
     regs, designs = setting()
     assert keep_rate(regs["eager-h200"], designs["gpu"], 2.5, 10.0, 300, seed=7) >= 0.97
     assert keep_rate(regs["eager-h200"], designs["gpu"], 2.5, 5.0, 300, seed=14) >= 0.80
@@ -105,7 +105,7 @@ def test_where_the_machine_is_noisy_large_wins_are_kept() -> None:
 def test_the_harness_graphed_best_keeps_small_wins_with_its_calibrated_bound() -> None:
     """The H200's graphed best as the harness measures it (5% per-round noise, not the probe's 0.1%): with the
     bound of its calibration (1.67%) the shipped design keeps 3% wins >= 95% and 2.5% wins >= 80% (issue 20's
-    bar; with 8 segments at most it kept 3% wins 92%, docs/design-notes.md note 55), and 5% wins always."""
+    bar; with 8 segments at most it kept 3% wins 92%, lab/notebook/design-decisions.md note 55), and 5% wins always."""
     regs, designs = setting()
     assert designs["gpu"].max_segments == 12
     assert keep_rate(regs["graph-h200"], designs["gpu"], 1.67, 3.0, 400, seed=11) >= 0.95
@@ -117,7 +117,7 @@ def test_the_harness_graphed_best_keeps_small_wins_with_its_calibrated_bound() -
 def test_a_hand_captured_graph_best_keeps_small_wins_and_discards_no_ops_in_one_pair() -> None:
     """The H200's quietest measured regime (a hand-captured CUDA graph best, wave 10: 0.2% between pairs,
     1.2-1.4% a round): 2.5% wins kept >= 80% even with the prior B, and with its calibrated bound (0.44%) a no-op
-    is discarded after about one pair (docs/perf-harness.md, "hand-captured CUDA graph best, H200, the
+    is discarded after about one pair (docs/design/speed-verdict.md, "hand-captured CUDA graph best, H200, the
     harness's pairs")."""
     regs, designs = setting()
     gpu = designs["gpu"]
@@ -133,7 +133,7 @@ def test_a_hand_captured_graph_best_keeps_small_wins_and_discards_no_ops_in_one_
 
 def test_an_eager_no_op_is_discarded_in_fewer_than_half_the_rounds_the_budget_allows() -> None:
     """The conditional-power stop (perf_suite.sequential.conditional_power): eager H200 no-ops averaged 139-154
-    of 192 rounds without it (docs/perf-harness.md), above the issue's 120 s; with it they end early while
+    of 192 rounds without it (docs/design/speed-verdict.md), above the issue's 120 s; with it they end early while
     5% and 10% wins are still kept (the power asserts above use the same shipped design)."""
     regs, designs = setting()
     gpu = designs["gpu"]
@@ -167,7 +167,7 @@ def test_the_oracle_knows_the_variance_and_holds_its_level_where_the_noise_is_no
 def test_where_the_machine_is_noisy_the_detection_curve_is_near_the_oracles() -> None:
     """Issue 20: on the eager H200 lane the detection curve lies within 10 points of a test that knew the
     variance, on the same draws: the shipped rule with V known, and one z-test at the rounds the verdict used.
-    With the B a session learns (1.8%; docs/perf-harness.md); a fresh session's prior (2.5%) is up to 18 points
+    With the B a session learns (1.8%; docs/design/speed-verdict.md); a fresh session's prior (2.5%) is up to 18 points
     below at 2.5-3% (the table there)."""
     regs, designs = setting()
     gpu, eager = designs["gpu"], regs["eager-h200"]

@@ -1,5 +1,5 @@
-"""Cost of a freeze with the cgroup freezer and with the SIGSTOP fallback (docs/security.md): an idle process,
-and one whose two threads loop on 512 MiB preadv calls (in-kernel work a freeze must wait out).
+"""Cost of a freeze with the cgroup freezer and with the SIGSTOP fallback (docs/design/sandbox-and-security.md):
+an idle process, and one whose two threads loop on 512 MiB preadv calls (in-kernel work a freeze must wait out).
 
 Run from the repository root, as a user who can write the cgroup tree (root): python -m lab.tools.freeze_cost
 """

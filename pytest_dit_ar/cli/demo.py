@@ -27,7 +27,7 @@ PATCHES = Path(__file__).resolve().parent / "demo_patches"
 # its Fréchet distance moves by chance in either direction (zero regression fails when it rises); when it falls,
 # the speed gate discards it (dynamic int8 is not faster on the embedded lane's CPU). The bf16 cast likewise:
 # its corpus passes the numerical gate, and it is discarded on speed (not faster on this CPU) unless its timed
-# cases leave the numerical gate more often than allowed (docs/design-notes.md note 47).
+# cases leave the numerical gate more often than the timed-round check allows (loop/timing.py `round_check`).
 DOCUMENTED: dict[str, tuple[str, ...]] = {
     "01-exact-batch-cfg": ("KEEP",), "02-exact-bf16": ("DISCARD-PERFORMANCE", "DISCARD-QUALITY"),
     "03-approximate-half-steps": ("KEEP",),

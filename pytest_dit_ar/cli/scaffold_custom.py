@@ -26,7 +26,7 @@ from typing import Any
 from dit_ar_contract.config import DEFAULT_CONFIG
 from dit_ar_contract.errors import Refused
 
-from . import scaffold as sc
+from . import scaffold_files as sc
 from .scaffold_clip import add_clip, describe
 
 CUSTOM = sc.Family("your PyTorch model", "custom", "CustomPipeline", 32, 8, 8, 20, 3.0, cuda_dtype="float32")

@@ -40,23 +40,17 @@ from perf_suite.sequential import Design, OffsetBound, PairSpread, improvement_p
 from perf_suite.studies import NULL, OVERHEAD, StudyArm, StudyPair, StudyResults
 from quality_suite.corpora import load_corpus
 
+from ..state.perf_record import SegmentRecord
 from ..state.session import Session, open_session
 from ..worker.client import WorkerLauncher
 from ..worker.forkserver import ForkServers
 from .clean_rounds import GpuWatch
 from .launch import launcher_for
-from .measurement import (
-    SIDE_NAMES,
-    MeasurementPlan,
-    PairSource,
-    SegmentRecord,
-    Side,
-    gpu_watch,
-    run_segment,
-    timed_cores,
-)
+from .measurement_plan import MeasurementPlan, Side
+from .pairs import SIDE_NAMES, PairSource, gpu_watch, timed_cores
 from .patching import sleep_patch
 from .pool import PoolPlan
+from .segment import run_segment
 
 Summarizer = Callable[[StudyResults], dict[str, Any]]  # derived data written beside the results (a study's)
 
@@ -232,11 +226,11 @@ class Collection:
         self.arms[name] = ArmPairs(plan, self.launcher, self.cores, self.plan.pool, forks, best_launcher)
 
     def prime(self, side: Side, logs: Path) -> None:
-        """Fill a tree's compile cache before its fork servers start: an experiment's quality worker is the
-        tree's first (cold) worker and the only one that writes the folder (docs/security.md); a study has
-        no quality run, so without this one exec'd worker per tree every forked worker found the cache empty
-        and compiled again into its throwaway copy (H200, wave 6: a 46-61 s first warm-up round in every
-        pair of a CUDA-graphed tree). The cold start (build and first generate) goes into the tree's record."""
+        """Fill a tree's compile cache before its fork servers start: an experiment's quality worker is the tree's first
+        (cold) worker and the only one that writes the folder (docs/design/sandbox-and-security.md); a study has no
+        quality run, so without this one exec'd worker per tree every forked worker found the cache empty and compiled
+        again into its throwaway copy (on an H200 a 46-61 s first warm-up round in every pair of a CUDA-graphed tree).
+        The cold start (build and first generate) goes into the tree's record."""
         worker = self.launcher.worker(f"{side.name}-cache", side.root, logs / f"cache-{side.name}.log")
         if worker.caches is None:
             return

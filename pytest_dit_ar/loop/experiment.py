@@ -15,6 +15,7 @@ from filelock import FileLock
 
 from dit_ar_contract.config import load_config
 from dit_ar_contract.errors import Refused
+from dit_ar_contract.sides import Role
 from dit_ar_contract.status import Status
 
 from ..state import gitops, records
@@ -145,7 +146,7 @@ class Experiment:
         assert session is not None and repo is not None and self.run_dir is not None
         self.verdict = verdict
         perf = self.evidence.performance_result if self.evidence else None
-        measurements = Measurements(perf.median_ms("cand"), perf.p95_ms("cand")) if perf else None
+        measurements = Measurements(perf.median_ms(Role.CANDIDATE), perf.p95_ms(Role.CANDIDATE)) if perf else None
         records.record_experiment(session, repo, self._row(verdict), self.run_dir, list(verdict.reasons),
                                   time.time() - self.started, measurements,
                                   {"seconds": self.seconds(), "software": self.stack,

@@ -110,7 +110,8 @@ class Worker:
         build_s = time.perf_counter() - start
         components = getattr(self.pipe, "components", None)
         if not isinstance(components, dict) or "transformer" not in components:
-            raise TypeError("the pipeline must expose .components, a dict with a 'transformer' entry (DESIGN §2)")
+            raise TypeError("the pipeline must expose .components, a dict with a 'transformer' entry "
+                            "(docs/design/README.md)")
         components["transformer"].register_forward_pre_hook(self._count_rows, with_kwargs=True)
         # with several GPUs the pipeline may run denoiser passes in processes it started (CFG-parallel's second
         # rank): this process cannot see them, so no row count is claimed and the audit leaves that test out

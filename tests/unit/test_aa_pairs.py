@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from dit_ar_contract.errors import Refused
+from dit_ar_contract.sides import Sides
 from perf_suite.studies import FORMAT, NULL, OVERHEAD, StudyArm, StudyPair, StudyResults
 from pytest_dit_ar.loop.aa_pairs import StudyPlan, slowed_copy
 from pytest_dit_ar.loop.patching import sleep_patch
@@ -19,8 +20,8 @@ MODEL = ("def build_pipeline(spec):\n    class P:\n        def generate(self, r)
 
 
 def test_a_written_study_reads_back_equal(tmp_path: Path) -> None:
-    pair = StudyPair((0.5, 0.51), (0.52, 0.5), {"cand": [0.7]}, {"cand": 1.5, "best": 1.4}, ("CB", "BC"), (), True,
-                     {"cand": 0.2})
+    pair = StudyPair((0.5, 0.51), (0.52, 0.5), Sides([0.7], []), Sides(1.5, 1.4), ("CB", "BC"), (), True,
+                     Sides(0.2, None))
     results = StudyResults("embedded-cpu", "embedded-cpu", {"kind": "cpu"}, 8, 2, {"rounds": 2},
                            {NULL: StudyArm(NULL, (pair,)), "5": StudyArm("5", (pair,), 0.025)}, stopped="deadline")
     again = StudyResults.read(results.write(tmp_path / "study.json", {"written": "beside"}))
