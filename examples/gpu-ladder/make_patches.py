@@ -6,7 +6,7 @@ The steps are applied in order to a scratch repository holding the committed mod
 HEAD), committed one by one, and each patch is the diff of its step (one line of context). Every GPU idea
 is guarded by the pipeline's device (`cuda`), so the embedded CPU lane runs the code it ran before.
 Step 04 is the hand-made CUDA graphs candidate of examples/cuda-graphs/ (its edits and module, reused);
-step 06 adds examples/gpu-ladder/sampling_graph.py as model_under_test/sampling_graph.py.
+step 05 adds examples/gpu-ladder/sampling_graph.py as model_under_test/sampling_graph.py.
 """
 from __future__ import annotations
 
@@ -78,10 +78,11 @@ def steps(tree: pathlib.Path) -> list[tuple[str, str, Callable[[], None]]]:
         P.write_text(HAND.edit(P.read_text()))
         shutil.copy(ROOT / "examples" / "cuda-graphs" / "cuda_graphs.py", tree / "model_under_test" / "cuda_graphs.py")
 
-    def bf16_vae() -> None:
+    def compiled_bf16_decode() -> None:
         after(S, "        scheduler = DDIMScheduler(**DIT_SCHEDULER)\n",
-              "        if torch.device(device).type == \"cuda\":  # the decode on bf16 tensor cores, NHWC convolutions\n"
-              "            vae = vae.to(torch.bfloat16, memory_format=torch.channels_last)\n")
+              "        if torch.device(device).type == \"cuda\":  # the decode in bf16, its norms and pointwise ops fused\n"
+              "            vae = vae.to(torch.bfloat16)\n"
+              "            vae.decoder.compile()\n")
 
     def sampling_graph() -> None:
         shutil.copy(HERE / "sampling_graph.py", tree / "model_under_test" / "sampling_graph.py")
@@ -111,9 +112,11 @@ def steps(tree: pathlib.Path) -> list[tuple[str, str, Callable[[], None]]]:
         ("03-numerical-bf16-transformer",
          "cast the DiT-XL/2 transformer to bfloat16 at run time (same fp32-initialised weights)", bf16_transformer),
         ("04-exact-cuda-graphs-denoiser", HAND.SUBJECT, hand_graphs),
-        ("05-numerical-bf16-vae-decode", "the VAE decode in bfloat16 with channels-last convolutions", bf16_vae),
-        ("06-exact-sampling-graph", "one CUDA graph for the whole sampling loop (denoiser passes, guidance combine, "
+        ("05-exact-sampling-graph", "one CUDA graph for the whole sampling loop (denoiser passes, guidance combine, "
                                     "scheduler step) and one for the decode", sampling_graph),
+        ("06-numerical-compiled-bf16-decode",
+         "the VAE decoder in bfloat16 and compiled: its GroupNorms as split reductions fused with the SiLUs and adds",
+         compiled_bf16_decode),
         ("07-exact-fused-qkv", "fuse the q, k and v projections of every self-attention into one GEMM", fused_qkv),
     ]
 

@@ -10,19 +10,25 @@
 # description the patch's Subject line; lane dit-xl2-256 at STEPS sampling steps and ROUNDS timed rounds a
 # segment (defaults 8 and 8; the lane ships 25 and 16), sandboxed when bubblewrap works there. After the steps in
 # PROFILE_AFTER (default "04 end": the hand-graphed best and the final best) it runs `dit-ar profile` of the best.
-# The deadline: DEADLINE (epoch seconds), else SESSION_S seconds from this call's start (default 530). No step
-# starts with less than MIN_LEFT seconds left (default 140) and a running one is stopped before the deadline (it
-# records nothing; the next call resets to the best and judges it again). A step that is not started stops the
-# chain there (the order matters).
+# The deadline: DEADLINE (epoch seconds), else SESSION_S seconds from this call's start (default 530, at most 570:
+# the summary and the returned files need the rest of the run tool's 600 s). No step starts with less time left
+# than it may need: MIN_LEFT seconds (default 120; plain steps took 78-104 s on an H100) or, for a patch that calls
+# torch's compile, MIN_LEFT_COMPILE (default 170; the regional compile took 141 s); a running one is stopped
+# before the deadline (it records nothing; the next call resets to the best and judges it again). A step that is
+# not started stops the chain there (the order matters). Nothing else limits a call: once the experiments are
+# fast, the whole chain (baseline, every step, the profiles) runs in one call of SESSION_S=560.
 #
-# Results in $OUT (8 files): session.txt (the whole log, all calls), timing.txt (what took how long, all calls),
-# summary.txt (lab/device/ladder_summary.py: verdicts, estimates, wall time per phase, the kept chain's
-# speed-up), ledger.tsv, profiles.txt (each profile's table), ladder.tgz (summary.json, the ledger, every
-# experiment.json and perf.json, profile JSONs, status, `dit-ar summary --markdown`, the HTML report),
+# Results in $OUT (8 files; vae_decode.txt too with PROBE=1): session.txt (the whole log, all calls), timing.txt
+# (what took how long, all calls), summary.txt (lab/device/ladder_summary.py: verdicts, estimates, wall time per
+# phase, the kept chain's speed-up), ledger.tsv, profiles.txt (each profile's table), ladder.tgz (summary.json,
+# the ledger, every experiment.json and perf.json, profile JSONs, status, `dit-ar summary --markdown`, the HTML report),
 # clocks.csv (SM clock, its maximum, power; this call), env.txt (this call's machine and software).
 #
-# Knobs: CHECK=1 first runs tests/e2e/test_gpu_ladder_cuda.py (about a minute: patch 06's graph against the best
-# of 01-05, the profile's clock and replica FLOP count on this GPU); ONLY="04,05" judges only those steps;
+# Knobs: CHECK=1 first runs tests/e2e/test_gpu_ladder_cuda.py (about a minute: patch 05's sampling graph against
+# the hand-graphed best of 01-04, for fresh seeds and between allocations, the profile's clock and replica FLOP
+# count on this GPU; once per session); PROBE=1 then runs lab/probes/vae_decode_gpu.py (about 90 s: the decode as
+# fp32, bf16, bf16 channels-last and bf16 compiled, eager and graphed, against fp32; $OUT/vae_decode.txt; once per
+# session); ONLY="04,05" judges only those steps;
 # START="01,02" folds those patches into the starting commit (a session that starts later in the ladder, e.g. on
 # a fresh machine; its chain starts there); PROFILE_AFTER; STEPS; ROUNDS; SCRATCH (default /tmp/ladder); FRESH=1
 # discards an earlier session in SCRATCH; LANE=embedded-cpu rehearses the whole flow on this machine's CPU (no
@@ -32,7 +38,11 @@ start=$(date +%s)
 here="$(cd "$(dirname "$0")" && pwd)"; src="$(cd "$here/../.." && pwd)"
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 lane="${LANE:-dit-xl2-256}"; scratch="${SCRATCH:-/tmp/ladder}"; project="$scratch/project"; keep="$scratch/out"
-deadline="${DEADLINE:-$(( start + ${SESSION_S:-530} ))}"; min_left="${MIN_LEFT:-140}"
+if [ "${SESSION_S:-530}" -gt 570 ]; then
+  echo "SESSION_S=$SESSION_S leaves the summary no time before the run tool's 600 s limit: use at most 570" >&2; exit 2
+fi
+deadline="${DEADLINE:-$(( start + ${SESSION_S:-530} ))}"
+min_left="${MIN_LEFT:-120}"; min_left_compile="${MIN_LEFT_COMPILE:-170}"
 if [ "$lane" = embedded-cpu ]; then steps="${STEPS:-}"; else steps="${STEPS:-8}"; fi
 rounds="${ROUNDS:-8}"
 [ -n "${FRESH:-}" ] && rm -rf "$scratch"
@@ -97,7 +107,7 @@ PY
 }
 
 baseline() {
-  [ "$(left)" -ge "$min_left" ] || { stamp "baseline: not started ($(left) s left)"; return 1; }
+  [ "$(left)" -ge "$min_left_compile" ] || { stamp "baseline: not started ($(left) s left)"; return 1; }
   timeout $(( $(left) - 15 )) python3 -m pytest_dit_ar.cli --config config/autoresearch.json baseline --quiet \
     ${UNSANDBOXED:+--unsandboxed} >> "$log" 2>&1 || { stamp "baseline failed or stopped by the deadline"; return 1; }
   stamp "baseline done: $(grep -P '\tbaseline\t' .autoresearch/results.tsv | tail -n 1 | cut -f11) ms"
@@ -148,6 +158,13 @@ if [ -n "${CHECK:-}" ] && [ ! -f "$keep/check.done" ]; then  # the sampling grap
     >> "$log" 2>&1 && touch "$keep/check.done"
   stamp "check (tests/e2e/test_gpu_ladder_cuda.py): $([ -f "$keep/check.done" ] && echo passed || echo FAILED, see session.txt)"
 fi
+if [ -n "${PROBE:-}" ] && [ "$lane" != embedded-cpu ] && [ ! -f "$keep/vae_decode.txt" ] && [ "$(left)" -ge 150 ]
+then  # the decode, four ways (needs up to 4 minutes: the compiled decoder compiles once)
+  (cd "$src" && timeout $(( $(left) > 300 ? 240 : $(left) - 60 )) python3 -m lab.probes.vae_decode_gpu --profile) \
+    > "$keep/vae_decode.part" 2>&1 && mv "$keep/vae_decode.part" "$keep/vae_decode.txt"
+  stamp "probe (lab/probes/vae_decode_gpu.py): $([ -f "$keep/vae_decode.txt" ] && echo done || echo FAILED, see vae_decode.part)"
+  cp "$keep"/vae_decode.* "$OUT/" 2>/dev/null
+fi
 ledger="$project/.autoresearch/results.tsv"
 if [ -f "$ledger" ] && grep -qP '\tbaseline\t' "$ledger"; then
   cd "$project" || exit 2
@@ -169,7 +186,8 @@ for patch in "$src"/examples/gpu-ladder/patches/*.patch; do
     picked "${PROFILE_AFTER-04 end}" "$name" && profile_best "$nn"
     continue
   fi
-  if [ "$(left)" -lt "$min_left" ]; then
+  need="$min_left"; grep -q '^+.*\.compile(' "$patch" && need="$min_left_compile"
+  if [ "$(left)" -lt "$need" ]; then
     stamp "$name: not started ($(left) s left); the chain stops here"; stopped=1; break
   fi
   git apply "$patch" || { stamp "$name: the patch does not apply to the best"; continue; }

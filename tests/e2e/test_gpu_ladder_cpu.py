@@ -1,11 +1,14 @@
 """examples/gpu-ladder on the CPU: with the whole series applied, the embedded lane's outputs are bit-identical
-to the shipped model's (every GPU idea is guarded by the device), and the sampling graph of patch 06, run
+to the shipped model's (every GPU idea is guarded by the device), and the sampling graph of patch 05, run
 through its CPU stand-in on a tiny DiT-XL/2 (DDIM, the lane's scheduler), gives the eager pipeline's outputs,
-captures once per batch size and gives fresh outputs for fresh seeds (tests/unit/test_gpu_ladder_patches.py
-checks that the series applies)."""
+captures once per batch size and gives fresh outputs for fresh seeds. The stand-in has a CUDA graph's semantics
+(host state frozen at capture, outside tensors read by address, a freed one refused), so a graph that reads a
+tensor nobody keeps fails here as it fails on the GPU (tests/unit/test_gpu_ladder_patches.py checks that the
+series applies)."""
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import shutil
 import subprocess
@@ -95,3 +98,42 @@ def test_the_sampling_graph_with_guidance(trees) -> None:
     # which 4 DDIM steps amplify to about 1e-5
     torch.testing.assert_close(got.latents, want.latents, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(got.images, want.images, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.extended
+def test_the_stand_in_replays_what_a_cuda_graph_replays(trees) -> None:
+    _, ladder = trees
+    backend = ladder.sampling_graph.RecordedGraphs()
+    static, state = torch.ones(3), {"scale": 2.0}
+
+    def fn() -> torch.Tensor:
+        return static * state["scale"] + torch.arange(3.0)
+
+    graph, out = backend.capture(fn, warmup=1)
+    assert torch.equal(out, torch.tensor([2.0, 3.0, 4.0]))
+    static.copy_(torch.full((3,), 10.0))  # a static input's new contents are read at the next replay
+    state["scale"] = 100.0  # Python state is frozen at capture: the replay still multiplies by 2
+    graph.replay()
+    assert torch.equal(out, torch.tensor([20.0, 21.0, 22.0])) and graph.replays == 1
+
+
+@pytest.mark.extended
+def test_the_stand_in_refuses_a_graph_whose_input_was_freed(trees) -> None:
+    """What sank the first device run of the sampling graph: each step's timestep batch was made on the device
+    before the capture and kept only by the captured function, so it was freed after the capture and its memory
+    reused; every later replay read garbage timesteps (latent rel. L2 0.25 on the H100)."""
+    _, ladder = trees
+    backend = ladder.sampling_graph.RecordedGraphs()
+
+    def capture():
+        rows = [torch.full((4,), t) for t in (999, 874)]  # made before the capture, held by the closure only
+
+        def fn() -> torch.Tensor:
+            return sum(r.float() for r in rows)
+
+        return backend.capture(fn, warmup=1)
+
+    graph, out = capture()
+    gc.collect()
+    with pytest.raises(RuntimeError, match="freed after the capture"):
+        graph.replay()
