@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from dit_ar_contract.config import PerfProtocol
+from perf_suite.power import power
 from perf_suite.sequential import KEEP, Design, OffsetBound, PairSpread, pooled_bound, run_experiments
 
 EFFECTS = (10.0, 5.0, 0.0)
@@ -107,12 +108,15 @@ def log_ratios(n: int, pairs: int, levers: Levers, noise: HostNoise, effect_pct:
 
 
 def calibrated_bounds(n: int, levers: Levers, noise: HostNoise, protocol: PerfProtocol,
-                      rng: np.random.Generator) -> np.ndarray:
+                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """B (log scale) per session, as `dit-ar calibrate --pairs P` stores it: the 90% chi-square bound of the
-    A/A pairs' spread less their within variance (pooled_bound, min_df 1)."""
+    A/A pairs' spread less their within variance (pooled_bound, min_df 1); and each calibration's per-round
+    variance as `dit-ar calibrate` reads it (the pairs' mean W times their rounds)."""
     r = log_ratios(n, levers.cal_pairs, levers, noise, 0.0, rng, levers.cal_rounds)
     prior = OffsetBound.of_pct(100.0, "none")
-    return np.array([pooled_bound(prior, [PairSpread.of(r[i])], protocol.bound_confidence, 1).sd for i in range(n)])
+    spreads = [PairSpread.of(r[i]) for i in range(n)]
+    bounds = np.array([pooled_bound(prior, [s], protocol.bound_confidence, 1).sd for s in spreads])
+    return bounds, np.array([s.within_var * r.shape[-1] for s in spreads])
 
 
 def design_of(levers: Levers, protocol: PerfProtocol) -> Design:
@@ -125,6 +129,7 @@ class Row:
     levers: Levers
     keep: dict[float, float]  # effect % -> share of sessions kept
     median_bound_pct: float
+    predicted: dict[float, float]  # effect % -> what `dit-ar calibrate` predicts (perf_suite.power), median session
     rounds_used: dict[float, float]  # effect % -> mean paired rounds to the decision
     sessions: int
 
@@ -134,15 +139,16 @@ def simulate(levers: Levers, noise: HostNoise, sessions: int, seed: int = 0,
     """P(keep) per effect over `sessions` sessions (calibration, then one experiment with its B)."""
     protocol = protocol or PerfProtocol(rounds=16, max_segments=12, warmup_rounds=3)
     rng = np.random.default_rng(seed)
-    bound = calibrated_bounds(sessions, levers, noise, protocol, rng)
+    bound, round_var = calibrated_bounds(sessions, levers, noise, protocol, rng)
     design = design_of(levers, protocol)
+    predicted = {e: float(np.median([power(e, b, v, design) for b, v in zip(bound, round_var)])) for e in EFFECTS[:2]}
     keep, used = {}, {}
     for effect in EFFECTS:
         r = log_ratios(sessions, levers.max_segments, levers, noise, effect, rng)
         v = run_experiments(r, design, bound)
         keep[effect] = float(np.mean(v.decision == KEEP))
         used[effect] = float(np.mean(v.rounds))
-    return Row(levers, keep, 100 * float(np.median(np.expm1(bound))), used, sessions)
+    return Row(levers, keep, 100 * float(np.median(np.expm1(bound))), predicted, used, sessions)
 
 
 REGIMES = {  # name -> the fitted noise (lab/notebook/eager-power.md says where each figure comes from)
@@ -177,13 +183,15 @@ def table(regime: str, sessions: int, seed: int = 0) -> list[str]:
     out = [f"### {regime}: one-core round sd {100 * noise.round_sd():.1f}%, sd_h {100 * noise.sd_h:.1f}%, "
            f"phi {noise.phi:g}, jitter {100 * noise.sd_e:g}%, offset sd {100 * noise.sd_b:g}%; {sessions} sessions "
            "a row", "",
-           "| levers | median B | P(keep), 10% win | P(keep), 5% win | P(keep), no-op | rounds used, 10% / no-op |",
-           "|---|---|---|---|---|---|"]
+           "| levers | median B | P(keep), 10% win | P(keep), 5% win | P(keep), no-op | calibrate predicts, 10% / 5% "
+           "| rounds used, 10% / no-op |",
+           "|---|---|---|---|---|---|---|"]
     for i, levers in enumerate(rows()):
         row = simulate(levers, noise, sessions, seed + i)
         k = row.keep
         out.append(f"| {levers.label()} | {row.median_bound_pct:.2f}% | {100 * k[10.0]:.1f}% | {100 * k[5.0]:.1f}% | "
-                   f"{100 * k[0.0]:.2f}% | {row.rounds_used[10.0]:.0f} / {row.rounds_used[0.0]:.0f} |")
+                   f"{100 * k[0.0]:.2f}% | {100 * row.predicted[10.0]:.0f}% / {100 * row.predicted[5.0]:.0f}% | "
+                   f"{row.rounds_used[10.0]:.0f} / {row.rounds_used[0.0]:.0f} |")
     return out
 
 

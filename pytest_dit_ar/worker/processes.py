@@ -56,3 +56,23 @@ def pin_threads(pids: list[int], cores: list[int]) -> None:
                 os.sched_setaffinity(int(tid.name), set(cores))
             except (OSError, ValueError):
                 pass
+
+
+def affinity_escapes(pids: list[int], cores: list[int]) -> list[str]:
+    """Threads of `pids` whose CPU affinity (read from /proc, never from the worker) is not `cores`: a thread
+    that moved itself off the timed core. A thread that is gone is skipped."""
+    want = set(cores)
+    found: list[str] = []
+    for pid in pids:
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                got = os.sched_getaffinity(int(tid.name))
+            except (OSError, ValueError):
+                continue
+            if got != want:
+                found.append(f"thread {tid.name} of process {pid} on cores {sorted(got)}")
+    return found
