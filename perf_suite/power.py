@@ -5,8 +5,8 @@ between-process sd sigma_b, and the bound B the calibration gave. Two normal app
 (perf_suite.sequential), both checked against whole simulated sessions in lab/studies/eager_power.py:
 
 * power: a true win delta = -log(1 - e) is kept by the last look with probability
-  Phi(delta / SE_K - c_K), SE_K^2 = (B^2 + sigma_w^2 / n) / K for K pairs of n rounds (the design's budget) and
-  c_K the last look's boundary;
+  Phi((delta - max(c_K SE_K, delta_min)) / SE_K), SE_K^2 = (B^2 + sigma_w^2 / n) / K for K pairs of n rounds (the
+  design's budget), c_K the last look's boundary and delta_min the log of `min_improvement_pct`;
 * the bound a calibration of P pairs of n rounds gives: B^2 = (sigma_b^2 + sigma_w^2/n) nu / chi2_{1-c}(nu) -
   sigma_w^2/n with nu = P - 1. The rounds' own noise leaks into B through the chi-square factor, so longer and
   more calibration pairs give a smaller B even when sigma_b is zero.
@@ -58,7 +58,8 @@ def power(effect_pct: float, bound_sd: float, round_var: float, design: Design) 
     c = max(design.z_boundaries().values())
     last = design.schedule()[-1]
     se = math.sqrt((bound_sd ** 2 + round_var / last.rounds) / last.pairs)
-    return float(ndtr(delta / se - c))
+    floor = -math.log1p(-design.min_improvement_pct / 100.0)  # a keep also needs the estimate past this
+    return float(ndtr((delta - max(c * se, floor)) / se))
 
 
 def powers(bound_sd: float, round_var: float, design: Design) -> dict[float, float]:
@@ -137,9 +138,10 @@ def statement(noise: MeasuredNoise, design: Design, round_s: float, one_core: bo
     got = powers(noise.bound_sd, noise.round_var, design)
     parts = [f"a {e:g}% win {100 * got[e]:.0f}% ({'reaches' if got[e] >= need else 'below'} {100 * need:.0f}%)"
              for e, need in TARGETS]
+    bound_pct, round_pct = 100 * math.expm1(noise.bound_sd), 100 * math.sqrt(noise.round_var)
     lines = [f"power within the design's {design.max_rounds} paired rounds ({last.rounds} rounds x {last.pairs} "
-             f"pairs, B {100 * math.expm1(noise.bound_sd):.2f}%, per-round sd {100 * math.sqrt(noise.round_var):.1f}%): "
-             + ", ".join(parts) + f"; a no-op stays kept at most {100 * design.alpha:g}% of the time while B bounds the "
+             f"pairs, B {bound_pct:.2f}%, per-round sd {round_pct:.1f}%): " + ", ".join(parts)
+             + f"; a no-op stays kept at most {100 * design.alpha:g}% of the time while B bounds the "
              "between-process sd"]
     if reaches(got):
         lines.append("this lane reaches the targets (a 10% win kept >= 80%, a 5% win >= 50%)")
