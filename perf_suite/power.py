@@ -95,9 +95,12 @@ def calibration_change(noise: MeasuredNoise, design: Design, round_s: float) -> 
         b = noise.bound_after(p, n)
         got = powers(b, noise.round_var, design)
         if reaches(got, MARGIN):
-            return Change(f"calibrate again with --pairs {p} --rounds {n} (performance.calibration_pairs {p}, "
-                          f"calibration_rounds {n}; about {p * n * round_s:.0f} s of timed rounds)",
-                          100 * math.expm1(b), got, p * n * round_s)
+            timed = p * n * round_s
+            budget = 100 * math.ceil((1.3 * timed + 60 + 10 * p) / 100)  # start-up, warm-up, checks
+            return Change(f"calibrate again with --pairs {p} --rounds {n} --budget-s {budget} "
+                          f"(performance.calibration_pairs {p}, calibration_rounds {n}; about {timed:.0f} s of "
+                          "timed rounds)",
+                          100 * math.expm1(b), got, timed)
     return None
 
 
@@ -140,7 +143,7 @@ def statement(noise: MeasuredNoise, design: Design, round_s: float, one_core: bo
              for e, need in TARGETS]
     bound_pct, round_pct = 100 * math.expm1(noise.bound_sd), 100 * math.sqrt(noise.round_var)
     lines = [f"power within the design's {design.max_rounds} paired rounds ({last.rounds} rounds x {last.pairs} "
-             f"pairs, B {bound_pct:.2f}%, per-round sd {round_pct:.1f}%): " + ", ".join(parts)
+             f"pairs, B {bound_pct:.2f}%, effective per-round sd {round_pct:.1f}%): " + ", ".join(parts)
              + f"; a no-op stays kept at most {100 * design.alpha:g}% of the time while B bounds the "
              "between-process sd"]
     if reaches(got):

@@ -172,7 +172,9 @@ def rows() -> list[Levers]:
             dataclasses.replace(base, rounds=32, max_segments=6, cal_pairs=8),
             dataclasses.replace(base, rounds=8, max_segments=24, cal_pairs=8),
             dataclasses.replace(base, cal_pairs=8, cal_rounds=48),
+            dataclasses.replace(base, cal_pairs=12, cal_rounds=48),
             dataclasses.replace(base, cal_pairs=16, cal_rounds=48),
+            dataclasses.replace(base, cal_pairs=16, cal_rounds=64),
             dataclasses.replace(base, rounds=24, max_segments=8, cal_pairs=16, cal_rounds=48),
             dataclasses.replace(base, rounds=24, max_segments=12, cal_pairs=16, cal_rounds=48),
             dataclasses.replace(base, max_segments=16, cal_pairs=16, cal_rounds=48)]

@@ -42,7 +42,7 @@ def test_the_bound_a_calibration_gives_matches_pooled_bound_on_its_own_spread() 
 def test_a_quiet_lane_reaches_the_targets_and_says_so() -> None:
     lines = statement(noise(1.4, 0.44), DIT_GPU, 0.6, one_core=True)
     assert "a 10% win 100% (reaches 80%)" in lines[0] and "a 5% win 100% (reaches 50%)" in lines[0]
-    assert "192 paired rounds (16 rounds x 12 pairs" in lines[0] and "per-round sd 1.4%" in lines[0]
+    assert "192 paired rounds (16 rounds x 12 pairs" in lines[0] and "effective per-round sd 1.4%" in lines[0]
     assert lines[-1].startswith("this lane reaches the targets") and len(lines) == 2
 
 
@@ -53,9 +53,10 @@ def test_the_h100_eager_calibration_is_told_to_calibrate_longer_with_numbers_tha
     assert "B 9.63%" in lines[0] and "(below 80%)" in lines[0] and "(below 50%)" in lines[0]
     assert "does not reach the targets" in lines[1]
     advice = lines[2]
-    found = re.search(r"--pairs (\d+) --rounds (\d+) .*calibration_rounds \2", advice)
+    found = re.search(r"--pairs (\d+) --rounds (\d+) --budget-s (\d+) .*calibration_rounds \2", advice)
     assert found, advice
     pairs, rounds = int(found[1]), int(found[2])
+    assert int(found[3]) > pairs * rounds * 2 * 0.624  # the budget it names holds the timed rounds
     assert rounds > 16  # longer pairs than the lane's 16: the leak of the rounds' noise into B shrinks
     assert reaches(powers(n.bound_after(pairs, rounds), n.round_var, DIT_GPU), MARGIN)
     assert not any("pair_cores" in line for line in lines)  # already on one core
