@@ -80,3 +80,15 @@ def test_a_lane_no_calibration_can_rescue_gets_a_bigger_budget_and_the_noise_it_
     v = (need / 100) ** 2
     quiet = MeasuredNoise(v, 0.0, 0.0)
     assert reaches(powers(quiet.bound_after(16, 48), v, DIT_GPU), MARGIN)
+
+
+def test_a_large_between_process_sd_is_named_when_no_quieter_round_would_do() -> None:
+    lines = statement(noise(25.0, 79.0, offset_pct=15.6), DIT_GPU, 0.5, one_core=True)
+    assert "between-process sd (15.60%) alone keeps B too large" in lines[-1]
+    assert not any("per-round sd of about" in line for line in lines)
+
+
+def test_a_budget_change_that_needs_a_longer_calibration_says_so_first() -> None:
+    lines = statement(noise(40.0, 9.63), DIT_GPU, 1.2, one_core=True)
+    budget = next(line for line in lines if "raise the budget" in line)
+    assert budget.startswith("- calibrate with --pairs 32 --rounds 96, then raise the budget")
