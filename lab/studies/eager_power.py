@@ -154,6 +154,7 @@ def simulate(levers: Levers, noise: HostNoise, sessions: int, seed: int = 0,
 REGIMES = {  # name -> the fitted noise (lab/notebook/eager-power.md says where each figure comes from)
     "h100": HostNoise.fitted(0.18, 0.69),
     "h200": HostNoise.fitted(0.14, 0.69),
+    "h100-offset": HostNoise.fitted(0.18, 0.69, sd_b=0.015),  # the H100 with a 1.5% process offset (sensitivity)
 }
 BUDGET = 192  # the DiT GPU lanes' design: 16 rounds x 12 pairs
 

@@ -147,6 +147,16 @@ def figure(profile: NoiseProfile, null: tuple[StudyPair, ...], design: Design, p
     return path
 
 
+def budget_s(protocol: PerfProtocol, latency_ms: float | None, is_cuda: bool, pairs: int, rounds: int) -> float:
+    """`dit-ar calibrate`'s default budget: 900 s, or more when the pairs at the best's latency need more (start-up,
+    warm-up and timed rounds of every pair, with 30% to spare)."""
+    if not latency_ms:
+        return 900.0
+    per_round = 2 * latency_ms / 1e3
+    need = pairs * (2.0 + (protocol.warmup_rounds + rounds) * per_round) + one_pair_s(protocol, None, is_cuda)
+    return max(900.0, 100 * math.ceil(1.3 * need / 100))
+
+
 def one_pair_s(protocol: PerfProtocol, latency_ms: float | None, is_cuda: bool) -> float:
     """A conservative lower estimate of one pair's cost: worker start plus its warm-up and timed rounds."""
     start = 15.0 if is_cuda else 8.0  # measured cold starts: H200 14.5-20.8 s, 2-core CPU 9.5-13.4 s
