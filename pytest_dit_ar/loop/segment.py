@@ -187,10 +187,12 @@ class SegmentRun:
         got: dict[Role, Generated] = {}
         timing: dict[Role, SideTiming] = {}
         for role in ROLES if order == "CB" else ROLES[::-1]:
-            got[role], timing[role] = timed(self.pair, role, reqs, self.resolution, self.watch, self.cores)
-            if self.cores:
-                self.escaped += [f"round {done + 1}: {role.key}: {e}"
-                                 for e in self.pair.worker(role).escaped(list(self.cores))]
+            if not self.cores:
+                got[role], timing[role] = timed(self.pair, role, reqs, self.resolution, self.watch)
+            else:
+                with self.pair.worker(role).affinity_watch(list(self.cores)) as seen:
+                    got[role], timing[role] = timed(self.pair, role, reqs, self.resolution, self.watch, self.cores)
+                self.escaped += [f"round {done + 1}: {role.key}: {e}" for e in seen.found]
             self.times[role].append(got[role].seconds)
             self.memory = self.memory.replace(role, got[role].memory)
         self.records.append(RoundRecord(done, order, Sides.of(timing.__getitem__)))

@@ -14,7 +14,7 @@ from dit_ar_contract.sides import Sides
 from pytest_dit_ar.loop.pairs import Pair, boot
 from pytest_dit_ar.loop.segment import run_segment
 from pytest_dit_ar.state.perf_record import SegmentRecord
-from pytest_dit_ar.worker.processes import affinity_escapes, pin_threads
+from pytest_dit_ar.worker.processes import AffinityWatch, affinity_escapes, pin_threads
 from tests.unit.test_clean_rounds import FakeWorker
 
 CORES = sorted(os.sched_getaffinity(0))
@@ -39,6 +39,32 @@ def test_a_thread_moved_off_the_timed_core_is_found_from_proc() -> None:
         done.set()
 
 
+@pytest.mark.skipif(len(CORES) < 2, reason="needs two cores to move a thread between")
+def test_a_thread_that_widens_its_affinity_and_restores_it_within_the_round_is_seen() -> None:
+    """What a candidate could do to escape a check made only after its round: widen at the start of its generate,
+    restore before replying. The watch reads /proc while the round runs."""
+    me, moved, restored = os.getpid(), threading.Event(), threading.Event()
+
+    def candidate() -> None:
+        os.sched_setaffinity(0, set(CORES[:2]))
+        moved.set()
+        restored.wait(5)
+
+    thread = threading.Thread(target=candidate, daemon=True)
+    try:
+        pin_threads([me], [CORES[0]])
+        with AffinityWatch(lambda: [me], [CORES[0]], period_s=0.01) as seen:
+            thread.start()
+            moved.wait(5)
+            threading.Event().wait(0.1)  # the round goes on for a while on the wider set
+            os.sched_setaffinity(thread.native_id, {CORES[0]})  # ... and is put back before the reply
+        assert affinity_escapes([me], [CORES[0]]) == []  # an after-the-round check alone sees nothing
+        assert seen.found and f"thread {thread.native_id} " in seen.found[0]
+    finally:
+        restored.set()
+        pin_threads([me], CORES)
+
+
 class PinnedFake(FakeWorker):
     """A fake worker that records pins and reports escapes after a set number of timed generates."""
 
@@ -56,10 +82,20 @@ class PinnedFake(FakeWorker):
         self.generated += 1
         return super().generate(requests, resolution)
 
-    def escaped(self, cores):
-        if self.escape_after is not None and self.generated > self.escape_after:
-            return [f"thread 7 of process {self.pid} on cores [0, 1]"]
-        return []
+    def affinity_watch(self, cores):
+        worker = self
+
+        class Watch:
+            found: list[str] = []
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *_):
+                if worker.escape_after is not None and worker.generated > worker.escape_after:
+                    self.found = [f"thread 7 of process {worker.pid} on cores [0, 1]"]
+
+        return Watch()
 
     def handshake(self):
         self.calls.append("handshake")
