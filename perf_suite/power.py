@@ -107,6 +107,8 @@ def calibration_change(noise: MeasuredNoise, design: Design, round_s: float) -> 
 def design_change(noise: MeasuredNoise, design: Design, round_s: float) -> Change | None:
     """The smallest budget (rounds per pair x pairs) that reaches the targets with the best B a calibration of
     32 pairs of 96 rounds would give (or the current B when it is smaller)."""
+    if design.concurrent:
+        return None  # its budget is the concurrent pairs' rounds: not searched here
     longest = noise.bound_after(CAL_PAIRS[-1], CAL_ROUNDS[-1])
     b = min(noise.bound_sd, longest)
     first = (f"calibrate with --pairs {CAL_PAIRS[-1]} --rounds {CAL_ROUNDS[-1]}, then "
