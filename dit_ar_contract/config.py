@@ -92,6 +92,10 @@ class PerfProtocol:
     # None: 2 on CUDA lanes (their imports run in parallel beside the quality run), 1 on CPU lanes
     pair_cores: str = "auto"  # "one": both workers of a timed pair on one core; "affinity": cpu_affinity as is;
     # "auto": "one" on CUDA lanes (H200: pair spread 3.4% vs 9-12% on two cores), "affinity" on CPU lanes
+    # `dit-ar calibrate`: A/A pairs and rounds per pair (None: `rounds`); B is a chi-square bound over the pairs,
+    # and each pair's round noise leaks into it, so longer pairs give a smaller B (lab/notebook/eager-power.md)
+    calibration_pairs: int = 8
+    calibration_rounds: int | None = None
 
     def fork_servers(self, is_cuda: bool) -> int:
         """Fork servers per side: two on CUDA lanes (each later segment forks from one of two independent
@@ -431,6 +435,11 @@ def _check_perf(r: _Reader, p: PerfProtocol, where: str) -> None:
     if p.pair_cores not in PAIR_CORES:
         raise r.fail(f"{where}.pair_cores", p.pair_cores, " or ".join(f'"{c}"' for c in PAIR_CORES))
     _positive(r, where, fork_servers_per_side=p.fork_servers_per_side)
+    if p.calibration_pairs < 3:
+        raise r.fail(f"{where}.calibration_pairs", p.calibration_pairs, "at least 3 A/A pairs")
+    if p.calibration_rounds is not None and p.calibration_rounds < 4:
+        raise r.fail(f"{where}.calibration_rounds", p.calibration_rounds, "null (the lane's rounds) or at least 4 "
+                     "rounds per pair")
 
 
 def _check_quality(r: _Reader, q: QualityContract, where: str) -> None:

@@ -185,7 +185,8 @@ class ArmPairs:
                 self.watch = gpu_watch(pair, self.plan.is_cuda)
             self.source.spawn_ahead(index + 1)
             return run_segment(pair, index, self.plan.prompts, self.plan.batch, self.plan.protocol.rounds,
-                               self.plan.warmup_rule(), rng, resolution=self.plan.resolution, watch=self.watch)
+                               self.plan.warmup_rule(), rng, resolution=self.plan.resolution, watch=self.watch,
+                               cores=self.source.cores)
         finally:
             pair.close()
 

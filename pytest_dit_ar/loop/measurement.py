@@ -156,6 +156,9 @@ class _Sequence:
             return self.outcome(False, [f"segment {index + 1}: {msg}" for msg in seg.unfaithful[:5]])
         problems, figures = guardrail_problems(plan, self.segments, final=seg.look.final)
         self.guard_info.update(figures)
+        if seg.escaped:  # a side moved threads off the timed core: its times are not comparable
+            problems.append(f"left the timed cores during timed rounds ({len(seg.escaped)} found, first: "
+                            f"{seg.escaped[0]}); the harness pins both sides to the same cores")
         if seg.layout == "pair" and plan.roofline_ms and seg.median_ms(Role.CANDIDATE) < plan.roofline_ms:
             problems.append(f"candidate median {seg.median_ms(Role.CANDIDATE):.2f} ms is below the roofline "
                             f"floor {plan.roofline_ms:.2f} ms: the measurement cannot be right")
@@ -195,6 +198,8 @@ def measure_concurrent(plan: MeasurementPlan, test: SequentialTest, source: Pair
         watch = gpu_watch(pairs[0], plan.is_cuda)
         runs = [SegmentRun(pair, i, plan.prompts, plan.batch, rng, plan.resolution, plan.check, watch)
                 for i, pair in enumerate(pairs)]
+        for run in runs:
+            run.cores = source.cores
         seconds["startup"] += time.perf_counter() - t0
         for run in runs:
             run.warm_up(p.warmup_rounds)
@@ -218,6 +223,7 @@ def measure_concurrent(plan: MeasurementPlan, test: SequentialTest, source: Pair
                 done.reasons = unfaithful[:5]
                 return done
             problems, done.guardrails = guardrail_problems(plan, segments, final=look.final)
+            problems += [f"pair {s.index + 1}: left the timed cores: {e}" for s in segments for e in s.escaped[:1]]
             if problems:
                 done.reasons = problems
                 return done

@@ -67,10 +67,12 @@ class Pair:
         self.best.kill()
 
 
-def boot(worker: WorkerProcess, spec: dict[str, Any]) -> float:
+def boot(worker: WorkerProcess, spec: dict[str, Any], cores: tuple[int, ...] | None = None) -> float:
     """Wait for a spawned worker's hello and build its pipeline; returns the build time in seconds as the
-    harness's clock saw it (the worker's own figure is not trusted)."""
+    harness's clock saw it (the worker's own figure is not trusted). With `cores` the worker is pinned to them
+    before `build` imports the side's code, so the candidate starts on the timed cores."""
     worker.handshake()
+    worker.pin(list(cores) if cores else None)
     t0 = time.perf_counter()
     worker.request("build", spec=spec)
     return time.perf_counter() - t0
@@ -89,7 +91,8 @@ def spawn_pair(launcher: WorkerLauncher, cand: Side, best: Side, log_dir: Path, 
 def build_pair(pair: Pair, cand: Side, best: Side, affinity: tuple[int, ...] | None = None) -> Pair:
     """Build both sides' pipelines in parallel; a failure on either side is a CandidateCrash."""
     with ThreadPoolExecutor(2) as pool:
-        futures = Sides(pool.submit(boot, pair.cand, cand.spec), pool.submit(boot, pair.best, best.spec))
+        futures = Sides(pool.submit(boot, pair.cand, cand.spec, affinity),
+                        pool.submit(boot, pair.best, best.spec, affinity))
         try:
             pair.build_s = futures.map(lambda f: f.result())
         except BaseException:

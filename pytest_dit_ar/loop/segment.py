@@ -72,14 +72,17 @@ def as_rule(warmup: int | WarmupRule) -> WarmupRule:
 
 
 def timed(pair: Pair, role: Role, requests: Requests, resolution: int | None,
-          watch: GpuWatch | None = None) -> tuple[Generated, SideTiming]:
+          watch: GpuWatch | None = None, cores: tuple[int, ...] | None = None) -> tuple[Generated, SideTiming]:
     """One timed generate of `role` while the other side's whole sandbox stays frozen: when a helper of the
     frozen side holds a CUDA context, the GPU is first checked for work in flight (NVML; nothing on CPU
-    lanes); the GPU's state is read right after."""
+    lanes); the GPU's state is read right after. With `cores` every thread of the side is pinned to them
+    again first (what a side changed in its last round does not carry into this one)."""
     watch = watch or NoGpu()
     helpers = watch.helpers(set(pair.worker(role.other).helpers()))
     waited, idle = watch.wait_idle(IDLE_WAIT_S) if helpers else (0.0, True)
     worker = pair.worker(role)
+    if cores:
+        worker.pin(list(cores))
     worker.thaw()
     start = time.time()
     try:
@@ -133,6 +136,8 @@ class SegmentRun:
         self.warmup_state: Sides[str] = Sides("", "")
         self.sampler: MemorySampler | None = None
         self.together_s = 0.0
+        self.cores: tuple[int, ...] | None = None  # the timed cores: re-pinned before, checked after each side
+        self.escaped: list[str] = []
 
     def draw(self) -> Requests:
         return [[self.rng.choice(self.prompts), self.rng.randrange(2**31)] for _ in range(self.batch)]
@@ -182,7 +187,12 @@ class SegmentRun:
         got: dict[Role, Generated] = {}
         timing: dict[Role, SideTiming] = {}
         for role in ROLES if order == "CB" else ROLES[::-1]:
-            got[role], timing[role] = timed(self.pair, role, reqs, self.resolution, self.watch)
+            if not self.cores:
+                got[role], timing[role] = timed(self.pair, role, reqs, self.resolution, self.watch)
+            else:
+                with self.pair.worker(role).affinity_watch(list(self.cores)) as seen:
+                    got[role], timing[role] = timed(self.pair, role, reqs, self.resolution, self.watch, self.cores)
+                self.escaped += [f"round {done + 1}: {role.key}: {e}" for e in seen.found]
             self.times[role].append(got[role].seconds)
             self.memory = self.memory.replace(role, got[role].memory)
         self.records.append(RoundRecord(done, order, Sides.of(timing.__getitem__)))
@@ -209,7 +219,8 @@ class SegmentRun:
                              problems[:20], fresh=pair.fresh, rounds=list(self.records), ready_s=pair.ready_s(),
                              forked=pair.forked, warmup_state=self.warmup_state,
                              warm_cache=pair.workers.map(lambda w: getattr(w, "cache_warm", None)),
-                             live_peak_mb=s.peak_sum_mb if s else None, together_s=self.together_s)
+                             live_peak_mb=s.peak_sum_mb if s else None, together_s=self.together_s,
+                             escaped=self.escaped[:20])
 
 
 def run_segment(pair: Pair, index: int, prompts: tuple[str, ...], batch: int, rounds: int,
@@ -221,6 +232,7 @@ def run_segment(pair: Pair, index: int, prompts: tuple[str, ...], batch: int, ro
     side on its own `warm_cores`, when given), then time `rounds` paired rounds on `cores` in balanced orders
     with fresh seeds (SegmentRun). On CUDA lanes the harness samples both sides' device memory (NVML)."""
     run = SegmentRun(pair, index, prompts, batch, rng, resolution, check, watch)
+    run.cores = cores
     run.sampler = sampler(dict(pair.workers.items()))
     try:
         pair.freeze()

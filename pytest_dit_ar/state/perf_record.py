@@ -229,6 +229,7 @@ class SegmentRecord:
     together_s: float = 0.0  # wall time of the first warm-up generates run at once (GPU lanes), else 0
     divergence: float | None = None  # runs timed in blocks before the sequential test (read only)
     stats: BlockStats | None = None  # a block's statistics (read only, as `divergence`)
+    escaped: list[str] = field(default_factory=list)  # threads found off the timed cores after a timed round
 
     @property
     def times(self) -> Sides[list[float]]:
@@ -270,6 +271,8 @@ class SegmentRecord:
             "spawn_s": self.spawn_s, "close_s": self.close_s, "together_s": self.together_s,
             "look": self.look.as_dict() if self.look else None, "rounds": [r.to_dict() for r in self.rounds],
             "flagged_rounds": flagged(self.rounds)}
+        if self.escaped:
+            d["escaped"] = self.escaped
         if self.divergence is not None or self.stats is not None:
             d["divergence"], d["stats"] = self.divergence, asdict(self.stats) if self.stats else None
         return d
@@ -293,7 +296,8 @@ class SegmentRecord:
             layout if isinstance(layout, str) else "pair", _number(data.get("live_peak_mb")),
             _number(data.get("spawn_s")) or 0.0, _number(data.get("close_s")) or 0.0,
             _number(data.get("together_s")) or 0.0, _number(data.get("divergence")),
-            fields_from(BlockStats, stats) if isinstance(stats, Mapping) else None)
+            fields_from(BlockStats, stats) if isinstance(stats, Mapping) else None,
+            [str(e) for e in data.get("escaped") or ()])
 
 
 # -- the verdict --------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from .bootstrap import PATH_VARIABLE, worker_sys_path
 from .compile_cache import CompileCaches
 from .freezer import Freezer
 from .memory import MemoryWatch
-from .processes import pin_threads, running
+from .processes import AffinityWatch, pin_threads, running
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,10 @@ class WorkerHandle:
         per-core difference in speed cannot favour one side)."""
         if cores:
             pin_threads(self.processes(), cores)
+
+    def affinity_watch(self, cores: list[int]) -> AffinityWatch:
+        """A watch on the worker's threads' affinity against `cores` (worker/processes.py), for one timed round."""
+        return AffinityWatch(self.processes, cores)
 
     def peak_host_mb(self) -> float | None:
         """Peak host memory of everything the worker runs, sampled by the harness (worker/memory.py)."""

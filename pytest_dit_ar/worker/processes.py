@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -56,3 +58,53 @@ def pin_threads(pids: list[int], cores: list[int]) -> None:
                 os.sched_setaffinity(int(tid.name), set(cores))
             except (OSError, ValueError):
                 pass
+
+
+def affinity_escapes(pids: list[int], cores: list[int]) -> list[str]:
+    """Threads of `pids` whose CPU affinity (read from /proc, never from the worker) is not `cores`: a thread
+    that moved itself off the timed core. A thread that is gone is skipped."""
+    want = set(cores)
+    found: list[str] = []
+    for pid in pids:
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                got = os.sched_getaffinity(int(tid.name))
+            except (OSError, ValueError):
+                continue
+            if got != want:
+                found.append(f"thread {tid.name} of process {pid} on cores {sorted(got)}")
+    return found
+
+
+class AffinityWatch:
+    """Reads the affinity of a worker's threads every `period_s` while it runs, and once more at the end, from the
+    harness (a `with` block around one timed generate): a side that widens its affinity during its round and
+    restores it before replying is seen too. `found` lists the first escapes (at most `keep`)."""
+
+    def __init__(self, pids: Callable[[], list[int]], cores: list[int], period_s: float = 0.05, keep: int = 5):
+        self.pids, self.cores, self.period_s, self.keep = pids, cores, period_s, keep
+        self.found: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="affinity-watch")
+
+    def _look(self) -> None:
+        if len(self.found) < self.keep:
+            new = [e for e in affinity_escapes(self.pids(), self.cores) if e not in self.found]
+            self.found += new[:self.keep - len(self.found)]
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            self._look()
+
+    def __enter__(self) -> AffinityWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._look()

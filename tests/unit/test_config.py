@@ -111,6 +111,9 @@ def test_renaming_guardrails_no_longer_drops_them_silently(tmp_path: Path) -> No
      "offset_bound_pct"),
     ({"performance__bound_confidence": 1.0}, "performance.bound_confidence", "confidence level"),
     ({"performance__pairs": 0}, "performance.pairs", "positive"),
+    ({"performance__calibration_pairs": 2}, "performance.calibration_pairs", "at least 3"),
+    ({"lanes__dit-xl2-256__performance__calibration_rounds": 3}, "lanes.dit-xl2-256.performance.calibration_rounds",
+     "at least 4"),
     ({"performance__offset_bound_pct": -1.0}, "performance.offset_bound_pct", "positive"),
 ])
 def test_bad_values_name_the_key_and_what_was_expected(tmp_path: Path, change: dict, key: str,
