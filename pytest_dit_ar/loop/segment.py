@@ -32,14 +32,29 @@ IDLE_WAIT_S = 0.25  # at most this long for the GPU to show no work in flight be
 Requests = list[list[Any]]  # [prompt, seed] per image of a batch
 
 
-def memory_figures(worker: WorkerProcess, reported: dict[str, Any], sampled: float | None = None) -> MemoryFigures:
+def memory_figures(worker: WorkerProcess, reported: dict[str, Any], sampled: float | None = None,
+                   steady_sampled: float | None = None) -> MemoryFigures:
     """Peak memory sampled by the harness (host: the cgroup's anonymous + shared memory; device: NVML at the
-    end, and sampled while it ran), the cgroup's own peak and the longest freeze wait; the worker's figures
-    for reference."""
+    end, and sampled while it ran), the cgroup's own peak and the longest freeze wait, the same samples'
+    peaks since warm-up ended (`mark_steady`); the worker's figures for reference."""
     waits = worker.freeze_waits
+    steady = getattr(worker, "steady_host_mb", None)  # a stand-in worker of a test may not sample
+    steady_gpu = getattr(worker, "steady_gpu_mb", None)
     return MemoryFigures(worker.peak_host_mb(), worker.gpu_memory_mb(), sampled, worker.kernel_peak_mb(),
                          max(waits) * 1e3 if waits else None, reported.get("peak_reserved_mb"),
-                         reported.get("peak_allocated_mb"))
+                         reported.get("peak_allocated_mb"), steady() if steady else None,
+                         steady_gpu() if steady_gpu else None, steady_sampled)
+
+
+def mark_steady(workers: list[Any], found: MemorySampler | None = None) -> None:
+    """Warm-up is over: the harness's samplers keep each worker's steady peak from here (the worker is not
+    asked anything: it cannot tell that timing starts)."""
+    for worker in workers:
+        mark = getattr(worker, "mark_steady", None)
+        if mark is not None:
+            mark()
+    if found is not None:
+        found.mark_steady()
 
 
 def sampler(workers: dict[Role, WorkerProcess]) -> MemorySampler | None:
@@ -51,6 +66,10 @@ def sampler(workers: dict[Role, WorkerProcess]) -> MemorySampler | None:
 
 def sampled_peak(found: MemorySampler | None, role: Role) -> float | None:
     return found.peak(role.key) if found is not None else None
+
+
+def sampled_steady(found: MemorySampler | None, role: Role) -> float | None:
+    return found.steady_peak(role.key) if found is not None else None
 
 
 def warm_up(worker: WorkerProcess, draw: Callable[[], Requests], rule: WarmupRule, resolution: int | None
@@ -157,6 +176,7 @@ class SegmentRun:
                     self.warm[role].append(timed(self.pair, role, reqs, self.resolution, self.watch)[0].seconds)
                     state = state.replace(role, rule.state(self.warm[role]))
         self.warmup_state = state
+        mark_steady(list(self.pair.workers.values()), self.sampler)
 
     def _first_together(self, own: Sides[tuple[int, ...]], cores: tuple[int, ...] | None) -> None:
         reqs = self.draw()
@@ -202,7 +222,8 @@ class SegmentRun:
         pair = self.pair
         problems = self.problems + [collision_problem(role, found) for role, found in self.collisions.items()
                                     if found]
-        mem = Sides.of(lambda r: memory_figures(pair.worker(r), self.memory[r], sampled_peak(self.sampler, r)))
+        mem = Sides.of(lambda r: memory_figures(pair.worker(r), self.memory[r], sampled_peak(self.sampler, r),
+                                                sampled_steady(self.sampler, r)))
         s = self.sampler
         return SegmentRecord(self.index, list(self.times.candidate), list(self.times.best), list(self.seeds),
                              list(self.orders), self.warm.map(list), pair.build_s, mem,

@@ -155,7 +155,9 @@ def rounds_summary(records: list[RoundRecord]) -> str | None:
 class MemoryFigures:
     """One side's memory in a segment as the harness sampled it (MB): host memory (the cgroup's anonymous +
     shared memory, kept under its old key `peak_rss_mb`), device memory by NVML at the end and sampled while
-    it ran, the cgroup's own peak, the longest freeze wait (ms), and the worker's own figures for reference."""
+    it ran, the cgroup's own peak, the longest freeze wait (ms), and the worker's own figures for reference.
+    The `steady_*` figures are the same harness samples taken from the end of warm-up to the end of timing:
+    the steady state, without the transient of a first generate (a compile, a graph capture)."""
 
     peak_rss_mb: float | None = None
     gpu_nvml_mb: float | None = None
@@ -164,12 +166,27 @@ class MemoryFigures:
     freeze_wait_max_ms: float | None = None
     peak_reserved_mb: float | None = None
     peak_allocated_mb: float | None = None
+    steady_host_mb: float | None = None
+    steady_gpu_mb: float | None = None
+    steady_sampled_mb: float | None = None
 
     @property
     def peak_mb(self) -> float | None:
-        """The side's peak as the harness trusts it: device memory on GPUs, the host's on CPUs."""
+        """The side's whole-run peak as the harness trusts it: device memory on GPUs, the host's on CPUs (what a
+        hard budget judges: a worker needs it at some point)."""
         gpu = [v for v in (self.gpu_nvml_mb, self.gpu_sampled_mb, self.peak_reserved_mb) if v]
         return max(gpu) if gpu else self.peak_rss_mb
+
+    @property
+    def steady_mb(self) -> float | None:
+        """The side's steady peak (after warm-up, harness-sampled: NVML on GPUs, the cgroup on CPUs), what the
+        growth guardrail judges; a record without it (an earlier harness) reads its whole-run peak."""
+        gpu = [v for v in (self.steady_gpu_mb, self.steady_sampled_mb) if v]
+        if gpu:
+            return max(gpu)
+        if self.gpu_nvml_mb or self.gpu_sampled_mb:
+            return self.peak_mb
+        return self.steady_host_mb or self.peak_mb
 
     @property
     def device_mb(self) -> float | None:
@@ -258,6 +275,10 @@ class SegmentRecord:
     def peak_memory_mb(self, role: Role) -> float | None:
         """The side's peak memory as trusted by the harness: device memory on GPUs, resident set on CPUs."""
         return self.memory[role].peak_mb
+
+    def steady_memory_mb(self, role: Role) -> float | None:
+        """The side's peak memory after warm-up (MemoryFigures.steady_mb)."""
+        return self.memory[role].steady_mb
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
