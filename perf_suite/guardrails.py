@@ -1,8 +1,9 @@
-"""Guardrails a faster candidate must still respect (pure functions): the whole-run peak memory against an absolute
-budget, the steady peak (after warm-up) against the best's, the WARM start-up (build plus warm-up of a worker whose compile cache is filled) against an
-absolute budget, and tail latency. The start-up's growth over the best's and the cold compile (the tree's first
-worker) are reported, never a verdict by themselves: a compiled candidate pays its compile once per tree, after
-which every worker of the tree starts from the harness's compile cache (worker/compile_cache.py).
+"""Guardrails a faster candidate must still respect (pure functions): the whole-run peak memory against an
+absolute budget, the steady peak (after warm-up) against the best's, the WARM start-up (build plus warm-up of a
+worker whose compile cache is filled) against an absolute budget, and tail latency (paired with the best's over
+the same rounds). The start-up's growth over the best's and the cold compile (the tree's first worker) are
+reported, never a verdict by themselves: a compiled candidate pays its compile once per tree, after which every
+worker of the tree starts from the harness's compile cache (worker/compile_cache.py).
 
 The relative limits carry a small absolute slack so that noise in small figures (a CPU lane's resident set, a
 sub-second build) cannot discard a candidate that did not change them."""
@@ -119,6 +120,6 @@ def tail_latency(cand_by_segment: list[list[float]], best_by_segment: list[list[
                "p95_ratio": cand_p95 / best_p95, "p95_ratio_lower": lower}
     if lower > limit:
         return GuardrailResult(f"p95 {cand_p95:.1f} ms against the best's {best_p95:.1f} ms in the same "
-                               f"{len(cand)} rounds: longer by at least {100 * (lower - 1):.1f}% ({TAIL_CONFIDENCE:.0%} "
-                               f"paired bootstrap bound), beyond the tolerance of {tolerance_pct:g}%", figures)
+                               f"{len(cand)} rounds: longer by at least {100 * (lower - 1):.1f}% "
+                               f"({TAIL_CONFIDENCE:.0%} paired bootstrap bound), beyond the tolerance of {tolerance_pct:g}%", figures)
     return GuardrailResult(None, figures)

@@ -22,8 +22,7 @@ from ..worker.forkserver import ForkedWorker, ForkServers
 from . import memory_plan
 from .measurement_plan import MeasurementPlan, RoundCallback, Side
 from .pairs import boot
-from .segment import (Requests, collisions, mark_steady, memory_figures, sampled_peak, sampled_steady, sampler,
-                      warm_up)
+from .segment import Requests, collisions, mark_steady, memory_figures, sampled_peak, sampled_steady, sampler, warm_up
 
 
 def one_worker(launcher: WorkerLauncher, forks: ForkServers | None, side: Side, role: Role, log_dir: Path,
