@@ -203,8 +203,7 @@ def measure_concurrent(plan: MeasurementPlan, test: SequentialTest, source: Pair
             while min(len(r.orders) for r in runs[:point.pairs]) < point.rounds:
                 for run in runs[:point.pairs]:
                     if len(run.orders) < point.rounds:
-                        run.play_round()
-                        seconds["timed"] += run.times.candidate[-1] + run.times.best[-1]
+                        seconds["timed"] += run.play_round()
                 if on_round:
                     on_round(0, min(len(r.orders) for r in runs[:point.pairs]), point.rounds)
             segments = [r.record() for r in runs[:point.pairs]]

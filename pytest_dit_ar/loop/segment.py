@@ -29,6 +29,7 @@ from .measurement_plan import RoundCallback, RoundCheck
 from .pairs import Pair
 
 IDLE_WAIT_S = 0.25  # at most this long for the GPU to show no work in flight before a side is timed
+MAX_EXCLUDED_PART = 4  # at most one round in this many is excluded (and replaced) for a fall of the best's clock
 Requests = list[list[Any]]  # [prompt, seed] per image of a batch
 
 
@@ -100,12 +101,14 @@ def timed(pair: Pair, role: Role, requests: Requests, resolution: int | None,
     waited, idle = watch.wait_idle(IDLE_WAIT_S) if helpers else (0.0, True)
     worker = pair.worker(role)
     worker.thaw()
+    clocks = clean_rounds.trace(watch)
     start = time.time()
     try:
         got = worker.generate(requests, resolution=resolution)
     finally:
         worker.freeze()
-    return got, SideTiming(start, time.time(), waited, idle, watch.sample())
+        end, spans = time.time(), clocks.stop()
+    return got, SideTiming(start, end, waited, idle, watch.sample(), spans, got.seconds)
 
 
 def collisions(role: Role, reqs_by_round: list[Requests], outputs: list[Generated]) -> list[str]:
@@ -195,7 +198,10 @@ class SegmentRun:
                 w.freeze()
                 w.pin(list(cores) if cores else sorted(os.sched_getaffinity(0)))
 
-    def play_round(self) -> None:
+    def play_round(self) -> float:
+        """One paired round; its seconds timed. A round in which the best's SM clock fell is recorded and
+        excluded (another takes its place: the same order, fresh requests) while fewer than a quarter of the
+        rounds so far were (clean_rounds' docstring)."""
         done = len(self.orders)
         order = clean_rounds.balanced_orders(done + 1, self.cand_first)[-1]
         reqs = self.draw()
@@ -203,9 +209,11 @@ class SegmentRun:
         timing: dict[Role, SideTiming] = {}
         for role in ROLES if order == "CB" else ROLES[::-1]:
             got[role], timing[role] = timed(self.pair, role, reqs, self.resolution, self.watch)
-            self.times[role].append(got[role].seconds)
             self.memory = self.memory.replace(role, got[role].memory)
-        self.records.append(RoundRecord(done, order, Sides.of(timing.__getitem__)))
+        record = RoundRecord(len(self.records), order, Sides.of(timing.__getitem__))
+        excluded = sum(r.excluded for r in self.records)
+        record.excluded = record.clock_fell.best and excluded + 1 <= max(1, len(self.records) // MAX_EXCLUDED_PART)
+        self.records.append(record)
         for role in ROLES:
             seen = self.seen[role]
             for req, image in zip(reqs, got[role].images):
@@ -215,8 +223,14 @@ class SegmentRun:
                 seen[fp] = tuple(req)
         if self.check is not None:
             self.problems += [f"round {done + 1}: {p}" for p in self.check(got[Role.CANDIDATE], got[Role.BEST])]
+        spent = got[Role.CANDIDATE].seconds + got[Role.BEST].seconds
+        if record.excluded:
+            return spent
+        for role in ROLES:
+            self.times[role].append(got[role].seconds)
         self.seeds.append([s for _, s in reqs])
         self.orders.append(order)
+        return spent
 
     def record(self) -> SegmentRecord:
         pair = self.pair
@@ -246,10 +260,10 @@ def run_segment(pair: Pair, index: int, prompts: tuple[str, ...], batch: int, ro
     try:
         pair.freeze()
         run.warm_up(warmup, together=warm_cores if pair.fresh else None, cores=cores)
-        for done in range(rounds):
+        while len(run.orders) < rounds:  # an excluded round is played again
             run.play_round()
             if on_round:
-                on_round(index, done + 1, rounds)
+                on_round(index, len(run.orders), rounds)
         pair.cand.thaw()
         pair.best.thaw()
     finally:

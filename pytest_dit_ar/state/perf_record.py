@@ -25,6 +25,7 @@ import numpy as np
 
 from dit_ar_contract.sides import ROLES, Role, Sides
 
+from .clocks import SLOWDOWNS, ClockSpan
 from .files import VERSION_KEY, check_version, fields_from
 
 if TYPE_CHECKING:  # imported on use: scipy stays out of `dit-ar status`
@@ -33,9 +34,6 @@ if TYPE_CHECKING:  # imported on use: scipy stays out of `dit-ar status`
     from .baseline import BaselineSummary
 
 PERF_FORMAT = 1  # the version of perf.json this harness writes and the newest it reads
-# NVML clocks-event (throttle) reason bits, nvml.h (nvmlClocksEventReason*)
-SLOWDOWNS = {0x4: "power cap", 0x8: "hardware slowdown", 0x20: "software thermal", 0x40: "hardware thermal",
-             0x80: "power brake"}
 
 
 def _floats(values: Any) -> list[float]:
@@ -69,36 +67,58 @@ class GpuSample:
         return [name for bit, name in SLOWDOWNS.items() if self.throttle_reasons & bit]
 
 
+def _spans(data: Any) -> list[ClockSpan]:
+    spans = [ClockSpan.from_dict(c) for c in data or () if isinstance(c, Mapping)]
+    return [s for s in spans if s is not None]
+
+
 @dataclass
 class SideTiming:
-    """One side's part of a round: wall-clock start and end (epoch seconds), the idle wait before it and
-    the GPU readings right after it."""
+    """One side's part of a round: wall-clock start and end (epoch seconds), the idle wait before it, the GPU
+    readings right after it, its SM clock while it ran (state/clocks.py, per GPU) and its round-trip time."""
 
     start: float
     end: float
     idle_wait_s: float = 0.0
     idle: bool = True
     gpu: list[GpuSample] = field(default_factory=list)
+    clock: list[ClockSpan] = field(default_factory=list)
+    seconds: float | None = None
 
     @property
     def slowdowns(self) -> list[str]:
-        return sorted({s for g in self.gpu for s in g.slowdowns})
+        reasons = {s for g in self.gpu for s in g.slowdowns}
+        for span in self.clock:
+            reasons.update(name for bit, name in SLOWDOWNS.items() if span.reasons & bit)
+        return sorted(reasons)
+
+    @property
+    def clock_fell(self) -> bool:
+        return any(span.fell for span in self.clock)
 
     @classmethod
     def from_dict(cls, data: Any) -> SideTiming:
         data = data if isinstance(data, Mapping) else {}
-        timing = fields_from(cls, {k: v for k, v in data.items() if k != "gpu"})
+        timing = fields_from(cls, {k: v for k, v in data.items() if k not in ("gpu", "clock")})
         timing.gpu = [fields_from(GpuSample, g) for g in data.get("gpu") or () if isinstance(g, Mapping)]
+        timing.clock = _spans(data.get("clock"))
         return timing
 
 
 @dataclass
 class RoundRecord:
-    """One timed round: its order ("CB": candidate first, or "BC") and each side's timing and GPU state."""
+    """One timed round: its order ("CB": candidate first, or "BC") and each side's timing and GPU state.
+    `excluded`: the best's SM clock fell while it ran (state/clocks.py), so the round's times are left out of
+    the verdict and another round is played in its place (loop/segment.py; at most a quarter of a segment's)."""
 
     index: int
     order: str
     sides: Sides[SideTiming]
+    excluded: bool = False
+
+    @property
+    def clock_fell(self) -> Sides[bool]:
+        return self.sides.map(lambda t: t.clock_fell)
 
     @property
     def throttled(self) -> Sides[list[str]]:
@@ -112,18 +132,22 @@ class RoundRecord:
 
     @property
     def flagged(self) -> bool:
-        return bool(any(self.throttled.values()) or self.busy_before)
+        return bool(any(self.throttled.values()) or self.busy_before or any(self.clock_fell.values()))
+
+    def clock_lines(self) -> list[str]:
+        """What dropped, per side whose clock fell: 'best: SM clock 1410 of 1980 MHz for 0.80 s of 1.20 s; ...'."""
+        return [f"{role.key}: {span.describe()}" for role, t in self.sides.items() for span in t.clock if span.fell]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "order": self.order,
+        return {"index": self.index, "order": self.order, "excluded": self.excluded,
                 "throttled": {k: v for k, v in self.throttled.to_dict().items() if v},
-                "sides": self.sides.to_dict(asdict)}
+                "clock_fell": self.clock_lines(), "sides": self.sides.to_dict(asdict)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], position: int) -> RoundRecord:
         index = data.get("index")
         return cls(index if isinstance(index, int) else position, str(data.get("order", "")),
-                   Sides.from_dict(data.get("sides"), SideTiming.from_dict))
+                   Sides.from_dict(data.get("sides"), SideTiming.from_dict), bool(data.get("excluded", False)))
 
 
 def flagged(records: list[RoundRecord]) -> list[int]:
@@ -132,7 +156,8 @@ def flagged(records: list[RoundRecord]) -> list[int]:
 
 
 def rounds_summary(records: list[RoundRecord]) -> str | None:
-    """One line for the verdict's summary when any round was flagged, else None."""
+    """One line for the verdict's summary when any round was flagged, else None: what was flagged, in how many
+    rounds per side, whether the SM clock fell (the lowest clock and for how long) and what was excluded."""
     bad = [r for r in records if r.flagged]
     if not bad:
         return None
@@ -140,13 +165,24 @@ def rounds_summary(records: list[RoundRecord]) -> str | None:
     kinds: set[str] = set()
     for r in bad:
         for role, names in r.throttled.items():
-            counts[role] += bool(names)
+            counts[role] += bool(names or r.sides[role].clock_fell)
             kinds.update(names)
         for role in r.busy_before:
             counts[role] += 1
             kinds.add("GPU busy before timing")
-    return (f"{len(bad)} of {len(records)} timed rounds flagged ({', '.join(sorted(kinds))}; candidate "
-            f"{counts[Role.CANDIDATE]}, best {counts[Role.BEST]}): kept in the verdict, see perf.json rounds")
+    fell = [r for r in bad if any(r.clock_fell.values())]
+    excluded = [r for r in records if r.excluded]
+    if fell:
+        spans = [s for r in fell for t in r.sides.values() for s in t.clock if s.fell]
+        worst = min(spans, key=lambda s: s.min_mhz)
+        clock = (f"SM clock fell in {len(fell)} (lowest {worst.min_mhz} of {worst.max_mhz} MHz, for up to "
+                 f"{max(s.below_s for s in spans):.2f} s of a side)")
+    else:
+        clock = "SM clock at its maximum throughout (flags only)"
+    kept = len(bad) - len(excluded)
+    return (f"{len(bad)} of {len(records)} timed rounds flagged ({', '.join(sorted(kinds)) or 'clock'}; candidate "
+            f"{counts[Role.CANDIDATE]}, best {counts[Role.BEST]}); {clock}; {len(excluded)} excluded and "
+            f"replaced (the best's clock fell), {kept} kept in the verdict; see perf.json rounds")
 
 
 # -- one segment --------------------------------------------------------------------------------------
