@@ -121,6 +121,6 @@ def tail_latency(cand_by_segment: list[list[float]], best_by_segment: list[list[
     if lower > limit:
         return GuardrailResult(f"p95 {cand_p95:.1f} ms against the best's {best_p95:.1f} ms in the same "
                                f"{len(cand)} rounds: longer by at least {100 * (lower - 1):.1f}% "
-                               f"({TAIL_CONFIDENCE:.0%} paired bootstrap bound), beyond the tolerance of "
+                               f"({TAIL_CONFIDENCE:.0%} bound, rounds resampled in pairs), beyond the tolerance of "
                                f"{tolerance_pct:g}%", figures)
     return GuardrailResult(None, figures)

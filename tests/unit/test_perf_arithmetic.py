@@ -102,5 +102,5 @@ def test_tail_latency_needs_enough_samples_and_a_tolerance() -> None:
     few = guardrails.tail_latency([[0.2] * 10], [[0.1] * 10], 10.0)
     assert few.problem is None and "not judged" in str(few.figures["p95"])
     slow_tail = guardrails.tail_latency([[0.1] * 9 + [0.5] * 3] * 3, best, 10.0)  # a quarter of the rounds stall
-    assert slow_tail.problem and "paired bootstrap bound" in slow_tail.problem
+    assert slow_tail.problem and "rounds resampled in pairs" in slow_tail.problem
     assert guardrails.tail_latency([[0.105] * 12] * 3, best, 10.0).problem is None
