@@ -473,6 +473,24 @@ class PerfRecord:
     def startup_line(self) -> str:
         return self.startup().line()
 
+    def memory_line(self) -> str | None:
+        """The summary's memory line: each side's steady peak (judged against the best's) and whole-run peak (a
+        compile's transient included: judged only by the budget). None when the record has no steady figures."""
+        g = self.guardrails
+        cand, best = _number(g.get("cand_steady_mb")), _number(g.get("best_steady_mb"))
+        if cand is None or best is None:
+            return None
+        line = f"steady (after warm-up, judged) candidate {cand:.0f} MB, best {best:.0f} MB"
+        limit = _number(g.get("memory_limit_mb"))
+        if limit is not None:
+            line += f" (limit {limit:.0f} MB)"
+        peaks = _number(g.get("cand_peak_mb")), _number(g.get("best_peak_mb"))
+        if peaks[0] is not None and peaks[1] is not None:
+            budget = _number(g.get("budget_mb"))
+            line += (f"; whole run (compile and warm-up included, recorded) candidate {peaks[0]:.0f} MB, best "
+                     f"{peaks[1]:.0f} MB" + (f" (budget {budget:.0f} MB)" if budget else ""))
+        return line
+
     def forked_workers(self) -> tuple[list[float], list[float]] | None:
         """The fork servers' figures: every forked worker's fork-to-hello and every fork server's start (seconds),
         None when the pairs were not forked."""

@@ -111,3 +111,14 @@ def test_a_shared_slowdown_moves_both_tails_alike() -> None:
     slow = [1.0] * 10 + [3.0] * 2  # two rounds in which the host was slow for both sides
     found = guard.tail_latency([slow] * 3, [[t * 0.98 for t in slow]] * 3, 10.0)
     assert found.problem is None and found.figures["p95_ratio_lower"] < 1.1
+
+
+def test_the_summary_shows_the_steady_and_the_whole_run_peaks() -> None:
+    from pytest_dit_ar.state.perf_record import PerfRecord
+
+    _, figures = guardrail_problems(plan(memory_growth_pct=10.0, peak_memory_mb=4096.0), [segment(COMPILED, EAGER)],
+                                    final=True)
+    line = PerfRecord(True, [], [], guardrails=figures).memory_line() or ""
+    assert line.startswith("steady (after warm-up, judged) candidate 576 MB, best 471 MB (limit 582 MB)")
+    assert line.endswith("candidate 1069 MB, best 471 MB (budget 4096 MB)")
+    assert PerfRecord(True, [], []).memory_line() is None
