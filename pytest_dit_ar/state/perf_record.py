@@ -67,6 +67,12 @@ class GpuSample:
         return [name for bit, name in SLOWDOWNS.items() if self.throttle_reasons & bit]
 
 
+def _without_absent(data: Any, optional: tuple[str, ...]) -> dict[str, Any]:
+    """A dataclass as a dict, the `optional` fields left out while unset (a record of an earlier harness writes
+    back the same keys it had)."""
+    return {k: v for k, v in asdict(data).items() if k not in optional or v not in (None, [])}
+
+
 def _spans(data: Any) -> list[ClockSpan]:
     spans = [ClockSpan.from_dict(c) for c in data or () if isinstance(c, Mapping)]
     return [s for s in spans if s is not None]
@@ -139,9 +145,11 @@ class RoundRecord:
         return [f"{role.key}: {span.describe()}" for role, t in self.sides.items() for span in t.clock if span.fell]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "order": self.order, "excluded": self.excluded,
-                "throttled": {k: v for k, v in self.throttled.to_dict().items() if v},
-                "clock_fell": self.clock_lines(), "sides": self.sides.to_dict(asdict)}
+        d = {"index": self.index, "order": self.order,
+             "throttled": {k: v for k, v in self.throttled.to_dict().items() if v},
+             "sides": self.sides.to_dict(lambda t: _without_absent(t, ("clock", "seconds")))}
+        fell = self.clock_lines()
+        return {**d, **({"clock_fell": fell} if fell else {}), **({"excluded": True} if self.excluded else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], position: int) -> RoundRecord:
@@ -186,6 +194,9 @@ def rounds_summary(records: list[RoundRecord]) -> str | None:
 
 
 # -- one segment --------------------------------------------------------------------------------------
+
+STEADY_FIELDS = ("steady_host_mb", "steady_gpu_mb", "steady_sampled_mb")
+
 
 @dataclass(frozen=True)
 class MemoryFigures:
@@ -320,7 +331,8 @@ class SegmentRecord:
         d: dict[str, Any] = {
             "index": self.index, "cand_s": self.cand_s, "best_s": self.best_s, "seeds": self.seeds,
             "orders": self.orders, "warmup_s": self.warmup_s.to_dict(), "build_s": self.build_s.to_dict(),
-            "memory": self.memory.to_dict(asdict), "unfaithful": self.unfaithful, "fresh": self.fresh,
+            "memory": self.memory.to_dict(lambda m: _without_absent(m, STEADY_FIELDS)),
+            "unfaithful": self.unfaithful, "fresh": self.fresh,
             "ready_s": self.ready_s.to_dict(skip_none=True), "forked": self.forked,
             "warmup_state": {k: v for k, v in self.warmup_state.to_dict().items() if v},
             "warm_cache": self.warm_cache.to_dict(), "layout": self.layout, "live_peak_mb": self.live_peak_mb,
