@@ -10,7 +10,8 @@ segment's `flagged_rounds`) are written for a reader of the file and recomputed,
 
 Every round keeps its order, each side's wall-clock times and the GPU's state right after it (`RoundRecord`,
 measured by loop/clean_rounds.py); a round in which a side's GPU named a slowdown (power cap, thermal, power
-brake, hardware slowdown) or was busy before timing is flagged and kept in the verdict.
+brake, hardware slowdown), whose SM clock fell (state/clocks.py) or that was busy before timing is flagged; it is
+excluded (and replaced) only when the best's clock fell, else kept in the verdict.
 """
 
 from __future__ import annotations
