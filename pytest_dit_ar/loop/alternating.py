@@ -22,7 +22,7 @@ from ..worker.forkserver import ForkedWorker, ForkServers
 from . import memory_plan
 from .measurement_plan import MeasurementPlan, RoundCallback, Side
 from .pairs import boot
-from .segment import Requests, collisions, memory_figures, sampled_peak, sampler, warm_up
+from .segment import Requests, collisions, mark_steady, memory_figures, sampled_peak, sampled_steady, sampler, warm_up
 
 
 def one_worker(launcher: WorkerLauncher, forks: ForkServers | None, side: Side, role: Role, log_dir: Path,
@@ -83,6 +83,7 @@ def run_alternating_segment(launcher: WorkerLauncher, plan: MeasurementPlan, ind
                 run.warm, run.state = warm_up(worker, lambda: [[rng.choice(plan.prompts), rng.randrange(2**31)]
                                                                for _ in range(plan.batch)], rule, plan.resolution)
                 worker.note_start(run.build_s + sum(run.warm))
+                mark_steady([worker], watch)
                 for done, reqs in enumerate(requests):
                     run.got.append(worker.generate(reqs, resolution=plan.resolution))
                     if on_round:
@@ -90,7 +91,8 @@ def run_alternating_segment(launcher: WorkerLauncher, plan: MeasurementPlan, ind
             finally:
                 if watch is not None:
                     watch.stop()
-            run.memory = memory_figures(worker, run.got[-1].memory if run.got else {}, sampled_peak(watch, role))
+            run.memory = memory_figures(worker, run.got[-1].memory if run.got else {}, sampled_peak(watch, role),
+                                        sampled_steady(watch, role))
             worker.note_peak(run.memory.device_mb)
             live_peak = max(live_peak, watch.peak_sum_mb if watch else 0.0)
             run.warm_cache = worker.cache_warm

@@ -94,8 +94,9 @@ def generate_corpus(worker: WorkerProcess, cases: list[Case], batch: int, key: s
 def counted_rows(rows: list[float]) -> tuple[float | None, bool]:
     """The corpus run's denoiser rows per image (the fewest of any generate: a step cut on some requests is
     seen) and whether the count is blind. A generate with outputs but no row seen ran its denoiser without
-    calling the module (a CUDA graph captured by hand replays its passes; the capturing generate alone
-    shows the warm-up and capture calls): then no step count is claimed and the outputs alone judge it."""
+    calling it or any of its entry modules (worker/rows.py; a CUDA graph captured by hand replays its passes,
+    the capturing generate alone shows the warm-up and capture calls): then no step count is claimed and the
+    outputs alone judge it."""
     if any(r == 0 for r in rows):
         return None, True
     return (min(rows) if rows else None), False

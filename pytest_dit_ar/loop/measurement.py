@@ -208,8 +208,7 @@ def measure_concurrent(plan: MeasurementPlan, test: SequentialTest, source: Pair
             while min(len(r.orders) for r in runs[:point.pairs]) < point.rounds:
                 for run in runs[:point.pairs]:
                     if len(run.orders) < point.rounds:
-                        run.play_round()
-                        seconds["timed"] += run.times.candidate[-1] + run.times.best[-1]
+                        seconds["timed"] += run.play_round()
                 if on_round:
                     on_round(0, min(len(r.orders) for r in runs[:point.pairs]), point.rounds)
             segments = [r.record() for r in runs[:point.pairs]]
@@ -253,7 +252,8 @@ def _refuse_unless_fits(source: PairSource, pair: Pair, m: int) -> None:
 
 def guardrail_problems(plan: MeasurementPlan, segments: list[SegmentRecord], final: bool
                        ) -> tuple[list[str], dict[str, Any]]:
-    """Memory (every segment), the warm start-up and tail latency (all segments' figures, judged at the end)."""
+    """Memory (every segment: the whole-run peak against the budget, the steady peak after warm-up against the
+    best's), the warm start-up and tail latency (all segments' figures, judged at the end)."""
     peaks = Sides.of(lambda r: max((m for m in (s.peak_memory_mb(r) for s in segments) if m is not None),
                                    default=None))
     g = plan.guardrails
@@ -263,15 +263,16 @@ def guardrail_problems(plan: MeasurementPlan, segments: list[SegmentRecord], fin
             budget = min(budget or plan.memory.mb, plan.memory.mb)  # one worker may not exceed the emulated card
     else:
         budget = g.peak_memory_mb
-    mem = guard.memory(peaks.candidate, peaks.best, budget)
-    growth = guard.memory_growth(peaks.candidate, peaks.best, g.memory_growth_pct)
+    mem = guard.memory(peaks.candidate, peaks.best, budget)  # the whole run: a budget is a hard limit
+    steady = Sides.of(lambda r: max((m for m in (s.steady_memory_mb(r) for s in segments) if m is not None),
+                                    default=None))
+    growth = guard.memory_growth(steady.candidate, steady.best, g.memory_growth_pct)
     fresh = [s for s in segments if s.fresh]
     warm = [s for s in fresh if s.warm_cache.candidate is not False]  # cache filled (or no caches at all)
     starts = Sides.of(lambda r: [s.startup_s(r) for s in warm if s.warm_cache[r] is not False])
     startup = guard.startup_growth(starts.candidate, starts.best, g.startup_growth_pct)
     start_budget = guard.startup_budget(starts.candidate, g.startup_budget_s)
-    tail = guard.tail_latency([t for s in segments for t in s.cand_s], [t for s in segments for t in s.best_s],
-                              g.p95_regression_pct)
+    tail = guard.tail_latency([s.cand_s for s in segments], [s.best_s for s in segments], g.p95_regression_pct)
     problems = [r.problem for r in (mem, growth) if r.problem]
     if final:  # judged on every segment's figures: one slow start or one tail is noise until the end
         problems += [r.problem for r in (start_budget, tail) if r.problem]

@@ -29,17 +29,33 @@ from .measurement_plan import RoundCallback, RoundCheck
 from .pairs import Pair
 
 IDLE_WAIT_S = 0.25  # at most this long for the GPU to show no work in flight before a side is timed
+MAX_EXCLUDED_PART = 4  # at most one round in this many is excluded (and replaced) for a fall of the best's clock
 Requests = list[list[Any]]  # [prompt, seed] per image of a batch
 
 
-def memory_figures(worker: WorkerProcess, reported: dict[str, Any], sampled: float | None = None) -> MemoryFigures:
+def memory_figures(worker: WorkerProcess, reported: dict[str, Any], sampled: float | None = None,
+                   steady_sampled: float | None = None) -> MemoryFigures:
     """Peak memory sampled by the harness (host: the cgroup's anonymous + shared memory; device: NVML at the
-    end, and sampled while it ran), the cgroup's own peak and the longest freeze wait; the worker's figures
-    for reference."""
+    end, and sampled while it ran), the cgroup's own peak and the longest freeze wait, the same samples'
+    peaks since warm-up ended (`mark_steady`); the worker's figures for reference."""
     waits = worker.freeze_waits
+    steady = getattr(worker, "steady_host_mb", None)  # a stand-in worker of a test may not sample
+    steady_gpu = getattr(worker, "steady_gpu_mb", None)
     return MemoryFigures(worker.peak_host_mb(), worker.gpu_memory_mb(), sampled, worker.kernel_peak_mb(),
                          max(waits) * 1e3 if waits else None, reported.get("peak_reserved_mb"),
-                         reported.get("peak_allocated_mb"))
+                         reported.get("peak_allocated_mb"), steady() if steady else None,
+                         steady_gpu() if steady_gpu else None, steady_sampled)
+
+
+def mark_steady(workers: list[Any], found: MemorySampler | None = None) -> None:
+    """Warm-up is over: the harness's samplers keep each worker's steady peak from here (the worker is not
+    asked anything: it cannot tell that timing starts)."""
+    for worker in workers:
+        mark = getattr(worker, "mark_steady", None)
+        if mark is not None:
+            mark()
+    if found is not None:
+        found.mark_steady()
 
 
 def sampler(workers: dict[Role, WorkerProcess]) -> MemorySampler | None:
@@ -51,6 +67,10 @@ def sampler(workers: dict[Role, WorkerProcess]) -> MemorySampler | None:
 
 def sampled_peak(found: MemorySampler | None, role: Role) -> float | None:
     return found.peak(role.key) if found is not None else None
+
+
+def sampled_steady(found: MemorySampler | None, role: Role) -> float | None:
+    return found.steady_peak(role.key) if found is not None else None
 
 
 def warm_up(worker: WorkerProcess, draw: Callable[[], Requests], rule: WarmupRule, resolution: int | None
@@ -84,12 +104,14 @@ def timed(pair: Pair, role: Role, requests: Requests, resolution: int | None,
     if cores:
         worker.pin(list(cores))
     worker.thaw()
+    clocks = clean_rounds.trace(watch)
     start = time.time()
     try:
         got = worker.generate(requests, resolution=resolution)
     finally:
         worker.freeze()
-    return got, SideTiming(start, time.time(), waited, idle, watch.sample())
+        end, spans = time.time(), clocks.stop()
+    return got, SideTiming(start, end, waited, idle, watch.sample(), spans, got.seconds)
 
 
 def collisions(role: Role, reqs_by_round: list[Requests], outputs: list[Generated]) -> list[str]:
@@ -162,6 +184,7 @@ class SegmentRun:
                     self.warm[role].append(timed(self.pair, role, reqs, self.resolution, self.watch)[0].seconds)
                     state = state.replace(role, rule.state(self.warm[role]))
         self.warmup_state = state
+        mark_steady(list(self.pair.workers.values()), self.sampler)
 
     def _first_together(self, own: Sides[tuple[int, ...]], cores: tuple[int, ...] | None) -> None:
         reqs = self.draw()
@@ -180,7 +203,10 @@ class SegmentRun:
                 w.freeze()
                 w.pin(list(cores) if cores else sorted(os.sched_getaffinity(0)))
 
-    def play_round(self) -> None:
+    def play_round(self) -> float:
+        """One paired round; its seconds timed. A round in which the best's SM clock fell is recorded and
+        excluded (another takes its place: the same order, fresh requests) while fewer than a quarter of the
+        rounds so far were (clean_rounds' docstring)."""
         done = len(self.orders)
         order = clean_rounds.balanced_orders(done + 1, self.cand_first)[-1]
         reqs = self.draw()
@@ -193,9 +219,11 @@ class SegmentRun:
                 with self.pair.worker(role).affinity_watch(list(self.cores)) as seen:
                     got[role], timing[role] = timed(self.pair, role, reqs, self.resolution, self.watch, self.cores)
                 self.escaped += [f"round {done + 1}: {role.key}: {e}" for e in seen.found]
-            self.times[role].append(got[role].seconds)
             self.memory = self.memory.replace(role, got[role].memory)
-        self.records.append(RoundRecord(done, order, Sides.of(timing.__getitem__)))
+        record = RoundRecord(len(self.records), order, Sides.of(timing.__getitem__))
+        excluded = sum(r.excluded for r in self.records)
+        record.excluded = record.clock_fell.best and excluded + 1 <= max(1, len(self.records) // MAX_EXCLUDED_PART)
+        self.records.append(record)
         for role in ROLES:
             seen = self.seen[role]
             for req, image in zip(reqs, got[role].images):
@@ -205,14 +233,21 @@ class SegmentRun:
                 seen[fp] = tuple(req)
         if self.check is not None:
             self.problems += [f"round {done + 1}: {p}" for p in self.check(got[Role.CANDIDATE], got[Role.BEST])]
+        spent = got[Role.CANDIDATE].seconds + got[Role.BEST].seconds
+        if record.excluded:
+            return spent
+        for role in ROLES:
+            self.times[role].append(got[role].seconds)
         self.seeds.append([s for _, s in reqs])
         self.orders.append(order)
+        return spent
 
     def record(self) -> SegmentRecord:
         pair = self.pair
         problems = self.problems + [collision_problem(role, found) for role, found in self.collisions.items()
                                     if found]
-        mem = Sides.of(lambda r: memory_figures(pair.worker(r), self.memory[r], sampled_peak(self.sampler, r)))
+        mem = Sides.of(lambda r: memory_figures(pair.worker(r), self.memory[r], sampled_peak(self.sampler, r),
+                                                sampled_steady(self.sampler, r)))
         s = self.sampler
         return SegmentRecord(self.index, list(self.times.candidate), list(self.times.best), list(self.seeds),
                              list(self.orders), self.warm.map(list), pair.build_s, mem,
@@ -237,10 +272,10 @@ def run_segment(pair: Pair, index: int, prompts: tuple[str, ...], batch: int, ro
     try:
         pair.freeze()
         run.warm_up(warmup, together=warm_cores if pair.fresh else None, cores=cores)
-        for done in range(rounds):
+        while len(run.orders) < rounds:  # an excluded round is played again
             run.play_round()
             if on_round:
-                on_round(index, done + 1, rounds)
+                on_round(index, len(run.orders), rounds)
         pair.cand.thaw()
         pair.best.thaw()
     finally:

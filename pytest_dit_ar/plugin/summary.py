@@ -45,6 +45,8 @@ def verdict_section(tr: Any, exp: Experiment) -> None:
         for line in speed_lines(perf, exp.session.lane):
             tr.write_line(line)
         tr.write_line(f"start-up: {perf.startup_line()}")
+        if perf.memory_line():
+            tr.write_line(f"memory: {perf.memory_line()}")
         if perf.rounds_flagged:
             tr.write_line(f"rounds: {perf.rounds_flagged}")
         forked = perf.forked_workers()

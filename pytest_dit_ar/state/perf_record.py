@@ -10,7 +10,8 @@ segment's `flagged_rounds`) are written for a reader of the file and recomputed,
 
 Every round keeps its order, each side's wall-clock times and the GPU's state right after it (`RoundRecord`,
 measured by loop/clean_rounds.py); a round in which a side's GPU named a slowdown (power cap, thermal, power
-brake, hardware slowdown) or was busy before timing is flagged and kept in the verdict.
+brake, hardware slowdown), whose SM clock fell (state/clocks.py) or that was busy before timing is flagged; it is
+excluded (and replaced) only when the best's clock fell, else kept in the verdict.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 
 from dit_ar_contract.sides import ROLES, Role, Sides
 
+from .clocks import SLOWDOWNS, ClockSpan
 from .files import VERSION_KEY, check_version, fields_from
 
 if TYPE_CHECKING:  # imported on use: scipy stays out of `dit-ar status`
@@ -33,9 +35,6 @@ if TYPE_CHECKING:  # imported on use: scipy stays out of `dit-ar status`
     from .baseline import BaselineSummary
 
 PERF_FORMAT = 1  # the version of perf.json this harness writes and the newest it reads
-# NVML clocks-event (throttle) reason bits, nvml.h (nvmlClocksEventReason*)
-SLOWDOWNS = {0x4: "power cap", 0x8: "hardware slowdown", 0x20: "software thermal", 0x40: "hardware thermal",
-             0x80: "power brake"}
 
 
 def _floats(values: Any) -> list[float]:
@@ -69,36 +68,64 @@ class GpuSample:
         return [name for bit, name in SLOWDOWNS.items() if self.throttle_reasons & bit]
 
 
+def _without_absent(data: Any, optional: tuple[str, ...]) -> dict[str, Any]:
+    """A dataclass as a dict, the `optional` fields left out while unset (a record of an earlier harness writes
+    back the same keys it had)."""
+    return {k: v for k, v in asdict(data).items() if k not in optional or v not in (None, [])}
+
+
+def _spans(data: Any) -> list[ClockSpan]:
+    spans = [ClockSpan.from_dict(c) for c in data or () if isinstance(c, Mapping)]
+    return [s for s in spans if s is not None]
+
+
 @dataclass
 class SideTiming:
-    """One side's part of a round: wall-clock start and end (epoch seconds), the idle wait before it and
-    the GPU readings right after it."""
+    """One side's part of a round: wall-clock start and end (epoch seconds), the idle wait before it, the GPU
+    readings right after it, its SM clock while it ran (state/clocks.py, per GPU) and its round-trip time."""
 
     start: float
     end: float
     idle_wait_s: float = 0.0
     idle: bool = True
     gpu: list[GpuSample] = field(default_factory=list)
+    clock: list[ClockSpan] = field(default_factory=list)
+    seconds: float | None = None
 
     @property
     def slowdowns(self) -> list[str]:
-        return sorted({s for g in self.gpu for s in g.slowdowns})
+        reasons = {s for g in self.gpu for s in g.slowdowns}
+        for span in self.clock:
+            reasons.update(name for bit, name in SLOWDOWNS.items() if span.reasons & bit)
+        return sorted(reasons)
+
+    @property
+    def clock_fell(self) -> bool:
+        return any(span.fell for span in self.clock)
 
     @classmethod
     def from_dict(cls, data: Any) -> SideTiming:
         data = data if isinstance(data, Mapping) else {}
-        timing = fields_from(cls, {k: v for k, v in data.items() if k != "gpu"})
+        timing = fields_from(cls, {k: v for k, v in data.items() if k not in ("gpu", "clock")})
         timing.gpu = [fields_from(GpuSample, g) for g in data.get("gpu") or () if isinstance(g, Mapping)]
+        timing.clock = _spans(data.get("clock"))
         return timing
 
 
 @dataclass
 class RoundRecord:
-    """One timed round: its order ("CB": candidate first, or "BC") and each side's timing and GPU state."""
+    """One timed round: its order ("CB": candidate first, or "BC") and each side's timing and GPU state.
+    `excluded`: the best's SM clock fell while it ran (state/clocks.py), so the round's times are left out of
+    the verdict and another round is played in its place (loop/segment.py; at most a quarter of a segment's)."""
 
     index: int
     order: str
     sides: Sides[SideTiming]
+    excluded: bool = False
+
+    @property
+    def clock_fell(self) -> Sides[bool]:
+        return self.sides.map(lambda t: t.clock_fell)
 
     @property
     def throttled(self) -> Sides[list[str]]:
@@ -112,18 +139,24 @@ class RoundRecord:
 
     @property
     def flagged(self) -> bool:
-        return bool(any(self.throttled.values()) or self.busy_before)
+        return bool(any(self.throttled.values()) or self.busy_before or any(self.clock_fell.values()))
+
+    def clock_lines(self) -> list[str]:
+        """What dropped, per side whose clock fell: 'best: SM clock 1410 of 1980 MHz for 0.80 s of 1.20 s; ...'."""
+        return [f"{role.key}: {span.describe()}" for role, t in self.sides.items() for span in t.clock if span.fell]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "order": self.order,
-                "throttled": {k: v for k, v in self.throttled.to_dict().items() if v},
-                "sides": self.sides.to_dict(asdict)}
+        d = {"index": self.index, "order": self.order,
+             "throttled": {k: v for k, v in self.throttled.to_dict().items() if v},
+             "sides": self.sides.to_dict(lambda t: _without_absent(t, ("clock", "seconds")))}
+        fell = self.clock_lines()
+        return {**d, **({"clock_fell": fell} if fell else {}), **({"excluded": True} if self.excluded else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], position: int) -> RoundRecord:
         index = data.get("index")
         return cls(index if isinstance(index, int) else position, str(data.get("order", "")),
-                   Sides.from_dict(data.get("sides"), SideTiming.from_dict))
+                   Sides.from_dict(data.get("sides"), SideTiming.from_dict), bool(data.get("excluded", False)))
 
 
 def flagged(records: list[RoundRecord]) -> list[int]:
@@ -132,7 +165,8 @@ def flagged(records: list[RoundRecord]) -> list[int]:
 
 
 def rounds_summary(records: list[RoundRecord]) -> str | None:
-    """One line for the verdict's summary when any round was flagged, else None."""
+    """One line for the verdict's summary when any round was flagged, else None: what was flagged, in how many
+    rounds per side, whether the SM clock fell (the lowest clock and for how long) and what was excluded."""
     bad = [r for r in records if r.flagged]
     if not bad:
         return None
@@ -140,22 +174,38 @@ def rounds_summary(records: list[RoundRecord]) -> str | None:
     kinds: set[str] = set()
     for r in bad:
         for role, names in r.throttled.items():
-            counts[role] += bool(names)
+            counts[role] += bool(names or r.sides[role].clock_fell)
             kinds.update(names)
         for role in r.busy_before:
             counts[role] += 1
             kinds.add("GPU busy before timing")
-    return (f"{len(bad)} of {len(records)} timed rounds flagged ({', '.join(sorted(kinds))}; candidate "
-            f"{counts[Role.CANDIDATE]}, best {counts[Role.BEST]}): kept in the verdict, see perf.json rounds")
+    fell = [r for r in bad if any(r.clock_fell.values())]
+    excluded = [r for r in records if r.excluded]
+    if fell:
+        spans = [s for r in fell for t in r.sides.values() for s in t.clock if s.fell]
+        worst = min(spans, key=lambda s: s.min_mhz)
+        clock = (f"SM clock fell in {len(fell)} (lowest {worst.min_mhz} of {worst.max_mhz} MHz, for up to "
+                 f"{max(s.below_s for s in spans):.2f} s of a side)")
+    else:
+        clock = "SM clock at its maximum throughout (flags only)"
+    kept = len(bad) - len(excluded)
+    return (f"{len(bad)} of {len(records)} timed rounds flagged ({', '.join(sorted(kinds)) or 'clock'}; candidate "
+            f"{counts[Role.CANDIDATE]}, best {counts[Role.BEST]}); {clock}; {len(excluded)} excluded and "
+            f"replaced (the best's clock fell), {kept} kept in the verdict; see perf.json rounds")
 
 
 # -- one segment --------------------------------------------------------------------------------------
+
+STEADY_FIELDS = ("steady_host_mb", "steady_gpu_mb", "steady_sampled_mb")
+
 
 @dataclass(frozen=True)
 class MemoryFigures:
     """One side's memory in a segment as the harness sampled it (MB): host memory (the cgroup's anonymous +
     shared memory, kept under its old key `peak_rss_mb`), device memory by NVML at the end and sampled while
-    it ran, the cgroup's own peak, the longest freeze wait (ms), and the worker's own figures for reference."""
+    it ran, the cgroup's own peak, the longest freeze wait (ms), and the worker's own figures for reference.
+    The `steady_*` figures are the same harness samples taken from the end of warm-up to the end of timing:
+    the steady state, without the transient of a first generate (a compile, a graph capture)."""
 
     peak_rss_mb: float | None = None
     gpu_nvml_mb: float | None = None
@@ -164,12 +214,27 @@ class MemoryFigures:
     freeze_wait_max_ms: float | None = None
     peak_reserved_mb: float | None = None
     peak_allocated_mb: float | None = None
+    steady_host_mb: float | None = None
+    steady_gpu_mb: float | None = None
+    steady_sampled_mb: float | None = None
 
     @property
     def peak_mb(self) -> float | None:
-        """The side's peak as the harness trusts it: device memory on GPUs, the host's on CPUs."""
+        """The side's whole-run peak as the harness trusts it: device memory on GPUs, the host's on CPUs (what a
+        hard budget judges: a worker needs it at some point)."""
         gpu = [v for v in (self.gpu_nvml_mb, self.gpu_sampled_mb, self.peak_reserved_mb) if v]
         return max(gpu) if gpu else self.peak_rss_mb
+
+    @property
+    def steady_mb(self) -> float | None:
+        """The side's steady peak (after warm-up, harness-sampled: NVML on GPUs, the cgroup on CPUs), what the
+        growth guardrail judges; a record without it (an earlier harness) reads its whole-run peak."""
+        gpu = [v for v in (self.steady_gpu_mb, self.steady_sampled_mb) if v]
+        if gpu:
+            return max(gpu)
+        if self.gpu_nvml_mb or self.gpu_sampled_mb:
+            return self.peak_mb
+        return self.steady_host_mb or self.peak_mb
 
     @property
     def device_mb(self) -> float | None:
@@ -260,11 +325,16 @@ class SegmentRecord:
         """The side's peak memory as trusted by the harness: device memory on GPUs, resident set on CPUs."""
         return self.memory[role].peak_mb
 
+    def steady_memory_mb(self, role: Role) -> float | None:
+        """The side's peak memory after warm-up (MemoryFigures.steady_mb)."""
+        return self.memory[role].steady_mb
+
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
             "index": self.index, "cand_s": self.cand_s, "best_s": self.best_s, "seeds": self.seeds,
             "orders": self.orders, "warmup_s": self.warmup_s.to_dict(), "build_s": self.build_s.to_dict(),
-            "memory": self.memory.to_dict(asdict), "unfaithful": self.unfaithful, "fresh": self.fresh,
+            "memory": self.memory.to_dict(lambda m: _without_absent(m, STEADY_FIELDS)),
+            "unfaithful": self.unfaithful, "fresh": self.fresh,
             "ready_s": self.ready_s.to_dict(skip_none=True), "forked": self.forked,
             "warmup_state": {k: v for k, v in self.warmup_state.to_dict().items() if v},
             "warm_cache": self.warm_cache.to_dict(), "layout": self.layout, "live_peak_mb": self.live_peak_mb,
@@ -419,6 +489,24 @@ class PerfRecord:
 
     def startup_line(self) -> str:
         return self.startup().line()
+
+    def memory_line(self) -> str | None:
+        """The summary's memory line: each side's steady peak (judged against the best's) and whole-run peak (a
+        compile's transient included: judged only by the budget). None when the record has no steady figures."""
+        g = self.guardrails
+        cand, best = _number(g.get("cand_steady_mb")), _number(g.get("best_steady_mb"))
+        if cand is None or best is None:
+            return None
+        line = f"steady (after warm-up, judged) candidate {cand:.0f} MB, best {best:.0f} MB"
+        limit = _number(g.get("memory_limit_mb"))
+        if limit is not None:
+            line += f" (limit {limit:.0f} MB)"
+        peaks = _number(g.get("cand_peak_mb")), _number(g.get("best_peak_mb"))
+        if peaks[0] is not None and peaks[1] is not None:
+            budget = _number(g.get("budget_mb"))
+            line += (f"; whole run (compile and warm-up included, recorded) candidate {peaks[0]:.0f} MB, best "
+                     f"{peaks[1]:.0f} MB" + (f" (budget {budget:.0f} MB)" if budget else ""))
+        return line
 
     def forked_workers(self) -> tuple[list[float], list[float]] | None:
         """The fork servers' figures: every forked worker's fork-to-hello and every fork server's start (seconds),

@@ -132,6 +132,16 @@ class WorkerHandle:
         """Peak host memory of everything the worker runs, sampled by the harness (worker/memory.py)."""
         return self.memory.peak_host_mb()
 
+    def mark_steady(self) -> None:
+        """Warm-up is over: the harness's samplers keep the steady peak from now on (worker/memory.py)."""
+        self.memory.mark_steady()
+
+    def steady_host_mb(self) -> float | None:
+        return self.memory.steady_host_mb()
+
+    def steady_gpu_mb(self) -> float | None:
+        return self.memory.steady_gpu_mb()
+
     def kernel_peak_mb(self) -> float | None:
         """The cgroup's own high-water mark (page cache included), for reference."""
         return self.group.kernel_peak_mb() if self.group is not None else None
@@ -161,8 +171,7 @@ class WorkerHandle:
         self.freezer.frozen = False
         self._wait_gone()
         self.memory.stop()
-        if self.group is not None:
-            self.group = None
+        self.group = None
         if self.stage is not None:
             shutil.rmtree(self.stage, ignore_errors=True)
             self.stage = None

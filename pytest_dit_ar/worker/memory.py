@@ -61,6 +61,27 @@ class MemoryWatch:
         """Peak host memory of everything the worker runs, sampled every MEMORY_SAMPLE_S."""
         return self.host.sample() if self.host is not None else None
 
+    def mark_steady(self) -> None:
+        """The worker is warm: from now on the samplers also keep its steady peak (what the growth guardrail
+        judges; the whole-life peak, a compile's transient included, stays recorded and judges the budget)."""
+        for sampler in (self.host, self.gpu):
+            if sampler is not None:
+                sampler.mark_steady()
+
+    def steady_host_mb(self) -> float | None:
+        """Peak host memory since `mark_steady` (None before it)."""
+        if self.host is None:
+            return None
+        self.host.sample()
+        return self.host.steady
+
+    def steady_gpu_mb(self) -> float | None:
+        """Peak device memory (NVML, fullest GPU) since `mark_steady` (None before it or on CPU lanes)."""
+        if self.gpu is None:
+            return None
+        self.gpu.sample()
+        return self.gpu.steady
+
     def gpu_mb(self) -> float | None:
         """Device memory of the worker's processes on its fullest GPU as the driver sees it (NVML): the VRAM
         guardrail holds per GPU, so a candidate spread over two GPUs is judged by the larger share. None on

@@ -97,10 +97,10 @@ def test_memory_guardrail_is_an_absolute_budget() -> None:
 
 
 def test_tail_latency_needs_enough_samples_and_a_tolerance() -> None:
-    best = [0.1] * 30
-    assert guardrails.tail_latency([0.2] * 30, best, None).problem is None
-    few = guardrails.tail_latency([0.2] * 10, best[:10], 10.0)
+    best = [[0.1] * 12] * 3
+    assert guardrails.tail_latency([[0.2] * 12] * 3, best, None).problem is None
+    few = guardrails.tail_latency([[0.2] * 10], [[0.1] * 10], 10.0)
     assert few.problem is None and "not judged" in str(few.figures["p95"])
-    slow_tail = guardrails.tail_latency([0.1] * 27 + [0.5] * 3, best, 10.0)
-    assert slow_tail.problem and "regressed beyond" in slow_tail.problem
-    assert guardrails.tail_latency([0.105] * 30, best, 10.0).problem is None
+    slow_tail = guardrails.tail_latency([[0.1] * 9 + [0.5] * 3] * 3, best, 10.0)  # a quarter of the rounds stall
+    assert slow_tail.problem and "rounds resampled in pairs" in slow_tail.problem
+    assert guardrails.tail_latency([[0.105] * 12] * 3, best, 10.0).problem is None
