@@ -20,8 +20,9 @@
 #
 # Results in $OUT (8 files; vae_decode.txt too with PROBE=1): session.txt (the whole log, all calls), timing.txt
 # (what took how long, all calls), summary.txt (lab/device/ladder_summary.py: verdicts, estimates, wall time per
-# phase, the kept chain's speed-up), ledger.tsv, profiles.txt (each profile's table), ladder.tgz (summary.json,
-# the ledger, every experiment.json and perf.json, profile JSONs, status, `dit-ar summary --markdown`, the HTML report),
+# phase and the phase totals, the kept chain's speed-up), ledger.tsv, profiles.txt (each profile's table), ladder.tgz (summary.json,
+# the ledger, every experiment.json and perf.json, profile JSONs, status, `dit-ar summary --markdown --time`: each
+# experiment's phases, the HTML report),
 # clocks.csv (SM clock, its maximum, power; this call), env.txt (this call's machine and software).
 #
 # Knobs: CHECK=1 first runs tests/e2e/test_gpu_ladder_cuda.py (about a minute: patch 05's sampling graph against
@@ -132,7 +133,7 @@ print('\n'.join(format_table(json.load(open(sys.argv[1])))))" "$keep/profile-$1.
 
 finish() {  # status, summary, report and the returned files
   dit status --rows 30 > "$keep/status.txt" 2>&1
-  dit summary --markdown --out "$keep/summary.md" >> "$log" 2>&1
+  dit summary --markdown --time --out "$keep/summary.md" >> "$log" 2>&1
   [ "$(left)" -ge 20 ] && dit report >> "$log" 2>&1
   python3 "$src/lab/device/ladder_summary.py" "$project" "$keep/summary.json" > "$keep/summary.txt" 2>&1
   local files=()
@@ -200,6 +201,7 @@ for patch in "$src"/examples/gpu-ladder/patches/*.patch; do
   if [ "$(echo "$row" | cut -f16)" = "$desc" ]; then
     rm -f "$keep/profile-end.json"  # the best may have moved: the final profile is taken again
     stamp "$name: $(echo "$row" | cut -f6) $(echo "$row" | cut -f12)% ($(echo "$row" | cut -f10) -> $(echo "$row" | cut -f11) ms) in $(( $(date +%s) - t0 )) s"
+    stamp "  phases: $(grep -a '^time: ' "$log" | tail -n 1 | cut -c7-)"
     picked "${PROFILE_AFTER-04 end}" "$name" && profile_best "$nn"
   else
     stamp "$name: stopped by the deadline after $(( $(date +%s) - t0 )) s (nothing recorded)"; stopped=1; break
