@@ -29,7 +29,8 @@
 # the hand-graphed best of 01-04, for fresh seeds and between allocations, the profile's clock and replica FLOP
 # count on this GPU; once per session); PROBE=1 then runs lab/probes/vae_decode_gpu.py (about 90 s: the decode as
 # fp32, bf16, bf16 channels-last and bf16 compiled, eager and graphed, against fp32; $OUT/vae_decode.txt; once per
-# session); ONLY="04,05" judges only those steps;
+# session); ONLY="04,05" judges only those steps; NOOP=1 then judges a commit that changes one comment against the
+# best (once a session: a no-op DISCARD's phases);
 # START="01,02" folds those patches into the starting commit (a session that starts later in the ladder, e.g. on
 # a fresh machine; its chain starts there); PROFILE_AFTER; STEPS; ROUNDS; SCRATCH (default /tmp/ladder); FRESH=1
 # discards an earlier session in SCRATCH; LANE=embedded-cpu rehearses the whole flow on this machine's CPU (no
@@ -152,6 +153,21 @@ finish() {  # status, summary, report and the returned files
   [ -f "$keep/profiles.txt" ] && cp "$keep/profiles.txt" "$OUT/"
 }
 
+noop_step() {  # NOOP=1: a commit that changes one comment, judged against the best once a session
+  local desc="a no-op against the best (one comment, NOOP=1)" t0 row
+  cut -f16 "$ledger" | grep -qxF -- "$desc" && return 0
+  [ "$(left)" -ge "$min_left" ] || { stamp "no-op: not started ($(left) s left)"; return 0; }
+  printf '\n# a comment: nothing changes\n' >> model_under_test/__init__.py
+  git commit -qam "$desc"
+  echo "=== no-op: $desc  [$(date -u +%H:%M:%S)]" >> "$log"
+  t0=$(date +%s)
+  timeout $(( $(left) - 15 )) python3 -m pytest_dit_ar.cli --config config/autoresearch.json experiment \
+    --classification exact --description "$desc" ${UNSANDBOXED:+--unsandboxed} >> "$log" 2>&1
+  row="$(tail -n 1 "$ledger")"
+  stamp "no-op: $(echo "$row" | cut -f6) $(echo "$row" | cut -f12)% in $(( $(date +%s) - t0 )) s"
+  stamp "  phases: $(grep -a '^time: ' "$log" | tail -n 1 | cut -c7-)"
+}
+
 setup_machine
 stamp "machine ready (wheels, sandbox check)"
 if [ -n "${CHECK:-}" ] && [ ! -f "$keep/check.done" ]; then  # the sampling graph and the profile on this GPU first
@@ -207,6 +223,7 @@ for patch in "$src"/examples/gpu-ladder/patches/*.patch; do
     stamp "$name: stopped by the deadline after $(( $(date +%s) - t0 )) s (nothing recorded)"; stopped=1; break
   fi
 done
+[ -n "${NOOP:-}" ] && [ -z "${stopped:-}" ] && noop_step
 [ -z "${stopped:-}" ] && case " ${PROFILE_AFTER-04 end} " in *" end "*) profile_best end;; esac
 finish
 [ -n "${smi:-}" ] && kill "$smi" 2>/dev/null
