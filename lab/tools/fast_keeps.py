@@ -45,8 +45,12 @@ def judged(repo: Path, desc: str) -> dict:
     outside = time.perf_counter() - t0
     row = ledger_rows(repo)[-1]
     data = json.loads((repo / row.run_dir / "experiment.json").read_text())
+    perf = json.loads((repo / row.run_dir / "perf.json").read_text())
+    segments = perf.get("segments") or []
     return {"status": row.status.word, "estimate_pct": row.improvement_pct, "command_s": outside,
-            "phases": data.get("phases"), "reuse": data.get("reuse"), "verdict": proc.stdout.strip().splitlines()[-1]}
+            "phases": data.get("phases"), "reuse": data.get("reuse"), "verdict": proc.stdout.strip().splitlines()[-1],
+            "pairs": len(segments), "first_pair_warmup_s": segments[0]["warmup_s"] if segments else None,
+            "first_pair_timed_s": {"cand": segments[0]["cand_s"], "best": segments[0]["best_s"]} if segments else None}
 
 
 def table(results: dict[str, dict[str, dict]]) -> list[str]:
@@ -63,6 +67,10 @@ def table(results: dict[str, dict[str, dict]]) -> list[str]:
     lines.append("| verdict | " + " | ".join(f"{results[a][s]['status']} {results[a][s]['estimate_pct']:+.1f}%"
                                              if results[a][s]["estimate_pct"] is not None else results[a][s]["status"]
                                              for a, s in cols) + " |")
+    lines.append("| pairs | " + " | ".join(str(results[a][s]["pairs"]) for a, s in cols) + " |")
+    lines.append("| first pair's warm-ups, cand/best | " + " | ".join(
+        "/".join(str(len((results[a][s]["first_pair_warmup_s"] or {}).get(k, []))) for k in ("cand", "best"))
+        for a, s in cols) + " |")
     lines.append("| command wall s | " + " | ".join(f"{results[a][s]['command_s']:.1f}" for a, s in cols) + " |")
     return lines
 
