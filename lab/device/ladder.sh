@@ -20,15 +20,17 @@
 #
 # Results in $OUT (8 files; vae_decode.txt too with PROBE=1): session.txt (the whole log, all calls), timing.txt
 # (what took how long, all calls), summary.txt (lab/device/ladder_summary.py: verdicts, estimates, wall time per
-# phase, the kept chain's speed-up), ledger.tsv, profiles.txt (each profile's table), ladder.tgz (summary.json,
-# the ledger, every experiment.json and perf.json, profile JSONs, status, `dit-ar summary --markdown`, the HTML report),
+# phase and the phase totals, the kept chain's speed-up), ledger.tsv, profiles.txt (each profile's table), ladder.tgz (summary.json,
+# the ledger, every experiment.json and perf.json, profile JSONs, status, `dit-ar summary --markdown --time`: each
+# experiment's phases, the HTML report),
 # clocks.csv (SM clock, its maximum, power; this call), env.txt (this call's machine and software).
 #
 # Knobs: CHECK=1 first runs tests/e2e/test_gpu_ladder_cuda.py (about a minute: patch 05's sampling graph against
 # the hand-graphed best of 01-04, for fresh seeds and between allocations, the profile's clock and replica FLOP
 # count on this GPU; once per session); PROBE=1 then runs lab/probes/vae_decode_gpu.py (about 90 s: the decode as
 # fp32, bf16, bf16 channels-last and bf16 compiled, eager and graphed, against fp32; $OUT/vae_decode.txt; once per
-# session); ONLY="04,05" judges only those steps;
+# session); ONLY="04,05" judges only those steps; NOOP=1 then judges a commit that changes one comment against the
+# best (once a session: a no-op DISCARD's phases);
 # START="01,02" folds those patches into the starting commit (a session that starts later in the ladder, e.g. on
 # a fresh machine; its chain starts there); PROFILE_AFTER; STEPS; ROUNDS; SCRATCH (default /tmp/ladder); FRESH=1
 # discards an earlier session in SCRATCH; LANE=embedded-cpu rehearses the whole flow on this machine's CPU (no
@@ -132,7 +134,7 @@ print('\n'.join(format_table(json.load(open(sys.argv[1])))))" "$keep/profile-$1.
 
 finish() {  # status, summary, report and the returned files
   dit status --rows 30 > "$keep/status.txt" 2>&1
-  dit summary --markdown --out "$keep/summary.md" >> "$log" 2>&1
+  dit summary --markdown --time --out "$keep/summary.md" >> "$log" 2>&1
   [ "$(left)" -ge 20 ] && dit report >> "$log" 2>&1
   python3 "$src/lab/device/ladder_summary.py" "$project" "$keep/summary.json" > "$keep/summary.txt" 2>&1
   local files=()
@@ -149,6 +151,21 @@ finish() {  # status, summary, report and the returned files
   tar czf "$OUT/ladder.tgz" -C "$keep" "${files[@]}"
   cp "$keep/summary.txt" "$keep/ledger.tsv" "$OUT/" 2>/dev/null
   [ -f "$keep/profiles.txt" ] && cp "$keep/profiles.txt" "$OUT/"
+}
+
+noop_step() {  # NOOP=1: a commit that changes one comment, judged against the best once a session
+  local desc="a no-op against the best (one comment, NOOP=1)" t0 row
+  cut -f16 "$ledger" | grep -qxF -- "$desc" && return 0
+  [ "$(left)" -ge "$min_left" ] || { stamp "no-op: not started ($(left) s left)"; return 0; }
+  printf '\n# a comment: nothing changes\n' >> model_under_test/__init__.py
+  git commit -qam "$desc"
+  echo "=== no-op: $desc  [$(date -u +%H:%M:%S)]" >> "$log"
+  t0=$(date +%s)
+  timeout $(( $(left) - 15 )) python3 -m pytest_dit_ar.cli --config config/autoresearch.json experiment \
+    --classification exact --description "$desc" ${UNSANDBOXED:+--unsandboxed} >> "$log" 2>&1
+  row="$(tail -n 1 "$ledger")"
+  stamp "no-op: $(echo "$row" | cut -f6) $(echo "$row" | cut -f12)% in $(( $(date +%s) - t0 )) s"
+  stamp "  phases: $(grep -a '^time: ' "$log" | tail -n 1 | cut -c7-)"
 }
 
 setup_machine
@@ -200,11 +217,13 @@ for patch in "$src"/examples/gpu-ladder/patches/*.patch; do
   if [ "$(echo "$row" | cut -f16)" = "$desc" ]; then
     rm -f "$keep/profile-end.json"  # the best may have moved: the final profile is taken again
     stamp "$name: $(echo "$row" | cut -f6) $(echo "$row" | cut -f12)% ($(echo "$row" | cut -f10) -> $(echo "$row" | cut -f11) ms) in $(( $(date +%s) - t0 )) s"
+    stamp "  phases: $(grep -a '^time: ' "$log" | tail -n 1 | cut -c7-)"
     picked "${PROFILE_AFTER-04 end}" "$name" && profile_best "$nn"
   else
     stamp "$name: stopped by the deadline after $(( $(date +%s) - t0 )) s (nothing recorded)"; stopped=1; break
   fi
 done
+[ -n "${NOOP:-}" ] && [ -z "${stopped:-}" ] && noop_step
 [ -z "${stopped:-}" ] && case " ${PROFILE_AFTER-04 end} " in *" end "*) profile_best end;; esac
 finish
 [ -n "${smi:-}" ] && kill "$smi" 2>/dev/null

@@ -2,8 +2,10 @@
 both sides' medians, the experiment's wall time and where it went; then the kept chain's speed-up over the
 session's baseline, twice: as the product of the kept steps' paired median ratios (best before / candidate, each
 from one experiment's interleaved rounds: the figure the protocol trusts) and as the baseline's median over the
-last kept candidate's (absolute medians of different processes). Reads PROJECT/.autoresearch, prints the lines,
-writes JSON.
+last kept candidate's (absolute medians of different processes); the phase totals over the steps and, per step,
+its phases (the run record's phase record: start-up, quality corpus, quality judging, warm-up, timed rounds, round
+checks, close, other), warm-up rounds and what it reused. Reads PROJECT/.autoresearch, prints the lines, writes
+JSON.
 
     python3 lab/device/ladder_summary.py PROJECT OUT.json
 """
@@ -16,8 +18,11 @@ import math
 import sys
 from pathlib import Path
 
-PHASES = ("quality_worker_start", "quality_corpus", "quality_metrics", "timing_startup", "timing_warmup",
-          "timing_timed", "timing_round_checks", "harness_and_pytest")
+# the run record's phase record (pytest_dit_ar/state/phases.py); OLD_PHASES: the clock's names, for runs recorded
+# before it
+PHASES = ("start_up", "quality_corpus", "quality_judging", "warm_up", "timed", "round_checks", "close", "other")
+OLD_PHASES = ("quality_worker_start", "quality_corpus", "quality_metrics", "timing_startup", "timing_warmup",
+              "timing_timed", "timing_round_checks", "harness_and_pytest")
 
 
 def _float(text: str) -> float | None:
@@ -41,12 +46,17 @@ def steps(project: Path) -> tuple[dict | None, list[dict]]:
     for r in rows:
         if r["status"] == "baseline":
             continue
-        seconds = _record(project, r["run_dir"], "experiment.json").get("seconds") or {}
+        record = _record(project, r["run_dir"], "experiment.json")
+        seconds, phases = record.get("seconds") or {}, record.get("phases") or {}
         table.append({"description": r["description"], "status": r["status"], "declared": r["declared_class"],
                       "effective": r["effective_class"], "estimate_pct": _float(r["improvement_pct"]),
                       "best_ms": _float(r["best_before"]), "candidate_ms": _float(r["candidate"]),
                       "quality": r["quality_summary"], "reason": r["reason"], "flags": r["flags"],
-                      "wall_s": seconds.get("total"), "phases_s": {k: seconds[k] for k in PHASES if k in seconds}})
+                      "wall_s": phases.get("total", seconds.get("total")),
+                      "phases_s": {k: phases[k] for k in PHASES if k in phases} if phases else
+                      {k: seconds[k] for k in OLD_PHASES if k in seconds},
+                      "warmup_rounds": phases.get("warmup_rounds"), "warmup_reused": phases.get("warmup_reused"),
+                      "judging_reused": phases.get("judging_reused")})
     return base, table
 
 
@@ -61,6 +71,16 @@ def chain(base_ms: float | None, table: list[dict]) -> dict:
             if len(kept) > 1 else None}
 
 
+def phase_totals(table: list[dict]) -> dict[str, float]:
+    """Each phase's seconds summed over the steps that recorded the phase record."""
+    totals: dict[str, float] = {}
+    for t in table:
+        for k, v in t["phases_s"].items():
+            if k in PHASES:
+                totals[k] = totals.get(k, 0.0) + float(v)
+    return totals
+
+
 def lines(summary: dict) -> list[str]:
     c = summary["chain"]
     fmt = (lambda x: f"{x:.2f}x" if x else "n/a")
@@ -68,6 +88,9 @@ def lines(summary: dict) -> list[str]:
            f"kept chain: {fmt(c['chained_paired_ratio'])} (product of the kept steps' paired median ratios), "
            f"{fmt(c['absolute_ratio'])} (baseline median / last kept candidate's median); after the first kept "
            f"step: {fmt(c['chained_after_first_step'])}"]
+    totals = phase_totals(summary["experiments"])
+    if totals:
+        out.append("phase totals over the steps (s): " + ", ".join(f"{k} {v:.1f}" for k, v in totals.items()))
     for t in summary["experiments"]:
         est = f"{t['estimate_pct']:+.2f}%" if t["estimate_pct"] is not None else "-"
         sides = f"{t['best_ms'] or 0:.1f} -> {t['candidate_ms'] or 0:.1f} ms" if t["candidate_ms"] else "not timed"
@@ -75,6 +98,9 @@ def lines(summary: dict) -> list[str]:
         phases = ", ".join(f"{k} {v:.1f}" for k, v in t["phases_s"].items())
         out.append(f"- {t['status']:<20} {est:>9}  {sides:<22} class {t['declared']}->{t['effective']}  wall {wall} "
                    f"({phases})  {t['description']}")
+        if t.get("warmup_rounds") is not None:
+            out.append(f"    warm-up rounds {t['warmup_rounds']}, quality generates reused as warm-up "
+                       f"{t['warmup_reused']}, the best's judging reused: {'yes' if t['judging_reused'] else 'no'}")
         if t["status"] != "keep" and t["reason"]:
             out.append(f"    reason: {t['reason'][:300]}")
     return out

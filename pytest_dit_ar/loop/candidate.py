@@ -67,6 +67,12 @@ def quality_gaps(session: Session) -> Iterator[float] | None:
     return timed_like_gaps(median_ms / 1000.0 if median_ms else None)
 
 
+def warm_history(session: Session, outputs: CorpusOutputs) -> list[float]:
+    """The corpus generates the candidate's first warm-up reads as history (the lane's `reuse`): all but the first
+    (where a compile or a graph capture lands). The best's worker only booted: it has none."""
+    return list(outputs.times[1:]) if session.lane.performance.reuse else []
+
+
 class CandidateWorkers:
     """The workers of one candidate's evidence, from the quality run until timing takes them over."""
 
@@ -80,6 +86,7 @@ class CandidateWorkers:
         self.forks: ForkServers | None = None  # both sides' fork servers, started beside the quality run
         self.cand_peak_mb: float | None = None  # the quality worker's device memory (NVML)
         self.cold_start_s: float | None = None  # the candidate tree's first worker: build + first generate
+        self.warmup_reused = 0  # the quality run's generates the first warm-up read as history
 
     def quality_run(self, cases: list[Case], clock: PhaseClock, live: Live | None) -> CandidateRun:
         """Build and run the candidate's pipeline on `cases` in a worker. While the candidate generates the
@@ -123,7 +130,9 @@ class CandidateWorkers:
             best_build = best_boot.result() if best_boot else None
             clock.spent("best_worker_start_not_overlapped", t)
         if best is not None and best_build is not None:
-            self.first_pair = Pair(worker, best, Sides(build_s, best_build), fresh=False)
+            history = warm_history(self.session, outputs)
+            self.warmup_reused = len(history)
+            self.first_pair = Pair(worker, best, Sides(build_s, best_build), fresh=False, history=Sides(history, []))
         else:
             worker.close()
         return CandidateRun(build_s, outputs, audit)

@@ -25,7 +25,7 @@ from ..state.files import write_record
 from ..state.perf_record import PerfRecord
 from ..state.runs import RunPaths
 from ..state.session import Session
-from . import quality, timing
+from . import quality, reuse, timing
 from .candidate import CandidateRun, CandidateWorkers, PhaseClock
 from .launch import launcher_for, memory_budget
 from .live import Live
@@ -55,6 +55,7 @@ class Evidence:
         self._perf: PerfRecord | None = None
         self._baseline: BaselineSummary | None = None
         self.clock = PhaseClock()
+        self.reuse = reuse.Reused()  # whether the quality judging was the best's stored one, and why
         self.memory = memory_budget(session)
         self.workers = CandidateWorkers(session, self.launcher, self.run, self.candidate_root, best_root,
                                         prefetch_best, self.memory, self.spec, self.key)
@@ -64,7 +65,6 @@ class Evidence:
         """Where the evidence's wall time went, by phase (worker start, corpus, metrics, timing parts)."""
         return dict(self.clock.seconds)
 
-    # -- read-only results --------------------------------------------------------------------
     @property
     def crash(self) -> CandidateCrash | None:
         return self._crash
@@ -144,8 +144,10 @@ class Evidence:
         run = self.candidate()
         self._phase("quality: metrics and gates against the baseline")
         t = time.perf_counter()
-        result = quality.assess_run(self.session, self.declared_class, run, ref, cases, self.run,
-                                    whole_corpus=self.case_ids is None)
+        whole = self.case_ids is None
+        self.reuse = reuse.best_judging(self.session, self.launcher, self.best_root, self.declared_class, run, whole)
+        result = quality.assess_run(self.session, self.declared_class, run, ref, cases, self.run, whole,
+                                    reused=self.reuse.assessment)
         self.clock.spent("quality_metrics", t)
         return result
 
@@ -178,5 +180,5 @@ class Evidence:
 
     def roofline_ms(self) -> float | None:
         """The fastest a batch could possibly run on this device (timing.roofline_ms)."""
-        cand_rows = self._run.outputs.denoiser_rows_per_image if self._run else None
-        return timing.roofline_ms(self.baseline(), cand_rows, self.session.lane.gpus, self.effective_class)
+        rows = self._run.outputs.denoiser_rows_per_image if self._run else None
+        return timing.roofline_ms(self.baseline(), rows, self.session.lane.gpus, self.effective_class)

@@ -33,6 +33,7 @@ class CorpusOutputs:
     memory: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     first_s: float = 0.0  # the first generate (a compiled model compiles here)
+    times: list[float] = field(default_factory=list)  # each generate's round trip (the harness's clock)
 
 
 def padded(group: list[Case], batch: int, key: str, rng: random.Random) -> list[list[Any]]:
@@ -80,6 +81,7 @@ def generate_corpus(worker: WorkerProcess, cases: list[Case], batch: int, key: s
         out.first_s = out.first_s or got.seconds
         bar.update(len(group))
         out.seconds += got.seconds
+        out.times.append(got.seconds)
         for j, case in enumerate(group):
             out.images[case.id] = got.images[j].clone()
             out.latents[case.id] = got.latents[j].clone()

@@ -34,6 +34,8 @@ class Pair:
     best: WorkerProcess
     build_s: Sides[float] = field(default_factory=lambda: Sides(0.0, 0.0))
     fresh: bool = True  # False: the candidate already generated the corpus (its warm-up is not a first use)
+    history: Sides[list[float]] = field(default_factory=lambda: Sides([], []))  # generates before the warm-up
+    # (the harness's clock) that the warm-up rule reads with its own rounds (perf_suite.warmup.state_after)
 
     @property
     def workers(self) -> Sides[WorkerProcess]:

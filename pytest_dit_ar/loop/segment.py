@@ -176,13 +176,14 @@ class SegmentRun:
         rule = as_rule(warmup)
         if together and rule.max_rounds > 0:
             self._first_together(together, cores)
-        state = self.warm.map(rule.state)
+        history = self.pair.history
+        state = Sides.of(lambda r: rule.state_after(history[r], self.warm[r]))
         while any(v == "warming" for v in state.values()):
             reqs = self.draw()
             for role in ROLES:
                 if state[role] == "warming":
                     self.warm[role].append(timed(self.pair, role, reqs, self.resolution, self.watch)[0].seconds)
-                    state = state.replace(role, rule.state(self.warm[role]))
+                    state = state.replace(role, rule.state_after(history[role], self.warm[role]))
         self.warmup_state = state
         mark_steady(list(self.pair.workers.values()), self.sampler)
 

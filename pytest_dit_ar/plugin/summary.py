@@ -62,8 +62,11 @@ def verdict_section(tr: Any, exp: Experiment) -> None:
         tr.write_line(f"static pre-gate (flags, does not refuse): {pregate_summary(exp.pregate)}")
         for finding in exp.pregate[:8]:
             tr.write_line(f"  {finding.describe()}")
-    spent = exp.seconds()
-    tr.write_line("time: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in spent.items()))
+    from ..loop.experiment import phase_times
+
+    tr.write_line("time: " + phase_times(exp.evidence, exp.seconds()).line())
+    if exp.evidence is not None and exp.evidence.reuse.note:
+        tr.write_line(f"reuse: {exp.evidence.reuse.note}")
     action = "kept as the new best" if verdict.exit_code == 0 else \
         f"reset to {exp.parent[:10]} (your commit {exp.commit[:10]} stays in `git reflog`: " \
         f"`git cherry-pick -n {exp.commit[:10]}` brings its changes back)"

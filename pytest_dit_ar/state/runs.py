@@ -29,6 +29,7 @@ from .files import fields_from, load_record, read_json_object
 from .ledger import LedgerRow
 from .paths import StatePaths
 from .perf_record import PERF_FORMAT, PerfRecord
+from .phases import PhaseTimes
 from .session import SessionRecord
 
 if TYPE_CHECKING:  # imported on use: torch stays out of `dit-ar status`
@@ -153,6 +154,7 @@ class ExperimentRecord:
     duration_s: float | None = None
     seconds: dict[str, float] = field(default_factory=dict)
     software: dict[str, Any] = field(default_factory=dict)
+    phases: PhaseTimes | None = None  # where the wall time went, by phase (None: recorded before the phases)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ExperimentRecord:
@@ -162,7 +164,8 @@ class ExperimentRecord:
             row = None
         return cls(row, tuple(str(r) for r in data.get("reasons") or ()), data.get("duration_s"),
                    {str(k): float(v) for k, v in _mapping(data.get("seconds")).items()
-                    if isinstance(v, (int, float))}, _mapping(data.get("software")))
+                    if isinstance(v, (int, float))}, _mapping(data.get("software")),
+                   PhaseTimes.from_dict(data.get("phases")))
 
 
 def read_experiment(run_dir: Path) -> ExperimentRecord:
