@@ -184,10 +184,10 @@ class CandidateWorkers:
         return caches.record(self.launcher.tree_digest(self.best_root)).peak_gpu_mb
 
     def protect_best_cache(self) -> None:
-        """The best's compile cache is never evicted while this run lasts (call once the best worktree is synced)."""
+        """Keep the best's compile cache while this run lasts; it seeds a new tree's (call once synced)."""
         caches = self.launcher.caches
         if caches is not None and self.best_root is not None:
-            caches.in_use.add(self.launcher.tree_digest(self.best_root))
+            caches.hold_best(self.launcher.tree_digest(self.best_root), seed=self.session.lane.performance.reuse)
 
     def refuse_unless_best_fits(self) -> None:
         """Refuse (one line) when one worker of the best, as measured before, cannot fit the lane's budget."""

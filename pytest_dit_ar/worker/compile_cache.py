@@ -12,6 +12,10 @@ is visible (the state folder is hidden), so a candidate cannot read or poison th
 worker of the same tree, the best's in later experiments included, starts warm from it. Disk use is bounded:
 folders neither in use by the running experiment nor among the most recently used are evicted, oldest first,
 until the total fits `performance.compile_cache_gb`.
+
+A new tree's folder starts as the harness's copy of the current best's folder (`seed`, set by the experiment
+unless `performance.reuse` is off), so that every graph the candidate shares with the best loads instead of
+compiling; the best's folder is only read, on the host, and a missing or unreadable one means a cold start.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -70,6 +75,7 @@ class TreeRecord:
     cold_start_s: float | None = None  # build + warm-up of the first worker of the tree
     warm_start_s: list[float] = field(default_factory=list)  # later workers' build + warm-up (last few)
     peak_gpu_mb: float | None = None  # the largest device memory one worker of the tree used (NVML, sampled)
+    seeded_from: str | None = None  # the best's tree whose folder the harness copied to start this one's
 
 
 @dataclass(frozen=True)
@@ -113,6 +119,7 @@ class CompileCaches:
     def __init__(self, root: Path, max_gb: float = 20.0, keep_recent: int = 4):
         self.root, self.max_bytes, self.keep_recent = root, int(max_gb * 2**30), keep_recent
         self.in_use: set[str] = set()  # digests this process's workers use (never evicted while it runs)
+        self.seed: str | None = None  # the best's tree: a new tree's folder starts as a copy of its folder
 
     def folder(self, digest: str) -> Path:
         return self.root / digest
@@ -141,10 +148,38 @@ class CompileCaches:
         rec.workers = rec.workers + 1 if warm else 1
         rec.last_used = time.time()
         folder = self.folder(digest)
+        if not warm and not folder.exists():
+            rec.seeded_from = self.seed_into(folder, digest)
         folder.mkdir(parents=True, exist_ok=True)
         self.save(rec)
         self.evict()
         return folder, warm
+
+    def hold_best(self, digest: str, seed: bool) -> None:
+        """The best's folder is never evicted while this process runs; with `seed`, a new tree's starts as its copy."""
+        self.in_use.add(digest)
+        self.seed = digest if seed else None
+
+    def seed_into(self, folder: Path, digest: str) -> str | None:
+        """Fill a new tree's folder with a copy of the best's (the seed's), made here on the host; returns the
+        seed's digest, or None (a cold start) when there is no seed, it is this tree, its first worker has not
+        finished its first generate (its folder may still be filling), or the copy fails."""
+        seed = self.seed
+        source = self.folder(seed) if seed else None
+        if seed is None or source is None or seed == digest or not source.is_dir():
+            return None
+        if self.record(seed).cold_start_s is None:
+            return None
+        self.root.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix=".seed-", dir=self.root))
+        try:  # links copied as links, never followed; a FIFO or other special file fails the copy
+            shutil.copytree(source, partial / "copy", symlinks=True)
+            os.replace(partial / "copy", folder)
+        except OSError:  # shutil.Error included
+            return None
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+        return seed
 
     def note_start(self, digest: str, seconds: float, warm: bool) -> None:
         """Record one worker's start-up (build + warm-up) as cold or warm."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pytest_dit_ar.worker import sandbox
@@ -119,3 +120,78 @@ def test_the_best_is_protected_even_when_it_is_not_recent(tmp_path: Path):
     later.in_use.add("best")  # Evidence.protect_best_cache
     later.evict()
     assert (tmp_path / "cc" / "best" / "blob").exists()
+
+
+def kept_best(caches: CompileCaches, files: dict[str, bytes]) -> Path:
+    """The best's tree folder as its first worker left it (its start recorded), held as the seed."""
+    folder, warm = caches.open("best")
+    for name, data in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+    caches.note_start("best", 30.0, warm)
+    caches.hold_best("best", seed=True)
+    return folder
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_new_trees_folder_starts_as_a_copy_of_the_bests(tmp_path: Path):
+    caches = CompileCaches(tmp_path / "cc")
+    kept_best(caches, {"inductor/fxgraph/k1": b"graph", "triton/kern.so": b"kernel"})
+    folder, warm = caches.open("cand")
+    assert not warm  # its own first worker still writes it (compile pool kept; later workers get copies)
+    assert snapshot(folder) == {"inductor/fxgraph/k1": b"graph", "triton/kern.so": b"kernel"}
+    assert caches.record("cand").seeded_from == "best"
+    assert not (folder / "triton" / "kern.so").is_symlink()
+    assert caches.in_use >= {"best", "cand"}
+    assert not [p for p in (tmp_path / "cc").iterdir() if p.name.startswith(".seed-")]  # no partial copy left
+    _, warm2 = caches.open("cand")  # a later worker of the tree: warm, not seeded again
+    assert warm2 and caches.record("cand").seeded_from == "best"
+
+
+def test_the_bests_folder_is_untouched_by_what_the_candidates_worker_writes(tmp_path: Path):
+    caches = CompileCaches(tmp_path / "cc")
+    best = kept_best(caches, {"inductor/fxgraph/k1": b"graph"})
+    before = snapshot(best)
+    folder, _ = caches.open("cand")
+    (folder / "inductor" / "fxgraph" / "k1").write_bytes(b"poison")  # the candidate overwrites a shared entry
+    (folder / "inductor" / "fxgraph" / "k2").write_bytes(b"new graph")
+    assert snapshot(best) == before
+    assert caches.record("best").seeded_from is None and caches.record("best").workers == 1
+
+
+def test_links_in_the_bests_folder_are_copied_as_links_never_followed(tmp_path: Path):
+    secret = tmp_path / "host-secret"
+    secret.write_text("host data")
+    caches = CompileCaches(tmp_path / "cc")
+    best = kept_best(caches, {"a": b"x"})
+    (best / "link").symlink_to(secret)
+    folder, _ = caches.open("cand")
+    assert (folder / "link").is_symlink() and os.readlink(folder / "link") == str(secret)
+
+
+def test_a_missing_unfinished_or_unreadable_best_folder_means_a_cold_start(tmp_path: Path):
+    caches = CompileCaches(tmp_path / "cc")
+    caches.hold_best("gone", seed=True)  # no folder at all
+    folder, warm = caches.open("c1")
+    assert not warm and not any(folder.iterdir()) and caches.record("c1").seeded_from is None
+    unfinished, _ = caches.open("busy")  # its first worker has not finished its first generate
+    (unfinished / "half").write_bytes(b"x")
+    caches.hold_best("busy", seed=True)
+    folder, _ = caches.open("c2")
+    assert not any(folder.iterdir()) and caches.record("c2").seeded_from is None
+    best = kept_best(caches, {"ok": b"x"})
+    os.mkfifo(best / "pipe")  # a special file: the copy fails (never blocks), the candidate starts cold
+    folder, warm = caches.open("c3")
+    assert not warm and folder.is_dir() and not any(folder.iterdir()) and caches.record("c3").seeded_from is None
+    assert not [p for p in (tmp_path / "cc").iterdir() if p.name.startswith(".seed-")]
+
+
+def test_reuse_off_means_no_seed(tmp_path: Path):
+    caches = CompileCaches(tmp_path / "cc")
+    kept_best(caches, {"a": b"x"})
+    caches.hold_best("best", seed=False)  # performance.reuse = false
+    folder, _ = caches.open("cand")
+    assert not any(folder.iterdir()) and caches.record("cand").seeded_from is None
