@@ -23,9 +23,13 @@ from tests.helpers.loop import commit_change, experiment, git, ledger_rows, make
 ARMS = {"reuse off": False, "reuse on": True}
 
 
-def project(dest: Path, lane: str, reuse: bool, fast: bool) -> Path:
-    """A baselined copy whose lane has `performance.reuse` = `reuse` (else the shipped protocol, or the tests' one)."""
+def project(dest: Path, lane: str, reuse: bool, fast: bool, model_tail: str = "") -> Path:
+    """A baselined copy whose lane has `performance.reuse` = `reuse` (else the shipped protocol, or the tests' one),
+    `model_tail` appended to its model's `__init__.py` before the baseline."""
     repo = make_project_copy(dest)
+    if model_tail:
+        target = repo / "model_under_test" / "__init__.py"
+        target.write_text(target.read_text() + model_tail)
     cfg_path = repo / "config" / "autoresearch.json"
     cfg = json.loads(cfg_path.read_text())
     shipped = json.loads((Path(__file__).resolve().parents[2] / "config" / "autoresearch.json").read_text())
