@@ -83,7 +83,8 @@ class PerfProtocol:
     warmup_steady_pct: float = 10.0
     warmup_max_rounds: int = 8
     # the candidate's quality-run generates count toward its first warm-up, and a candidate whose corpus outputs
-    # are the best's bit for bit gets the best's stored judging (docs/design/speed-verdict.md, "Phases and reuse")
+    # are the best's bit for bit gets the best's stored judging, and a new tree's compile cache starts as the harness's
+    # copy of the best's (docs/design/speed-verdict.md, "Phases and reuse"; sandbox-and-security.md, "Compile caches")
     reuse: bool = True
     # compile caches per tree (worker/compile_cache.py): total size kept, and how many recent trees are never evicted
     compile_cache_gb: float = 20.0
