@@ -223,3 +223,26 @@ def test_a_local_session_never_imports_ray(monkeypatch: pytest.MonkeyPatch) -> N
     build_parser()
     assert remote_choice(PROJECT / "config" / "autoresearch.json") is None
     assert "ray" not in seen and "ray" not in sys.modules
+
+
+@pytest.mark.parametrize("status", [Status.KEEP, Status.DISCARD_PERFORMANCE])
+def test_a_row_recorded_before_the_driver_died_is_finished_never_recorded_again(status: Status, tmp_path: Path) -> None:
+    """The driver died after the ledger row: its successor moves the best (a keep) or resets (a discard), and writes
+    no second row, whatever the judge (gone) would say."""
+    from pytest_dit_ar.loop.fleet.driver import Driver
+    from tests.helpers.fleet import CONFIG, candidate, stub_session
+    from tests.helpers.loop import git, ledger_rows, make_project_copy
+
+    tree = stub_session(make_project_copy(tmp_path / "repo"), "died", "unused", "died:slot-0")
+    parent = git(tree, "rev-parse", "HEAD")
+    commit = candidate(tree, "\n# an idea\n")
+    row = LedgerRow("now", "run-1", "dit-xl2-256", commit, parent, status, metric="latency_ms", candidate=90.0,
+                    run_dir=".autoresearch/runs/run-1")
+    ledger.append(StatePaths(tree).ledger, row)
+    dispatch.write(StatePaths(tree), _record().moved(commit=commit, parent=parent, phase=RUN, actor="gone"))
+    driver = Driver(tree / CONFIG, FakeExecutor([]), out=lambda _: None, echo=None)
+    assert driver.reattach(wait=True) == status.exit_code
+    assert [r.run_id for r in ledger_rows(tree) if r.status.is_experiment] == ["run-1"]
+    best = git(tree, "rev-parse", "refs/autoresearch/died/best/dit-xl2-256")
+    assert (best, git(tree, "rev-parse", "HEAD")) == ((commit, commit) if status is Status.KEEP else (parent, parent))
+    assert dispatch.read(StatePaths(tree)) is None and driver.reattach(wait=True) is None

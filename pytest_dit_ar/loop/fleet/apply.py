@@ -45,24 +45,41 @@ def provenance(dispatch: Dispatch, reply: JudgeReply | None, gpus: int) -> dict[
             "driver_host": platform.node()}
 
 
+def recorded_row(session: Session, run_id: str) -> ledger.LedgerRow | None:
+    return next((r for r in ledger.read(session.paths.ledger) if r.run_id == run_id), None)
+
+
 def recorded(session: Session, run_id: str) -> bool:
-    return any(r.run_id == run_id for r in ledger.read(session.paths.ledger))
+    return recorded_row(session, run_id) is not None
 
 
 def experiment(session: Session, repo: git.Repo, outcome: conclusion.ExperimentOutcome, run_dir: Path,
                out: Callable[[str], None]) -> None:
     """Record an experiment's outcome once: the row, then a keep's best or a discard's reset."""
     row = outcome.row
-    if not recorded(session, row.run_id):
-        if outcome.spread is not None:
-            record_spread(session.paths, session.lane_id, row.parent, row.run_id, outcome.spread)
-        records.record_experiment(session, repo, row, run_dir, list(outcome.reasons), outcome.duration_s,
-                                  outcome.measurements, outcome.details)
-    elif outcome.keep and gitops.read_ref(repo, gitops.best_ref(session.started.tag, session.lane_id)) != row.commit:
-        records.set_best(session, repo, row.commit, row.run_id, outcome.measurements or Measurements(),
-                         row.effective_class)
-    if outcome.keep:
+    if recorded(session, row.run_id):
+        finish(session, repo, row, out)
         return
+    if outcome.spread is not None:
+        record_spread(session.paths, session.lane_id, row.parent, row.run_id, outcome.spread)
+    records.record_experiment(session, repo, row, run_dir, list(outcome.reasons), outcome.duration_s,
+                              outcome.measurements, outcome.details)
+    if not outcome.keep:
+        _reset(session, repo, row, out)
+
+
+def finish(session: Session, repo: git.Repo, row: ledger.LedgerRow, out: Callable[[str], None]) -> None:
+    """What is left of a recorded row when its driver died after writing it: a keep's best, a discard's reset."""
+    if row.status is Status.KEEP:
+        if gitops.read_ref(repo, gitops.best_ref(session.started.tag, session.lane_id)) != row.commit:
+            median = row.candidate if row.metric == "latency_ms" else None  # the row's median batch latency
+            records.set_best(session, repo, row.commit, row.run_id, Measurements(median), row.effective_class)
+        return
+    _reset(session, repo, row, out)
+
+
+def _reset(session: Session, repo: git.Repo, row: ledger.LedgerRow, out: Callable[[str], None]) -> None:
+    """Back to the row's parent while HEAD is still the judged commit."""
     head = gitops.head_sha(repo)
     if head == row.commit:
         conclusion.reset(session, repo, row.parent)

@@ -21,7 +21,7 @@ from ...state import gitops
 from ...state.paths import new_run_id
 from ...state.session import open_session
 from .. import conclusion, gpu_locks
-from ..guards import check_best
+from ..guards import check_best, check_session
 from . import apply, index, payload
 from . import dispatch as dispatch_file
 from .dispatch import PREPARE, Dispatch
@@ -55,6 +55,7 @@ class Driver:
                 self.out("dit-ar: that was the judging an earlier `dit-ar experiment` left; HEAD is now "
                          f"{gitops.head_sha(self.repo)[:10]}: commit the next idea and run `dit-ar experiment` again")
                 return earlier
+            check_session(self.session)  # a HALT the session's judgings left, an earlier layout
             best = check_best(self.session, self.repo, self.record.tag)
             gitops.require_branch(self.repo, self.record.tag)
             gitops.require_clean(self.repo)
@@ -94,9 +95,15 @@ class Driver:
         record = dispatch_file.read(self.paths)
         if record is None:
             return None
-        if apply.recorded(self.session, record.run_id) and record.kind != "experiment":
+        row = apply.recorded_row(self.session, record.run_id)
+        if row is not None:  # recorded before the driver died: finish what is left, never record it again
+            if record.kind == "experiment":
+                apply.finish(self.session, self.repo, row, self.out)
+            judge = self.judging.executor.attach(record.actor)
+            if judge is not None:
+                judge.release()
             dispatch_file.clear(self.paths)
-            return None
+            return row.status.exit_code
         judged = self.judging.attach(record, wait)
         if judged is None:
             self.out(f"dit-ar: the judging of run {record.run_id} that an earlier driver left ended before the "

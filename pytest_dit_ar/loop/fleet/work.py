@@ -8,7 +8,8 @@ methods; tests call them with a stand-in. Ray's pitfalls handled here:
   a CPU lane's judge sets it to "" itself, and a GPU lane's judge sets it to exactly the GPUs Ray gave it.
 - CUDA device order: Ray's GPU ids are indices; CUDA_DEVICE_ORDER=PCI_BUS_ID makes them nvidia-smi's indices,
   which `device.resolve_lane` turns into the UUIDs the session's device was recorded by.
-- OMP_NUM_THREADS: Ray sets it to 1 in its workers; the judge's child gets the environment of a plain run.
+- OMP_NUM_THREADS: Ray sets it to 1 in its workers; the judge's child gets the environment of a plain run, and
+  never Ray's token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH).
 - Log deduplication: the verb's output goes to a log in the run folder and reaches the driver through `output`,
   never through Ray's log forwarding (which merges repeated lines of different processes).
 - A child outliving its judge: the child gets SIGKILL when the judge's process dies (PR_SET_PDEATHSIG, set for
@@ -44,8 +45,13 @@ def slot_environment(gpu_ids: tuple[str, ...], judge: str) -> dict[str, str]:
     return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(gpu_ids), JUDGE_VARIABLE: judge}
 
 
+HIDDEN_FROM_CHILD = ("OMP_NUM_THREADS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")  # Ray's settings, Ray's secret
+
+
 def child_environment(gpu_ids: tuple[str, ...], judge: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    """The verb's environment: the judge's, without Ray's thread setting and its token (nothing in the verb needs
+    the cluster, and an unsandboxed worker would inherit it)."""
+    env = {k: v for k, v in os.environ.items() if k not in HIDDEN_FROM_CHILD}
     env.update(slot_environment(gpu_ids, judge))
     return env
 
