@@ -32,8 +32,8 @@ from pathlib import Path
 from dit_ar_contract.device import DeviceIdentity, LaneTarget
 from dit_ar_contract.status import Status
 from pytest_dit_ar.loop import conclusion
-from pytest_dit_ar.loop.fleet import payload
-from pytest_dit_ar.loop.fleet.request import JudgeReply, JudgeRequest, Placement, Prepared
+from pytest_dit_ar.loop.fleet import archive
+from pytest_dit_ar.loop.fleet.request import JudgeReply, JudgeRequest, Placement, Prepared, ReplicaPayload
 from pytest_dit_ar.state.best import Measurements
 from pytest_dit_ar.state.ledger import LedgerRow
 from pytest_dit_ar.state.paths import StatePaths, now
@@ -51,21 +51,22 @@ class SleepingJudge:
     def probe(self, config, lane, placement: Placement) -> LaneTarget:  # noqa: ANN001 - Config, str
         return LaneTarget(lane, lane, "cuda:0", DeviceIdentity("cuda", "Fake GPU", "GPU-fake"), False)
 
-    def prepare(self, request: JudgeRequest, placement: Placement) -> Prepared:
+    def prepare(self, request: JudgeRequest, placement: Placement, payload: ReplicaPayload) -> Prepared:
+        self.head = payload.head
+        self.parent = next(sha for ref, sha in payload.refs.items() if "/best/" in ref)
         return Prepared(placement, "", 0.0)
 
     def run(self, request: JudgeRequest, placement: Placement) -> JudgeReply:
         time.sleep(self.judge_s)
         argv = list(request.argv)
-        parent = next(sha for ref, sha in request.payload.refs.items() if "/best/" in ref)
-        row = LedgerRow(now(), request.run_id, LANE, request.payload.head, parent, Status.DISCARD_PERFORMANCE,
+        row = LedgerRow(now(), request.run_id, LANE, self.head, self.parent, Status.DISCARD_PERFORMANCE,
                         "exact", "exact", "latency_ms", description=argv[argv.index("--description") + 1],
                         run_dir=f".autoresearch/runs/{request.run_id}", reason="stand-in judge")
         with tempfile.TemporaryDirectory() as tmp:
             run_dir = StatePaths(Path(tmp)).run(request.run_id)
             run_dir.mkdir(parents=True)
             conclusion.write(conclusion.ExperimentOutcome(row, ("stand-in",), self.judge_s, Measurements()), run_dir)
-            self.archive = payload.archive(Path(tmp), [f".autoresearch/runs/{request.run_id}"])
+            self.archive = archive.archive(Path(tmp), [f".autoresearch/runs/{request.run_id}"])
         return JudgeReply(0, "VERDICT: DISCARD-PERFORMANCE", placement, time.time(), len(self.archive))
 
     def output(self, offset: int) -> bytes:

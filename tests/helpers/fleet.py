@@ -18,8 +18,8 @@ from pathlib import Path
 from dit_ar_contract.device import DeviceIdentity, LaneTarget
 from dit_ar_contract.status import Status
 from pytest_dit_ar.loop import conclusion
-from pytest_dit_ar.loop.fleet import payload
-from pytest_dit_ar.loop.fleet.request import JudgeReply, JudgeRequest, Placement, Prepared
+from pytest_dit_ar.loop.fleet import archive
+from pytest_dit_ar.loop.fleet.request import JudgeReply, JudgeRequest, Placement, Prepared, ReplicaPayload
 from pytest_dit_ar.loop.init_session import init
 from pytest_dit_ar.state import gitops, records
 from pytest_dit_ar.state.best import Measurements
@@ -61,8 +61,10 @@ class StubWork:
         while not (folder / f"go.{request.run_id}").exists():
             time.sleep(0.05)
 
-    def prepare(self, request: JudgeRequest, placement: Placement) -> Prepared:
+    def prepare(self, request: JudgeRequest, placement: Placement, payload: ReplicaPayload) -> Prepared:
         self._wait("prepare", request, placement)
+        self.head = payload.head
+        self.parent = next(sha for ref, sha in payload.refs.items() if "/best/" in ref)
         return Prepared(placement, "", 0.0)
 
     def run(self, request: JudgeRequest, placement: Placement) -> JudgeReply:
@@ -80,18 +82,16 @@ class StubWork:
 
     def _archive(self, request: JudgeRequest, placement: Placement) -> bytes:
         argv = list(request.argv)
-        head = request.payload.head
-        parent = next(sha for ref, sha in request.payload.refs.items() if "/best/" in ref)
-        row = LedgerRow(now(), request.run_id, GPU_LANE, head, parent, Status.from_word(self.status), "exact", "exact",
-                        "latency_ms", 100.0, 90.0, 10.0, None, None, "stub", argv[argv.index("--description") + 1],
-                        f".autoresearch/runs/{request.run_id}", "stub judge")
+        row = LedgerRow(now(), request.run_id, GPU_LANE, self.head, self.parent, Status.from_word(self.status),
+                        "exact", "exact", "latency_ms", 100.0, 90.0, 10.0, None, None, "stub",
+                        argv[argv.index("--description") + 1], f".autoresearch/runs/{request.run_id}", "stub judge")
         outcome = conclusion.ExperimentOutcome(row, ("stub judge",), self.sleep_s, Measurements(90.0, 95.0),
                                                {"stub": {"node": placement.node_id}})
         with tempfile.TemporaryDirectory() as tmp:
             run_dir = StatePaths(Path(tmp)).run(request.run_id)
             run_dir.mkdir(parents=True)
             conclusion.write(outcome, run_dir)
-            return payload.archive(Path(tmp), [f".autoresearch/runs/{request.run_id}"])
+            return archive.archive(Path(tmp), [f".autoresearch/runs/{request.run_id}"])
 
     def output(self, offset: int) -> bytes:
         return b"stub judge\n"[offset:]

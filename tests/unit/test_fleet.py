@@ -16,7 +16,7 @@ import pytest
 from dit_ar_contract.errors import Refused
 from dit_ar_contract.status import Status
 from pytest_dit_ar.loop import conclusion
-from pytest_dit_ar.loop.fleet import dispatch, payload
+from pytest_dit_ar.loop.fleet import archive, dispatch
 from pytest_dit_ar.loop.fleet.dispatch import PREPARE, RUN, Dispatch
 from pytest_dit_ar.loop.fleet.judging import Echo, Judging
 from pytest_dit_ar.loop.fleet.request import JudgeReply, JudgeRequest, NodeLost, Placement, Prepared, ReplicaPayload
@@ -60,17 +60,17 @@ def _tar(members: dict[str, bytes], link: str = "") -> bytes:
 
 
 def test_a_judges_archive_unpacks_only_where_its_kind_may_write(tmp_path: Path) -> None:
-    allowed = payload.allowed_members(StatePaths(tmp_path), "experiment", "run-1", "lane")
-    written = payload.unpack(_tar({".autoresearch/runs/run-1/perf.json": b"{}"}), tmp_path, allowed)
+    allowed = archive.allowed_members(StatePaths(tmp_path), "experiment", "run-1", "lane")
+    written = archive.unpack(_tar({".autoresearch/runs/run-1/perf.json": b"{}"}), tmp_path, allowed)
     assert written == [".autoresearch/runs/run-1/perf.json"] and (tmp_path / written[0]).read_bytes() == b"{}"
     for bad in ({".autoresearch/results.tsv": b"forged"}, {".autoresearch/runs/run-1/../../best.json": b"{}"},
                 {".autoresearch/baseline/lane/manifest.json": b"{}"}):
         with pytest.raises(Refused, match="outside what it may return"):
-            payload.unpack(_tar(bad), tmp_path, allowed)
+            archive.unpack(_tar(bad), tmp_path, allowed)
     with pytest.raises(Refused, match="not a regular file"):
-        payload.unpack(_tar({}, link=".autoresearch/runs/run-1/link"), tmp_path, allowed)
+        archive.unpack(_tar({}, link=".autoresearch/runs/run-1/link"), tmp_path, allowed)
     assert not (tmp_path / ".autoresearch" / "results.tsv").exists()
-    assert payload.allowed_members(StatePaths(tmp_path), "baseline", "r", "lane")[1] == ".autoresearch/baseline/lane"
+    assert archive.allowed_members(StatePaths(tmp_path), "baseline", "r", "lane")[1] == ".autoresearch/baseline/lane"
 
 
 def test_the_echo_holds_back_the_judges_last_line() -> None:
@@ -100,8 +100,8 @@ def test_an_outcome_and_a_dispatch_survive_their_files(tmp_path: Path) -> None:
 
 # -- the driver's retry rule, with an in-process stand-in for the executor ----------------------------------
 PLACE = Placement("node-1", "host-1", 1, ("0",), 0.0)
-REQUEST = JudgeRequest("experiment", "run-1", "f", "t", "f:slot-0", 1, 1.0, "config/autoresearch.json", (),
-                       ReplicaPayload(b"", "autoresearch/t", "c" * 40, {}, {}))
+REQUEST = JudgeRequest("experiment", "run-1", "f", "t", "lane", "f:slot-0", 1, 1.0, "config/autoresearch.json", ())
+PAYLOAD = ReplicaPayload(b"", "autoresearch/t", "c" * 40, {}, {})
 
 
 @dataclass
@@ -111,7 +111,7 @@ class FakeJudge:
     calls: list[str] = field(default_factory=list)
     state_now: str = "idle"
 
-    def prepare(self) -> Prepared:
+    def prepare(self, payload: ReplicaPayload) -> Prepared:
         self.calls.append("prepare")
         if self.lose_in == "prepare":
             raise NodeLost("gone")
@@ -164,23 +164,23 @@ def _record() -> Dispatch:
 
 def test_lost_before_candidate_code_is_judged_again_once_then_refused(tmp_path: Path) -> None:
     executor = FakeExecutor([FakeJudge("prepare"), FakeJudge()])
-    judged = _judging(executor, tmp_path).send(REQUEST, _record())
+    judged = _judging(executor, tmp_path).send(REQUEST, _record(), lambda: PAYLOAD)
     assert judged.reply is not None and judged.dispatch.attempt == 2 and judged.dispatch.phase == RUN
     assert [r.attempt for r in executor.made] == [1, 2] and executor.made[1].actor.endswith(":2")
     twice = FakeExecutor([FakeJudge("prepare"), FakeJudge("prepare")])
     with pytest.raises(Refused, match="lost 2 times before the candidate's code ran"):
-        _judging(twice, tmp_path).send(REQUEST, _record())
+        _judging(twice, tmp_path).send(REQUEST, _record(), lambda: PAYLOAD)
     assert dispatch.read(StatePaths(tmp_path)) is None
 
 
 def test_lost_after_candidate_code_started_is_never_judged_again(tmp_path: Path) -> None:
     executor = FakeExecutor([FakeJudge("run"), FakeJudge()])
-    judged = _judging(executor, tmp_path).send(REQUEST, _record())
+    judged = _judging(executor, tmp_path).send(REQUEST, _record(), lambda: PAYLOAD)
     assert judged.reply is None and judged.dispatch.phase == RUN and len(executor.made) == 1
     assert dispatch.read(StatePaths(tmp_path)).phase == RUN  # on disk: a successor records the CRASH
     baseline = FakeExecutor([FakeJudge("run"), FakeJudge()])  # a baseline runs no candidate code: judged again
     again = _judging(baseline, tmp_path).send(JudgeRequest(**{**REQUEST.__dict__, "kind": "baseline"}),
-                                              Dispatch(**{**_record().__dict__, "kind": "baseline"}))
+                                              Dispatch(**{**_record().__dict__, "kind": "baseline"}), lambda: PAYLOAD)
     assert again.reply is not None and again.dispatch.attempt == 2
 
 

@@ -22,7 +22,7 @@ from ...state.paths import new_run_id
 from ...state.session import open_session
 from .. import conclusion, gpu_locks
 from ..guards import check_best, check_session
-from . import apply, index, payload
+from . import apply, archive, index, payload
 from . import dispatch as dispatch_file
 from .dispatch import PREPARE, Dispatch
 from .executor import Executor
@@ -127,8 +127,8 @@ class Driver:
     def _send(self, record: Dispatch, argv: tuple[str, ...]) -> int:
         config = str(self.session.config.path.resolve().relative_to(self.session.root.resolve()))
         request = JudgeRequest(record.kind, record.run_id, self.record.executor.fleet, self.record.tag,
-                               record.slot, self.gpus, SLOT_CPUS, config, argv, payload.pack(self.session, self.repo))
-        return self._record(self.judging.send(request, record))
+                               self.session.lane_id, record.slot, self.gpus, SLOT_CPUS, config, argv)
+        return self._record(self.judging.send(request, record, lambda: payload.pack(self.session, self.repo)))
 
     def _record(self, judged: Judged) -> int:
         record, reply = judged.dispatch, judged.reply
@@ -138,8 +138,8 @@ class Driver:
             return self._experiment_recorded(outcome, run_dir, judged)
         assert judged.judge is not None
         data = judged.judge.archive(reply.archive_size)
-        payload.unpack(data, self.session.root,
-                       payload.allowed_members(self.paths, record.kind, record.run_id, self.session.lane_id))
+        archive.unpack(data, self.session.root,
+                       archive.allowed_members(self.paths, record.kind, record.run_id, self.session.lane_id))
         run_dir.mkdir(parents=True, exist_ok=True)
         provenance = apply.provenance(record, reply, self.gpus)
         apply.note_provenance(run_dir, provenance)

@@ -11,7 +11,7 @@ from typing import Protocol
 from dit_ar_contract.config import Config
 from dit_ar_contract.device import LaneTarget
 
-from .request import JudgeReply, JudgeRequest, Prepared
+from .request import JudgeReply, JudgeRequest, Prepared, ReplicaPayload
 
 IDLE, PREPARED, RUNNING, DONE = "idle", "prepared", "running", "done"  # a judge's states
 
@@ -21,7 +21,7 @@ class Judge(Protocol):
 
     name: str
 
-    def prepare(self) -> Prepared: ...  # the replica on the slot's node; no candidate code
+    def prepare(self, payload: ReplicaPayload) -> Prepared: ...  # the replica on the slot's node; no candidate code
 
     def start(self) -> None: ...  # the verb starts in the judge and runs on whatever happens to the caller
 

@@ -27,7 +27,7 @@ from ...state.paths import StatePaths
 from . import dispatch as dispatch_file
 from .dispatch import PREPARE, RUN, Dispatch
 from .executor import IDLE, PREPARED, RUNNING, Executor, Judge
-from .request import RETRIED_ANYWHERE, JudgeReply, JudgeRequest, NodeLost
+from .request import RETRIED_ANYWHERE, JudgeReply, JudgeRequest, NodeLost, ReplicaPayload
 
 POLL_S = 0.5  # how long one wait for the reply blocks before the output and progress are read again
 MIRROR_S = 2.0
@@ -76,14 +76,17 @@ class Judging:
         self.executor, self.paths, self.out, self.echo = executor, paths, out, echo
         self.judge_line = ""
 
-    def send(self, request: JudgeRequest, record: Dispatch) -> Judged:
+    def send(self, request: JudgeRequest, record: Dispatch, pack: Callable[[], ReplicaPayload]) -> Judged:
+        """`pack` makes the session's payload, while the judge's process starts (the first attempt's is reused)."""
+        payload: ReplicaPayload | None = None
         for attempt in range(1, ATTEMPTS + 1):
             req = dataclasses.replace(request, attempt=attempt)
             record = record.moved(attempt=attempt, actor=req.actor, phase=PREPARE, started=time.time())
             dispatch_file.write(self.paths, record)
             judge = self.executor.judge(req)
             try:
-                prepared = judge.prepare()
+                payload = payload or pack()
+                prepared = judge.prepare(payload)
                 where = prepared.placement
                 record = record.moved(phase=RUN, node=where.node_id, host=where.host)
                 dispatch_file.write(self.paths, record)  # on disk before any code of the candidate can run

@@ -38,7 +38,7 @@ from dit_ar_contract.device import LaneTarget
 from dit_ar_contract.errors import Refused
 
 from .executor import DONE, IDLE, PREPARED, RUNNING
-from .request import JudgeReply, JudgeRequest, NodeLost, Placement, Prepared
+from .request import JudgeReply, JudgeRequest, NodeLost, Placement, Prepared, ReplicaPayload
 from .work import CHUNK_BYTES, JudgeWork
 
 NAMESPACE = "dit-ar"
@@ -127,8 +127,8 @@ class JudgeActor:
         self._state, self._reply, self._error = IDLE, None, ""
         self._done = threading.Event()
 
-    def prepare(self) -> Prepared:
-        prepared = self.work.prepare(self.request, self.placement)
+    def prepare(self, payload: ReplicaPayload) -> Prepared:
+        prepared = self.work.prepare(self.request, self.placement, payload)
         self._state = PREPARED
         return prepared
 
@@ -193,8 +193,8 @@ class RayJudge:
             except RayTaskError as exc:
                 raise Refused(f"the judge failed (the harness, not the candidate): {str(exc)[-1500:]}") from None
 
-    def prepare(self) -> Prepared:
-        return self._call("prepare", note_after_s=WAITING_NOTE_S)
+    def prepare(self, payload: ReplicaPayload) -> Prepared:
+        return self._call("prepare", payload, note_after_s=WAITING_NOTE_S)
 
     def start(self) -> None:
         self._call("start")

@@ -25,18 +25,19 @@ class ReplicaPayload:
 
 @dataclass(frozen=True)
 class JudgeRequest:
-    """One judging: which session and slot, what to run in the replica (a `dit-ar` verb), and attempt."""
+    """One judging: which session and slot, what to run in the replica (a `dit-ar` verb), and attempt. The session's
+    git and state (`ReplicaPayload`) go to the judge with `prepare`, packed while its process starts."""
 
     kind: str
     run_id: str
     fleet: str
     tag: str
+    lane_id: str
     slot: str
     gpus: int  # whole GPUs of the slot's one bundle (0 on a CPU lane)
     cpus: float  # the bundle's logical CPUs (bookkeeping: Ray confines no core)
     config: str  # the config file, relative to the repository root
     argv: tuple[str, ...]  # the verb and its arguments, `--judge-only --run-id RUN` included
-    payload: ReplicaPayload
     attempt: int = 1
 
     @property

@@ -19,7 +19,6 @@ methods; tests call them with a stand-in. Ray's pitfalls handled here:
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import signal
 import subprocess
@@ -33,8 +32,8 @@ from dit_ar_contract.device import LaneTarget
 
 from ...state.paths import STATE_DIR, StatePaths
 from ...state.writer import JUDGE_VARIABLE
-from . import payload, replica
-from .request import JudgeReply, JudgeRequest, Placement, Prepared
+from .archive import allowed_members, archive
+from .request import JudgeReply, JudgeRequest, Placement, Prepared, ReplicaPayload
 
 CHUNK_BYTES = 32 << 20  # an archive's part fetched at a time (well under a laptop's Ray object store)
 PR_SET_PDEATHSIG = 1
@@ -83,12 +82,13 @@ class JudgeWork:
         os.environ.update(slot_environment(placement.gpu_ids, placement.node_id))
         return device.resolve_lane(config, config.lane(lane))
 
-    def prepare(self, request: JudgeRequest, placement: Placement) -> Prepared:
+    def prepare(self, request: JudgeRequest, placement: Placement, payload: ReplicaPayload) -> Prepared:
+        from . import replica  # GitPython: imported when a replica is built, not when the judge's process starts
+
         t = time.time()
         os.environ.update(slot_environment(placement.gpu_ids, placement.node_id))
-        lane_id = _lane_id(request)
         self.root = replica.build(replica.replica_path(placement.node_id, request.fleet, request.tag),
-                                  request.payload, request.tag, lane_id)
+                                  payload, request.tag, request.lane_id)
         run_dir = StatePaths(self.root).run(request.run_id)
         run_dir.mkdir(parents=True, exist_ok=True)
         self.log = run_dir / "judge.log"
@@ -109,8 +109,7 @@ class JudgeWork:
             code = proc.wait()
         paths = StatePaths(self.root)
         halt = paths.halt.read_text() if paths.halt.exists() else ""
-        self.archive = payload.archive(self.root, list(payload.allowed_members(paths, request.kind, request.run_id,
-                                                                              _lane_id(request))))
+        self.archive = archive(self.root, list(allowed_members(paths, request.kind, request.run_id, request.lane_id)))
         text = self.log.read_text(errors="replace")
         return JudgeReply(code, last_line(text), placement, time.time(), len(self.archive), halt,
                           {"replica": self.prepare_s, "verb": time.time() - t})
@@ -136,7 +135,3 @@ class JudgeWork:
     def chunk(self, index: int) -> bytes:
         return self.archive[index * CHUNK_BYTES:(index + 1) * CHUNK_BYTES]
 
-
-def _lane_id(request: JudgeRequest) -> str:
-    """The session's lane id, from the session.json the payload carries."""
-    return str(json.loads(request.payload.state["session.json"])["lane_id"])
