@@ -97,7 +97,9 @@ def _command(tree: Path, config: Path, *args: str) -> list[str]:
 
 def _dit_ar(tree: Path, config: Path, *args: str) -> None:
     proc = subprocess.run(_command(tree, config, *args), cwd=tree, capture_output=True, text=True)
-    print(f"  {tree.name}: {(proc.stdout.strip().splitlines() or [''])[-1]}")
+    for line in proc.stdout.splitlines():
+        if line.startswith(("slot ", "session ")):  # init's slot and session lines
+            print(f"  {tree.name}: {line}")
     if proc.returncode != 0:
         raise Refused(f"`dit-ar {' '.join(args)}` in {tree} exited {proc.returncode}: "
                       f"{(proc.stderr or proc.stdout).strip()[-1500:]}")

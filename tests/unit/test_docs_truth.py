@@ -182,7 +182,8 @@ def visible_flags(p: argparse.ArgumentParser) -> set[str]:
 def all_flags() -> frozenset[str]:
     out = {o for a in parser()._actions for o in a.option_strings}
     for p in verbs().values():
-        out |= {o for a in p._actions for o in a.option_strings}
+        for q in (p, *_subparsers(p).values()):  # `dit-ar fleet up`'s flags too
+            out |= {o for a in q._actions for o in a.option_strings}
     return frozenset(out)
 
 
@@ -445,7 +446,11 @@ def command_problems(doc: Path) -> list[str]:
         if verb not in verbs():
             problems.append(f"{rel}:{line}: `{cmd}`: the CLI has no verb {verb!r} (verbs: {sorted(verbs())})")
             continue
-        options = {o for a in verbs()[verb]._actions for o in a.option_strings} | {"--config"}
+        verb_parser = verbs()[verb]
+        if len(words) > 1 and words[1] in _subparsers(verb_parser):  # `dit-ar fleet up ...`
+            verb_parser, argv = _subparsers(verb_parser)[words[1]], [a for a in argv if a != words[1]]
+            words = words[:1] + words[2:]
+        options = {o for a in verb_parser._actions for o in a.option_strings} | {"--config"}
         bad = [a.split("=")[0] for a in argv if a.startswith("--") and a.split("=")[0] not in options]
         placeholder = any(a.startswith("<") or a.isupper() or a in ("…", "...") for a in words[1:] + argv)
         if bad:
