@@ -110,6 +110,10 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     path = figure(profile, collected.null, design,
                   args.figure or session.paths.dir / f"calibration-{session.lane_id}.png")
+    if args.judge_only:  # in a fleet's slot: the paths are the session's, where its own process puts them
+        print(f"profile measured in the slot; the session's own process stores it in "
+              f"{noise_path(session.paths).relative_to(session.root)}; figure {path.relative_to(session.root)}")
+        return 0
     print(f"profile stored in {noise_path(session.paths)} (the verdict's prior for lane {session.lane_id}); "
           f"figure {path}")
     return 0

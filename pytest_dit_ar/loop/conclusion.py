@@ -99,6 +99,14 @@ def apply(session: Session, repo: git.Repo, outcome: ExperimentOutcome, run_dir:
         reset(session, repo, row.parent)
 
 
+def settle(session: Session, repo: git.Repo, outcome: ExperimentOutcome, run_dir: Path, judge_only: bool) -> None:
+    """A judge (`judge_only`) writes the outcome for its session's process; the session's own process applies it."""
+    if judge_only:
+        write(outcome, run_dir)
+    else:
+        apply(session, repo, outcome, run_dir)
+
+
 def reset(session: Session, repo: git.Repo, parent: str) -> None:
     """A discarded candidate's branch back to its parent, and whatever it left in the fixed paths removed."""
     gitops.reset_to(repo, parent, session.config.mutable_paths)

@@ -38,8 +38,8 @@ class Experiment:
         self.config_path, self.lane_name = config_path, lane
         self.classification, self.description = classification, description
         self.sandboxed = sandboxed
-        self.judge_only = judge_only  # a fleet's judge: write the outcome, leave git and the ledger (conclusion.py)
-        self.preset_run_id = run_id  # the run id the fleet's driver chose (its dispatch record names it)
+        # a fleet's judge: the outcome is written for the session's process (conclusion.py), under its driver's run id
+        self.judge_only, self.preset_run_id = judge_only, run_id
         self.guard: RunGuard | None = None  # what the candidate may not change, snapshotted before it runs
         self.session: Session | None = None
         self.repo: git.Repo | None = None
@@ -145,12 +145,8 @@ class Experiment:
         fleet's judge writes the outcome into the run folder for its session's process instead."""
         session, repo = self.session, self.repo
         assert session is not None and repo is not None and self.run_dir is not None
-        self.verdict = verdict
-        outcome = self.outcome(verdict)
-        if self.judge_only:
-            conclusion.write(outcome, self.run_dir)
-        else:
-            conclusion.apply(session, repo, outcome, self.run_dir)
+        self.verdict, outcome = verdict, self.outcome(verdict)
+        conclusion.settle(session, repo, outcome, self.run_dir, judge_only=self.judge_only)
         if self.live is not None:
             self.live.finish(verdict.status.verdict_word)
         return verdict

@@ -359,7 +359,7 @@ def _run(session: Session, launcher: Any, best_commit: str, baseline_commit: str
     warning = result.warning()
     if warning:
         out(warning)
-    out(f"evidence in {run_dir}")
+    out(f"evidence in {run_dir.relative_to(session.root) if judge_only else run_dir}")
     return 0
 
 

@@ -141,6 +141,16 @@ def calibration(session: Session, profile_path: Path) -> NoiseProfile:
     return profile
 
 
+def verb(session: Session, repo: git.Repo, kind: str, run_dir: Path) -> None:
+    """Record what a baseline, a re-validation or a calibration judged in the slot returned."""
+    if kind == "baseline":
+        baseline(session, repo, run_dir)
+    elif kind == "revalidation":
+        revalidation(session, run_dir)
+    elif kind == "calibration":
+        calibration(session, session.paths.dir / f"calibration-{session.lane_id}.profile.json")
+
+
 def note_provenance(run_dir: Path, data: dict[str, Any]) -> None:
     write_json_atomic(run_dir / PROVENANCE, data)
 

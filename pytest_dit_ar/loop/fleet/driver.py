@@ -162,12 +162,8 @@ class Driver:
         return outcome.row.status.exit_code
 
     def _verb_recorded(self, kind: str, run_dir: Path, code: int, judged: Judged) -> int:
-        if code == 0 and kind == "baseline":
-            apply.baseline(self.session, self.repo, run_dir)
-        elif code == 0 and kind == "revalidation":
-            apply.revalidation(self.session, run_dir)
-        elif code == 0 and kind == "calibration":
-            apply.calibration(self.session, self.paths.dir / f"calibration-{self.session.lane_id}.profile.json")
+        if code == 0:
+            apply.verb(self.session, self.repo, kind, run_dir)
         self._done(judged)
         if self.judging.judge_line:
             self.out(self.judging.judge_line)
