@@ -145,6 +145,7 @@ def sessions(base: Path, count: int, address: str, prefix: str) -> list[Path]:
         from tests.helpers.loop import make_project_copy
 
         make_project_copy(repo)
+        _git(repo, "gc", "-q")  # packed, as a cloned repository is (a bundle of loose objects costs 0.3 s more)
     trees = []
     for i in range(count):
         slot, tag = f"{prefix}:slot-{i}", f"{prefix}-{i:02d}"
