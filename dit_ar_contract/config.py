@@ -1,4 +1,4 @@
-"""config/autoresearch.json, the session contract (DESIGN §3), read into frozen dataclasses.
+"""config/autoresearch.json, the session contract (docs/design/README.md), read into frozen dataclasses.
 
 Every section has a fixed set of keys: a missing required key, a value of the wrong type and a key
 nobody knows are all refused with the file, the key path, what was found and what was expected. Lanes
@@ -86,14 +86,17 @@ class PerfProtocol:
     compile_cache_gb: float = 20.0
     compile_cache_keep: int = 4
     fork_server: bool = True  # pairs after the quality run's are forked from each side's fork servers
-    quality_gaps: bool = True  # the quality run's requests are paced like the timed rounds' (docs/security.md)
+    # the quality run's requests are paced like the timed rounds' (docs/design/sandbox-and-security.md)
+    quality_gaps: bool = True
     fork_servers_per_side: int | None = None  # exec'd fork servers per side, dealt round-robin (layouts);
     # None: 2 on CUDA lanes (their imports run in parallel beside the quality run), 1 on CPU lanes
     pair_cores: str = "auto"  # "one": both workers of a timed pair on one core; "affinity": cpu_affinity as is;
     # "auto": "one" on CUDA lanes (H200: pair spread 3.4% vs 9-12% on two cores), "affinity" on CPU lanes
 
     def fork_servers(self, is_cuda: bool) -> int:
-        """Fork servers per side (docs/design-notes.md 36)."""
+        """Fork servers per side: two on CUDA lanes (each later segment forks from one of two independent
+        layouts, the fork servers' imports run in parallel beside the quality run), one on CPU lanes (a
+        prelude competes with the quality run for the same few cores)."""
         return self.fork_servers_per_side or (2 if is_cuda else 1)
 
 
@@ -138,7 +141,7 @@ class ApproximateGate:
     min_ssim: float
     max_lpips: float | None = None
     task_margin: Mapping[str, float] = field(default_factory=dict)
-    max_sharpness_change: float = 0.25  # mean |log Laplacian-energy ratio|; docs/quality.md calibrates it
+    max_sharpness_change: float = 0.25  # mean |log Laplacian-energy ratio|; docs/design/quality.md calibrates it
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,10 @@ class LpipsSettings:
 
 @dataclass(frozen=True)
 class ClipSettings:
+    """open_clip weights for `clip_score`: a checkpoint file, a folder holding one or a Hugging Face hub cache folder
+    (`weights`, relative to the repository or absolute), and the architecture (`model`; optional where the folder
+    says it: quality_suite/clip.py)."""
+
     model: str | None = None
     weights: str | None = None
 
@@ -171,7 +178,7 @@ class ClassifierSettings:
 
 @dataclass(frozen=True)
 class QualityContract:
-    """Thresholds per experiment class (DESIGN §5) and the settings of the optional metrics."""
+    """Thresholds per experiment class (docs/design/quality.md) and the settings of the optional metrics."""
 
     exact: ExactGate
     numerical: NumericalGate
@@ -183,8 +190,8 @@ class QualityContract:
 
 
 class WorkloadSpec(TypedDict):
-    """What `model_under_test.build_pipeline(spec)` receives (DESIGN §2), made by `Lane.workload`. A plain dict
-    at run time, so the mutable side imports nothing of the harness; `model_under_test/__init__.py` names every
+    """What `model_under_test.build_pipeline(spec)` receives (docs/design/README.md), made by `Lane.workload`. A plain
+    dict at run time, so the mutable side imports nothing of the harness; `model_under_test/__init__.py` names every
     key (a unit test holds it to this list)."""
 
     root: str  # the side's tree, as its worker sees it
@@ -196,7 +203,7 @@ class WorkloadSpec(TypedDict):
     steps: int
     guidance: float
     batch: int
-    options: dict[str, Any]  # the preset's own options (docs/models.md)
+    options: dict[str, Any]  # the preset's own options (docs/design/models-and-lanes.md)
     gpus: int  # GPUs the worker sees (cuda:0 .. cuda:gpus-1)
 
 
@@ -228,8 +235,8 @@ class Lane:
         return self.device.startswith("cuda")
 
     def workload(self, root: Path, project: Path | None = None) -> WorkloadSpec:
-        """The spec handed to model_under_test.build_pipeline (DESIGN §2): a plain dict, by design. `root` is
-        the side's tree; relative weights resolve against `project` (the session's repository, default
+        """The spec handed to model_under_test.build_pipeline (docs/design/README.md): a plain dict, by design.
+        `root` is the side's tree; relative weights resolve against `project` (the session's repository, default
         `root`), so both sides of an A/B build from the same fixed files."""
         return WorkloadSpec(root=str(root), lane=self.name, preset=self.preset,
                             weights=self.weights_path(project or root), device=self.device,
@@ -461,6 +468,15 @@ def _check_lane(r: _Reader, lane: Lane, root: Path) -> None:
     _check_quality(r, lane.quality, f"{where}.quality")
 
 
+def _check_metric_weights(r: _Reader, lane: Lane, root: Path, mutable: tuple[str, ...]) -> None:
+    """Task-metric weights never lie under a mutable path (a candidate's commit could swap the model scoring it)."""
+    for key, value in (("clip", lane.quality.clip.weights), ("classifier", lane.quality.classifier.weights)):
+        path = (root / value).resolve() if value else None  # an absolute value stays itself
+        for m in mutable if path else ():
+            if path == (root / m).resolve() or (root / m).resolve() in path.parents:
+                raise r.fail(f"lanes.{lane.name}.quality.{key}.weights", value, f"a path outside the mutable {m!r}")
+
+
 def _paths(r: _Reader, raw: dict, key: str) -> tuple[str, ...]:
     items = r.value(tuple[str, ...], raw.get(key, []), key)
     if not items:
@@ -472,7 +488,7 @@ def _paths(r: _Reader, raw: dict, key: str) -> tuple[str, ...]:
 
 
 REMOVED_KEYS = {"offset_floor_pct": "offset_bound_pct (a bound on the between-process sd alone, not on the total "
-                "spread; null = the lane kind's default; see docs/perf-harness.md)"}
+                "spread; null = the lane kind's default; see docs/design/speed-verdict.md)"}
 
 
 def _refuse_removed(r: _Reader, node: dict, where: str) -> None:
@@ -556,5 +572,7 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> Config:
             a, b = m.rstrip("/"), f.rstrip("/")
             if a == b or a.startswith(b + "/") or b.startswith(a + "/"):
                 raise r.fail("mutable_paths", m, f"no overlap with fixed path {f!r}")
+    for lane in lanes.values():
+        _check_metric_weights(r, lane, root, mutable)
     return Config(path=path.resolve(), root=root, sha256=hashlib.sha256(text.encode()).hexdigest(), target=target,
                   default_lane=default_lane, lanes=lanes, mutable_paths=mutable, fixed_paths=fixed)

@@ -12,11 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import median
 
-from .stats import p95
+import numpy as np
 
 MEMORY_SLACK_MB = 64.0
 STARTUP_SLACK_S = 2.0
 MIN_SAMPLES_FOR_P95 = 20  # fewer samples make a p95 the maximum, which one burst of noise decides
+
+
+def p95(values: list[float]) -> float:
+    return float(np.percentile(np.asarray(values, dtype=float), 95))
 
 
 @dataclass(frozen=True)

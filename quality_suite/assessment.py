@@ -1,4 +1,4 @@
-"""The quality assessment of one candidate against the original baseline (DESIGN §5), as a pure function.
+"""The quality assessment of one candidate against the original baseline (docs/design/quality.md), as a pure function.
 
 `assess` audits the declared class, measures per-case fidelity (and LPIPS where available), computes
 the task metrics and applies the gate of the effective class. It reads nothing from disk but the

@@ -1,5 +1,5 @@
 """`dit-ar calibrate`: measure this machine's noise on the session's lane (A/A pairs of the best against
-itself through the study engine, loop/study.py, on the experiment's launcher and pair code; optionally
+itself in fresh pairs, loop/aa_pairs.py, on the experiment's launcher and pair code; optionally
 injected speedups), store it as the statistics' prior (.autoresearch/noise.json, only after a complete run)
 and print the power it implies, with a figure."""
 
@@ -61,9 +61,9 @@ def _speedups(text: str) -> list[float]:
 def run(args: argparse.Namespace) -> int:
     from perf_suite.sequential import Design
 
+    from ..loop.aa_pairs import StudyPlan
     from ..loop.calibration import Collected, collect, describe, figure, one_pair_s, profile_of
     from ..loop.gpu_locks import acquire_lane, release
-    from ..loop.study import StudyPlan
     from ..state import gitops
     from ..state.files import write_json_atomic
     from ..state.noise import noise_path, store_profile

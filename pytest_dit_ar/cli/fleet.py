@@ -14,8 +14,6 @@ from pathlib import Path
 from dit_ar_contract.config import load_config
 from dit_ar_contract.errors import Refused
 
-RAY_MISSING = "Ray is not installed here: `pip install 'pytest-dit-ar[ray]'` (or `pip install '.[ray]'` in a checkout)"
-
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     from . import fleet_up
@@ -46,14 +44,9 @@ def _repo(config_path: Path):  # noqa: ANN202 - a GitPython Repo
 
 
 def _executor(address: str):  # noqa: ANN202 - a RayExecutor, imported on use
-    try:
-        from ..loop.fleet.route import ray_executor
+    from ..loop.fleet.route import ray_executor
 
-        return ray_executor(address)
-    except ModuleNotFoundError as exc:
-        if exc.name == "ray":
-            raise Refused(RAY_MISSING) from None
-        raise
+    return ray_executor(address)
 
 
 def doctor(args: argparse.Namespace) -> int:

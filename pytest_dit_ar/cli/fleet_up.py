@@ -40,11 +40,11 @@ def add_adopt(verbs: argparse._SubParsersAction) -> None:
 
 def up(args: argparse.Namespace) -> int:
     from ..loop.fleet import registry
+    from ..loop.fleet.executor import SLOT_CPUS
     from ..loop.fleet.registry import FleetRecord, FleetSession
-    from ..loop.fleet.route import SLOT_CPUS
+    from ..loop.fleet.route import ray_executor
     from ..state import gitops
     from ..state.paths import now
-    from .fleet import _executor
 
     config = load_config(args.config)
     lane = config.lane(args.lane)
@@ -54,7 +54,7 @@ def up(args: argparse.Namespace) -> int:
         raise Refused(f"--tag-prefix {args.tag_prefix!r}: use letters, digits, '.', '_' or '-'")
     repo = gitops.open_repo(config.root)
     gitops.require_clean(repo)
-    executor = _executor(args.address)
+    executor = ray_executor(args.address)
     gpus = lane.gpus if lane.is_cuda else 0
     slots = tuple(f"{args.tag_prefix}:slot-{i}" for i in range(math.ceil(args.sessions / args.sessions_per_slot)))
     for slot in slots:
@@ -137,7 +137,5 @@ def adopt(args: argparse.Namespace) -> int:
     fleet = driver(args.config)
     if fleet is not None:
         return fleet.experiment(classification, description, adopted_from=args.source)
-    from .main import main
-
-    return main(["--config", str(args.config), "experiment", "--classification", classification,
-                 "--description", description])
+    return subprocess.call([sys.executable, "-m", "pytest_dit_ar.cli", "--config", str(args.config), "experiment",
+                            "--classification", classification, "--description", description])

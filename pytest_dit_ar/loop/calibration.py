@@ -1,4 +1,4 @@
-"""The machine's noise profile from A/A pairs (the study engine, loop.study), and what it implies.
+"""The machine's noise profile from A/A pairs (loop/aa_pairs.py), and what it implies.
 
 `collect` times the best tree against itself in `pairs` fresh pairs of `rounds` rounds (plus optional arms
 whose best side sleeps a fraction of the latency: known speedups); `profile_of` turns the collected
@@ -21,7 +21,7 @@ from perf_suite.sequential import Design, OffsetBound, improvement_pct, pooled_b
 from perf_suite.studies import NULL, StudyArm, StudyPair, StudyResults
 
 from ..state.noise import NoiseProfile
-from .study import StudyPlan, aa_spread, pooled, run_study
+from .aa_pairs import StudyPlan, aa_spread, pooled, run_study
 
 POWER_EFFECTS = (3.0, 5.0, 10.0)
 POWER = 0.8
@@ -46,7 +46,7 @@ class Collected:
 
 
 def collect(plan: StudyPlan) -> Collected:
-    """A/A pairs (and 2 pairs per injected speedup) through the study engine, stopped at the plan's deadline
+    """A/A pairs (and 2 pairs per injected speedup) in fresh pairs (aa_pairs.run_study), stopped at the plan's deadline
     (`StudyPlan.calibration`: the verb's budget)."""
     return Collected(run_study(plan), plan.null_pairs, plan.pairs_per_speedup)
 

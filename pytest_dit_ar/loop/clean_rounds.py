@@ -11,20 +11,18 @@
   on it every round would cost more than the rounds). On CPU lanes the watch is `NoGpu`.
 * Every timed side gets a `GpuSample` (SM clock, power, temperature, throttle reasons) right after its
   generate; a round in which either side's sample names a slowdown (power cap, thermal, power brake,
-  hardware slowdown) is flagged. Flagged rounds are kept in the verdict and said in the summary: dropping
-  or re-running them would excuse a side whose own power draw throttles the GPU (a candidate that runs hot
-  would lose its slow rounds).
+  hardware slowdown) is flagged (the round records are state/perf_record.py's). Flagged rounds are kept in the
+  verdict and said in the summary: dropping or re-running them would excuse a side whose own power draw
+  throttles the GPU (a candidate that runs hot would lose its slow rounds).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-# NVML clocks-event (throttle) reason bits, nvml.h (nvmlClocksEventReason*)
-SLOWDOWNS = {0x4: "power cap", 0x8: "hardware slowdown", 0x20: "software thermal", 0x40: "hardware thermal",
-             0x80: "power brake"}
+from ..state.perf_record import GpuSample
+
 IDLE_POLL_S = 0.005
 
 
@@ -32,21 +30,6 @@ def balanced_orders(rounds: int, cand_first: bool) -> list[str]:
     """`rounds` orders alternating from the given first one: CB, BC, CB, ... or BC, CB, BC, ..."""
     first, second = ("CB", "BC") if cand_first else ("BC", "CB")
     return [first if i % 2 == 0 else second for i in range(rounds)]
-
-
-@dataclass(frozen=True)
-class GpuSample:
-    """One NVML reading of the lane's GPU (the fullest one of a multi-GPU lane is read first)."""
-
-    sm_clock_mhz: int | None = None
-    power_w: float | None = None
-    temperature_c: int | None = None
-    throttle_reasons: int = 0
-    utilization_pct: int | None = None
-
-    @property
-    def slowdowns(self) -> list[str]:
-        return [name for bit, name in SLOWDOWNS.items() if self.throttle_reasons & bit]
 
 
 class GpuWatch(Protocol):
@@ -130,65 +113,3 @@ def wait_until_idle(busy: Any, max_wait_s: float, clock: Any = time.perf_counter
             return clock() - start, False
         sleep(IDLE_POLL_S)
     return clock() - start, True
-
-
-@dataclass
-class SideTiming:
-    """One side's part of a round: wall-clock start and end (epoch seconds), the idle wait before it and
-    the GPU readings right after it."""
-
-    start: float
-    end: float
-    idle_wait_s: float = 0.0
-    idle: bool = True
-    gpu: list[GpuSample] = field(default_factory=list)
-
-    @property
-    def slowdowns(self) -> list[str]:
-        return sorted({s for g in self.gpu for s in g.slowdowns})
-
-
-@dataclass
-class RoundRecord:
-    """One timed round: its order and each side's timing and GPU state."""
-
-    index: int
-    order: str
-    sides: dict[str, SideTiming]
-
-    @property
-    def throttled(self) -> dict[str, list[str]]:
-        """The sides whose GPU reading named a slowdown, and which."""
-        return {side: t.slowdowns for side, t in self.sides.items() if t.slowdowns}
-
-    @property
-    def busy_before(self) -> list[str]:
-        """The sides timed although the GPU still showed work in flight after the wait."""
-        return [side for side, t in self.sides.items() if not t.idle]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "order": self.order, "throttled": self.throttled,
-                "sides": {side: asdict(t) for side, t in self.sides.items()}}
-
-
-def flagged(records: list[RoundRecord]) -> list[int]:
-    """Indices of the rounds in which a side was throttled or timed with the GPU still busy."""
-    return [r.index for r in records if r.throttled or r.busy_before]
-
-
-def summary(records: list[RoundRecord]) -> str | None:
-    """One line for the verdict's summary when any round was flagged, else None."""
-    bad = [r for r in records if r.throttled or r.busy_before]
-    if not bad:
-        return None
-    sides = {"cand": 0, "best": 0}
-    kinds: set[str] = set()
-    for r in bad:
-        for side, names in r.throttled.items():
-            sides[side] += 1
-            kinds.update(names)
-        for side in r.busy_before:
-            sides[side] += 1
-            kinds.add("GPU busy before timing")
-    return (f"{len(bad)} of {len(records)} timed rounds flagged ({', '.join(sorted(kinds))}; candidate "
-            f"{sides['cand']}, best {sides['best']}): kept in the verdict, see perf.json rounds")

@@ -22,13 +22,13 @@ from quality_suite.corpora import Case, load_corpus
 
 from ..state.baseline import BaselineSummary, cases_dir
 from ..state.files import write_record
+from ..state.perf_record import PerfRecord
 from ..state.runs import RunPaths
 from ..state.session import Session
 from . import quality, timing
 from .candidate import CandidateRun, CandidateWorkers, PhaseClock
 from .launch import launcher_for, memory_budget
 from .live import Live
-from .measurement import PerfOutcome
 from .progress import TimingProgress
 
 
@@ -52,7 +52,7 @@ class Evidence:
         self._crash: CandidateCrash | None = None
         self._run: CandidateRun | None = None
         self._quality: QualityAssessment | None = None
-        self._perf: PerfOutcome | None = None
+        self._perf: PerfRecord | None = None
         self._baseline: BaselineSummary | None = None
         self.clock = PhaseClock()
         self.memory = memory_budget(session)
@@ -74,7 +74,7 @@ class Evidence:
         return self._quality
 
     @property
-    def performance_result(self) -> PerfOutcome | None:
+    def performance_result(self) -> PerfRecord | None:
         return self._perf
 
     @property
@@ -154,7 +154,7 @@ class Evidence:
         task_metrics.check_available(self.session.lane.task_metrics, self.session.lane.quality, self.session.root)
 
     # -- performance (loop/timing.py) ---------------------------------------------------------------
-    def performance(self) -> PerfOutcome:
+    def performance(self) -> PerfRecord:
         """Interleaved A/B timing of the candidate against the best worktree (after the quality run: the
         timed outputs are checked under the class the quality run found)."""
         self._raise_if_crashed()
@@ -172,7 +172,7 @@ class Evidence:
                 raise
             for phase, spent in self._perf.seconds.items():
                 self.clock.seconds[f"timing_{phase}"] = spent
-            write_record(self.run.perf, self._perf.as_dict())
+            write_record(self.run.perf, self._perf.to_dict())
             timing.learn_noise(self.session, self.run_dir, self._perf)
         return self._perf
 

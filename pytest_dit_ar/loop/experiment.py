@@ -15,6 +15,7 @@ from filelock import FileLock
 
 from dit_ar_contract.config import load_config
 from dit_ar_contract.errors import Refused
+from dit_ar_contract.sides import Role
 
 from ..state import gitops
 from ..state.best import BestRecord, Measurements
@@ -154,7 +155,7 @@ class Experiment:
     def outcome(self, verdict: Verdict) -> conclusion.ExperimentOutcome:
         """What the verdict records (pure): the row, the reasons, the measurements and the run record's details."""
         perf = self.evidence.performance_result if self.evidence else None
-        measurements = Measurements(perf.median_ms("cand"), perf.p95_ms("cand")) if perf else None
+        measurements = Measurements(perf.median_ms(Role.CANDIDATE), perf.p95_ms(Role.CANDIDATE)) if perf else None
         details = {"seconds": self.seconds(), "software": self.stack, "startup": perf.startup() if perf else None,
                    "pregate": pregate.as_records(self.pregate)}
         return conclusion.ExperimentOutcome(self._row(verdict), tuple(verdict.reasons), time.time() - self.started,

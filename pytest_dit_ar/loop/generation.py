@@ -52,7 +52,8 @@ def timed_like_gaps(round_s: float | None, rng: random.Random | None = None) -> 
     In balanced rounds (BC, CB, BC, ...) a side's requests come in pairs: one right after the other, then a
     wait of about two of the other side's rounds. A worker frozen between requests still sees those gaps in
     its own clock; the corpus run makes the same pattern (0, then 2 x `round_s`, jittered by 10%, at most
-    MAX_GAP_S), so the gaps alone do not tell it the quality run from the timed rounds (docs/security.md)."""
+    MAX_GAP_S), so the gaps alone do not tell it the quality run from the timed rounds
+    (docs/design/sandbox-and-security.md)."""
     rng = rng or random.SystemRandom()
     wait = round_s if round_s is not None and round_s > 0 else 0.0
     i = 0
@@ -105,7 +106,7 @@ def audit_evidence(worker: WorkerProcess, build_reply: dict[str, Any], outputs: 
     """The audit evidence of one side: the worker's inspection of the built pipeline, the dtypes its modules
     produce in one more generate, and the denoiser rows of the corpus run. All three come from code running
     in the worker's process: advisory (the class it implies is applied), never the only guard (see
-    docs/security.md)."""
+    docs/design/sandbox-and-security.md)."""
     dtypes = worker.request("activation_dtypes", requests=padded(cases[:batch], batch, key, random.Random(0)))
     return AuditEvidence(PipelineInspection.from_dict(build_reply.get("audit")),
                          tuple(dtypes.get("activation_dtypes", ())), outputs.denoiser_rows_per_image,

@@ -18,7 +18,7 @@ worker holds, sampled the same way.
 
 `DIT_AR_NO_CGROUP=1` in the harness's environment (never the worker's: it is read here, in the harness
 process) makes every hierarchy count as unavailable, so that the fallback runs on a machine that has cgroups:
-the end-to-end attack tests use it to judge the fallback itself (docs/security.md).
+the end-to-end attack tests use it to judge the fallback itself (docs/design/sandbox-and-security.md).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from dit_ar_contract.errors import Refused
 from . import cgroup
 
 if TYPE_CHECKING:
-    from .client import WorkerHandle
+    from .processes import SideProcesses
 
 MEMORY_SAMPLE_S = 0.05  # how often the harness samples a worker's memory (host: cgroup; device: NVML)
 
@@ -21,7 +21,7 @@ MEMORY_SAMPLE_S = 0.05  # how often the harness samples a worker's memory (host:
 class MemoryWatch:
     """The memory samplers of one worker (`start` once it runs, `stop` when it is killed)."""
 
-    def __init__(self, worker: WorkerHandle):
+    def __init__(self, worker: SideProcesses):
         self.worker = worker
         self.host: cgroup.Sampler | None = None
         self.gpu: cgroup.Sampler | None = None

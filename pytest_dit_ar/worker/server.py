@@ -96,6 +96,7 @@ class Worker:
             torch.cuda.set_per_process_memory_fraction(min(1.0, cap_gb * 2**30 / total), device)
         self.identity = _device_identity(torch, device)
         self.pipe: Any = None
+        self.spec: dict[str, Any] = {}
         self.rows = 0
         self.rows_observable = True
 
@@ -105,11 +106,12 @@ class Worker:
 
         module = import_model(self.root)
         start = time.perf_counter()
-        self.pipe = module.build_pipeline(spec)
+        self.pipe, self.spec = module.build_pipeline(spec), dict(spec)
         build_s = time.perf_counter() - start
         components = getattr(self.pipe, "components", None)
         if not isinstance(components, dict) or "transformer" not in components:
-            raise TypeError("the pipeline must expose .components, a dict with a 'transformer' entry (DESIGN §2)")
+            raise TypeError("the pipeline must expose .components, a dict with a 'transformer' entry "
+                            "(docs/design/README.md)")
         components["transformer"].register_forward_pre_hook(self._count_rows, with_kwargs=True)
         # with several GPUs the pipeline may run denoiser passes in processes it started (CFG-parallel's second
         # rank): this process cannot see them, so no row count is claimed and the audit leaves that test out
@@ -169,6 +171,13 @@ class Worker:
         from perf_suite import profiling
 
         return profiling.count_flops(self, self._built_requests(requests))
+
+    def replica(self) -> Any:
+        """A second build of the same candidate from the same spec, without the harness's hooks (the profile counts
+        a graphed pipeline's FLOPs on it: perf_suite.profiling.replica_flops)."""
+        if self.pipe is None:
+            raise RuntimeError("build was not called")
+        return import_model(self.root).build_pipeline(dict(self.spec))
 
     def peak(self) -> dict[str, Any]:
         """A measured arithmetic and copy peak of this worker's device (for devices not in the roofline table)."""

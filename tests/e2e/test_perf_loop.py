@@ -141,7 +141,8 @@ def test_faster_than_the_roofline_is_flagged_and_not_kept(tmp_path: Path) -> Non
     import dataclasses
 
     from pytest_dit_ar.loop.launch import launcher_for
-    from pytest_dit_ar.loop.measurement import MeasurementPlan, Side, measure
+    from pytest_dit_ar.loop.measurement import measure
+    from pytest_dit_ar.loop.measurement_plan import MeasurementPlan, Side
     from pytest_dit_ar.state.session import open_session
     from quality_suite.corpora import load_corpus
 

@@ -25,10 +25,9 @@ from ..guards import check_best, check_session
 from . import apply, archive, index, payload
 from . import dispatch as dispatch_file
 from .dispatch import PREPARE, Dispatch
-from .executor import Executor
+from .executor import SLOT_CPUS, Executor
 from .judging import Judged, Judging
 from .request import JudgeRequest
-from .route import SLOT_CPUS
 
 
 class Driver:

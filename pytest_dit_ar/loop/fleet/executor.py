@@ -13,6 +13,7 @@ from dit_ar_contract.device import LaneTarget
 
 from .request import JudgeReply, JudgeRequest, Prepared, ReplicaPayload
 
+SLOT_CPUS = 1.0  # each slot's bundle holds this many logical CPUs (Ray confines no core; pinning is the lane's)
 IDLE, PREPARED, RUNNING, DONE = "idle", "prepared", "running", "done"  # a judge's states
 
 

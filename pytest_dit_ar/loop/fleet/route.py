@@ -21,12 +21,13 @@ from ...state.paths import StatePaths
 from ...state.session import read_record
 from ...state.writer import judge_process
 from . import dispatch as dispatch_file
+from .executor import SLOT_CPUS
 
 if TYPE_CHECKING:
     from .driver import Driver
     from .executor import Executor
 
-SLOT_CPUS = 1.0  # each slot's bundle holds this many logical CPUs (Ray confines no core; pinning is the lane's)
+RAY_MISSING = "Ray is not installed here: `pip install 'pytest-dit-ar[ray]'` (or `pip install '.[ray]'` in a checkout)"
 
 
 def remote_choice(config_path: Path) -> ExecutorChoice | None:
@@ -42,9 +43,14 @@ def remote_choice(config_path: Path) -> ExecutorChoice | None:
 
 
 def ray_executor(address: str, out: Callable[[str], None] = print) -> Executor:
-    """The Ray executor (Ray is imported here, on use, and only where a fleet session needs it)."""
-    from .ray_executor import RayExecutor
-
+    """The Ray executor (Ray is imported here, on use, and only where a fleet session needs it); without Ray
+    installed, a refusal that says how to install it."""
+    try:
+        from .ray_executor import RayExecutor
+    except ModuleNotFoundError as exc:
+        if exc.name == "ray":
+            raise Refused(RAY_MISSING) from None
+        raise
     return RayExecutor(address, out=out)
 
 
