@@ -83,24 +83,26 @@ class TimedExecutor:
     """The Ray executor, with the time spent inside its calls added up (what the driver waits on Ray for)."""
 
     def __init__(self, inner):  # noqa: ANN001 - a RayExecutor
-        self.inner, self.spent = inner, 0.0
+        self.inner, self.spent, self.calls = inner, 0.0, {}
 
-    def _timed(self, fn, *args):  # noqa: ANN001, ANN202
+    def _timed(self, name: str, fn, *args):  # noqa: ANN001, ANN202
         t = time.perf_counter()
         try:
             return fn(*args)
         finally:
-            self.spent += time.perf_counter() - t
+            took = time.perf_counter() - t
+            self.spent += took
+            self.calls[name] = self.calls.get(name, 0.0) + took
 
     def judge(self, request: JudgeRequest):  # noqa: ANN201
-        judge = self._timed(self.inner.judge, request)
+        judge = self._timed("judge", self.inner.judge, request)
         executor = self
 
         class Timed:
             name = judge.name
 
             def __getattr__(self, method: str):  # noqa: ANN204
-                return lambda *args: executor._timed(getattr(judge, method), *args)
+                return lambda *args: executor._timed(method, getattr(judge, method), *args)
 
         return Timed()
 
@@ -119,12 +121,14 @@ def drive(tree: Path, address: str, experiments: int, judge_s: float, out: Path)
         init = tree / "model_under_test" / "__init__.py"
         init.write_text(init.read_text() + f"\n# {tree.name} idea {i}\n")
         _git(tree, "commit", "-qam", f"idea {i}")
-        before, t = executor.spent, time.perf_counter()
+        before, t, executor.calls = executor.spent, time.perf_counter(), {}
         code = Driver(tree / "config" / "autoresearch.json", executor, out=lambda _: None,
                       echo=None).experiment("exact", f"idea {i}")
         total = time.perf_counter() - t
         ray_s = executor.spent - before - judge_s
-        rows.append({"code": code, "total_s": total, "ray_s": ray_s, "harness_s": total - judge_s - ray_s})
+        calls = {**executor.calls, "result": executor.calls.get("result", 0.0) - judge_s}  # the waits less the sleep
+        rows.append({"code": code, "total_s": total, "ray_s": ray_s, "harness_s": total - judge_s - ray_s,
+                     "calls": calls})
     out.write_text(json.dumps({"start": start, "end": time.time(), "rows": rows}))
 
 
@@ -184,7 +188,9 @@ def measure(base: Path, count: int, address: str, experiments: int, judge_s: flo
     return {"sessions": count, "experiments": len(rows), "wall_s": wall, "window_s": window,
             "per_hour": 3600 * len(rows) / window,
             "ray_s": statistics.median(r["ray_s"] for r in rows), "ray_max_s": max(r["ray_s"] for r in rows),
-            "harness_s": statistics.median(r["harness_s"] for r in rows)}
+            "harness_s": statistics.median(r["harness_s"] for r in rows),
+            "calls": {name: statistics.median(r["calls"].get(name, 0.0) for r in rows)
+                      for name in sorted({n for r in rows for n in r["calls"]})}}
 
 
 def main() -> None:
@@ -224,6 +230,8 @@ def main() -> None:
                   f"{result['per_hour']:.0f}/h ({result['per_hour'] / (count * one):.3f} x N times one session's); "
                   f"per experiment beyond the judge's {args.judge_s:g} s: Ray {result['ray_s']:.2f} s median "
                   f"(max {result['ray_max_s']:.2f} s), harness {result['harness_s']:.2f} s median", flush=True)
+            print("  Ray calls, median s per experiment: " + ", ".join(f"{name} {s:.2f}" for name, s in
+                                                                      result["calls"].items()), flush=True)
     finally:
         ray.shutdown()
         cluster.shutdown()

@@ -31,7 +31,9 @@ def fleet_cluster(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - a
     temporary folder. Connected in the fleet's namespace, as a driver connects."""
     import os
 
-    pytest.importorskip("ray")
+    from tests.helpers.ray_required import require_ray
+
+    require_ray()
     from ray.cluster_utils import Cluster
 
     from pytest_dit_ar.loop.fleet import ray_executor

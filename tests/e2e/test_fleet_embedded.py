@@ -26,8 +26,9 @@ from pytest_dit_ar.state.records import write_session
 from pytest_dit_ar.state.runs import RunPaths
 from tests.e2e.test_attacks import VANDAL, fingerprint, judged_and_intact, survivors, wrap
 from tests.helpers.loop import clone_state, commit_change, env_for, experiment, git, last_line, ledger_rows
+from tests.helpers.ray_required import require_ray
 
-ray = pytest.importorskip("ray")
+ray = require_ray()
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 from pytest_dit_ar.loop.fleet import ray_executor  # noqa: E402 - after the skip: needs Ray

@@ -11,8 +11,9 @@ from dit_ar_contract.errors import Refused
 from dit_ar_contract.status import Status
 from tests.helpers.fleet import CONFIG, StubWork, candidate, judged_log, stub_session
 from tests.helpers.loop import git, ledger_rows, make_project_copy
+from tests.helpers.ray_required import require_ray
 
-pytest.importorskip("ray")
+require_ray()
 pytestmark = pytest.mark.ray
 
 from pytest_dit_ar.cli.main import main  # noqa: E402

@@ -246,3 +246,26 @@ def test_a_row_recorded_before_the_driver_died_is_finished_never_recorded_again(
     best = git(tree, "rev-parse", "refs/autoresearch/died/best/dit-xl2-256")
     assert (best, git(tree, "rev-parse", "HEAD")) == ((commit, commit) if status is Status.KEEP else (parent, parent))
     assert dispatch.read(StatePaths(tree)) is None and driver.reattach(wait=True) is None
+
+
+def test_ci_fails_rather_than_skips_without_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under CI=1 a missing Ray is an error naming the install line, not a skip; elsewhere it is a skip."""
+    import builtins
+
+    from tests.helpers.ray_required import require_ray
+
+    real = builtins.__import__
+
+    def no_ray(name, *args, **kwargs):  # noqa: ANN001, ANN202
+        if name == "ray" or name.startswith("ray."):
+            raise ModuleNotFoundError("No module named 'ray'", name="ray")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    monkeypatch.delitem(sys.modules, "ray", raising=False)
+    monkeypatch.setenv("CI", "1")
+    with pytest.raises(RuntimeError, match=r"\.\[test,ray\]"):
+        require_ray()
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception):
+        require_ray()
