@@ -29,8 +29,26 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--figure", type=Path, default=None, help="where to write the figure (default "
                    ".autoresearch/calibration-<lane>.png)")
     p.add_argument("--unsandboxed", action="store_true", help="workers without the bubblewrap sandbox")
+    p.add_argument("--judge-only", action="store_true", help=argparse.SUPPRESS)  # a fleet's judge (loop/fleet/)
+    p.add_argument("--run-id", default="", help=argparse.SUPPRESS)
     p.set_defaults(func=run)
     return p
+
+
+def _in_slot(args: argparse.Namespace) -> int | None:
+    """A fleet session calibrates in its slot, where its experiments are timed; None for a local session."""
+    if args.judge_only:
+        return None
+    from ..loop.fleet.route import driver
+
+    fleet = driver(args.config)
+    if fleet is None:
+        return None
+    argv = ["calibrate", "--pairs", str(args.pairs), "--speedups", args.speedups, "--budget-s", str(args.budget_s)]
+    argv += ["--rounds", str(args.rounds)] if args.rounds else []
+    argv += ["--steps", str(args.steps)] if args.steps else []
+    argv += ["--unsandboxed"] if args.unsandboxed else []
+    return fleet.verb("calibration", tuple(argv))
 
 
 def _speedups(text: str) -> list[float]:
@@ -51,12 +69,16 @@ def run(args: argparse.Namespace) -> int:
     from ..loop.gpu_locks import acquire_lane, release
     from ..loop.pairs import timed_cores
     from ..state import gitops
+    from ..state.files import write_json_atomic
     from ..state.noise import noise_path, store_profile
     from ..state.session import open_session
 
     if args.pairs is not None and args.pairs < MIN_PAIRS:
         raise Refused(f"--pairs {args.pairs}: a calibration needs at least {MIN_PAIRS} A/A pairs")
     speedups = _speedups(args.speedups)
+    routed = _in_slot(args)
+    if routed is not None:
+        return routed
     session = open_session(args.config)  # refuses without a session or when the lane cannot run here
     lane, protocol = session.lane, session.lane.performance
     pairs = args.pairs or protocol.calibration_pairs
@@ -86,13 +108,20 @@ def run(args: argparse.Namespace) -> int:
               f"the previous profile stays in {noise_path(session.paths)} (data in {out})")
         return 1
     profile = profile_of(collected, session.lane_id, commit, protocol, lane.primary_metric)
-    store_profile(session.paths, profile)
+    if args.judge_only:  # the session's own process stores it (loop/fleet/apply.py)
+        write_json_atomic(session.paths.dir / f"calibration-{session.lane_id}.profile.json", profile.as_dict())
+    else:
+        store_profile(session.paths, profile)
     design = Design.from_protocol(protocol, lane.primary_metric)
     one_core = not lane.is_cuda or len(timed_cores(protocol, lane.is_cuda) or ()) == 1
     for line in describe(profile, design, one_core, protocol.bound_confidence):
         print(line)
     path = figure(profile, collected.null, design,
                   args.figure or session.paths.dir / f"calibration-{session.lane_id}.png")
+    if args.judge_only:  # in a fleet's slot: the paths are the session's, where its own process puts them
+        print(f"profile measured in the slot; the session's own process stores it in "
+              f"{noise_path(session.paths).relative_to(session.root)}; figure {path.relative_to(session.root)}")
+        return 0
     print(f"profile stored in {noise_path(session.paths)} (the verdict's prior for lane {session.lane_id}); "
           f"figure {path}")
     return 0

@@ -36,7 +36,7 @@ class _PrintCompletion(argparse.Action):
 def build_parser() -> argparse.ArgumentParser:
     from dit_ar_contract.classes import WORDS as CLASSES
 
-    from . import calibrate, demo, profile, report, scaffold, search, summary, watch
+    from . import calibrate, demo, fleet, profile, report, scaffold, search, summary, watch
 
     parser = argparse.ArgumentParser(prog="dit-ar", description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -58,14 +58,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--new-baseline", action="store_true",
                    help="start at a commit other than the lane's recorded baseline: it becomes the new reference "
                         "for quality (recorded in the ledger)")
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="where this session's judgings run: here (local, the default) or in a slot of a Ray "
+                        "cluster (ray; `dit-ar fleet up` sets this); stored in the session, never chosen later")
+    p.add_argument("--address", default="auto", help="with --executor ray: the Ray cluster (default: the one "
+                   "running here)")
+    p.add_argument("--slot", default="", help="with --executor ray: the slot (FLEET:slot-N) to bind the session to "
+                   "(default: a slot of its own)")
     p = verb("baseline", "run the unmodified pipeline: artifacts, noise envelope, timing", _baseline)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--unsandboxed", action="store_true", help=UNSANDBOXED)
+    _judge_args(p)
     p = verb("experiment", "judge HEAD (one commit on the current best): keep it or reset it", _experiment)
     p.add_argument("--classification", required=True, choices=CLASSES, help="declared class of the change")
     p.add_argument("--description", required=True, help="one line saying what the commit changes")
     p.add_argument("--lane", help=argparse.SUPPRESS)
     p.add_argument("--unsandboxed", action="store_true", help=UNSANDBOXED)
+    _judge_args(p)
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     p = verb("status", "lane, best commit, recent ledger rows and failures", _status)
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -76,10 +85,26 @@ def build_parser() -> argparse.ArgumentParser:
     p = verb("revalidate", "time the best against the original baseline again (fresh workers) and judge the holdout; "
                            "never moves the best", _revalidate)
     p.add_argument("--unsandboxed", action="store_true", help=UNSANDBOXED)
-    for module in (search, profile, report, demo, calibrate, watch, summary):
+    _judge_args(p)
+    for module in (search, profile, report, demo, calibrate, watch, summary, fleet):
         _config_arg(module.add_parser(sub), top=False)
     scaffold.add_parser(sub)  # writes config/autoresearch.json at the git root: takes no --config
     return parser
+
+
+def _judge_args(parser: argparse.ArgumentParser) -> None:
+    """A fleet's judge runs the verb in its replica with these (loop/fleet/work.py); never typed by hand."""
+    parser.add_argument("--judge-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--run-id", default="", help=argparse.SUPPRESS)
+
+
+def _fleet_driver(args: argparse.Namespace):  # noqa: ANN202 - a loop.fleet.driver.Driver, imported on use
+    """The session's fleet driver when its judgings run in a slot (and this is not the judge), else None."""
+    if getattr(args, "judge_only", False):
+        return None
+    from ..loop.fleet.route import driver
+
+    return driver(args.config)
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -89,15 +114,24 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _init(args: argparse.Namespace) -> int:
+    if args.executor == "ray":
+        from ..loop.fleet.route import bind
+
+        return bind(args.config, args.tag, args.lane, args.address, args.slot, new_baseline=args.new_baseline)
     from ..loop.init_session import init
 
     return init(args.config, args.tag, args.lane, new_baseline=args.new_baseline)
 
 
 def _baseline(args: argparse.Namespace) -> int:
+    fleet = _fleet_driver(args)
+    if fleet is not None:
+        return fleet.verb("baseline", ("baseline", *(["--quiet"] if args.quiet else []),
+                                       *(["--unsandboxed"] if args.unsandboxed else [])))
     from ..loop.baseline import run_baseline
 
-    return run_baseline(args.config, progress=not args.quiet, sandboxed=not args.unsandboxed)
+    return run_baseline(args.config, progress=not args.quiet, sandboxed=not args.unsandboxed,
+                        judge_only=args.judge_only, run_id=args.run_id)
 
 
 def experiment_pytest_args(config: Path, classification: str, description: str, lane: str | None,
@@ -120,31 +154,45 @@ def experiment_pytest_args(config: Path, classification: str, description: str, 
 
 
 def _experiment(args: argparse.Namespace) -> int:
+    extra = [a for a in args.pytest_args if a != "--"]
+    fleet = _fleet_driver(args)
+    if fleet is not None:  # the session judges in its slot (`init --executor ray`)
+        code = fleet.experiment(args.classification, args.description, tuple(extra), args.unsandboxed)
+        if code == 0:
+            _revalidate_when_due(args, fleet)
+        return code
     import pytest
 
-    extra = [a for a in args.pytest_args if a != "--"]
-    code = pytest.main(experiment_pytest_args(args.config, args.classification, args.description, args.lane,
-                                              args.unsandboxed) + extra)
-    if int(code) == 0:  # a keep: every `revalidate_every` keeps the chain is timed again
+    judge = ["--dit-ar-judge-only", *(["--dit-ar-run-id", args.run_id] if args.run_id else [])] \
+        if args.judge_only else []
+    code = pytest.main(judge + experiment_pytest_args(args.config, args.classification, args.description, args.lane,
+                                                      args.unsandboxed) + extra)
+    if int(code) == 0 and not args.judge_only:  # a keep: every `revalidate_every` keeps the chain is timed again
         _revalidate_when_due(args)
     return int(code)
 
 
-def _revalidate_when_due(args: argparse.Namespace) -> None:
+def _revalidate_when_due(args: argparse.Namespace, fleet=None) -> None:  # noqa: ANN001 - a fleet Driver or None
     from ..loop.revalidate import due, revalidate
 
     try:
         if due(args.config, args.lane):
             print("dit-ar: re-validating the chain (every `revalidate_every` keeps; the verdict above stands)")
-            revalidate(args.config, args.lane, sandboxed=not args.unsandboxed)
+            if fleet is not None:
+                fleet.verb("revalidation", ("revalidate", *(["--unsandboxed"] if args.unsandboxed else [])))
+            else:
+                revalidate(args.config, args.lane, sandboxed=not args.unsandboxed)
     except Refused as exc:  # the keep is recorded; say why the re-validation did not run
         print(f"dit-ar revalidate: refused: {exc}", file=sys.stderr)
 
 
 def _revalidate(args: argparse.Namespace) -> int:
+    fleet = _fleet_driver(args)
+    if fleet is not None:
+        return fleet.verb("revalidation", ("revalidate", *(["--unsandboxed"] if args.unsandboxed else [])))
     from ..loop.revalidate import revalidate
 
-    return revalidate(args.config, sandboxed=not args.unsandboxed)
+    return revalidate(args.config, sandboxed=not args.unsandboxed, judge_only=args.judge_only, run_id=args.run_id)
 
 
 def _status(args: argparse.Namespace) -> int:

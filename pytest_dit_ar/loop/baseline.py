@@ -24,13 +24,14 @@ from quality_suite.corpora import Case, load_corpus
 
 from ..state import gitops, integrity, records
 from ..state.baseline import BaselineSummary, BaselineTiming, Roofline, cases_dir
+from ..state.files import write_record
 from ..state.ledger import LedgerRow
 from ..state.paths import new_run_id, now
 from ..state.perf_record import PerfRecord
 from ..state.runs import RunPaths
 from ..state.session import Session, open_session, verify_integrity
 from ..worker.client import WorkerLauncher, WorkerProcess
-from . import gpu_locks, holdout, memory_plan
+from . import conclusion, gpu_locks, holdout, memory_plan
 from .generation import CorpusOutputs, audit_evidence, generate_corpus
 from .launch import launcher_for, memory_budget
 from .live import Live
@@ -111,22 +112,25 @@ def _flags(session: Session, busy: str | None, sandboxed: bool) -> str:
 
 
 def run_baseline(config_path: Path, out: Callable[[str], None] = print, progress: bool = True,
-                 sandboxed: bool = True) -> int:
+                 sandboxed: bool = True, judge_only: bool = False, run_id: str = "") -> int:
+    """Take the lane's baseline; a fleet's judge (`judge_only`, in its slot) writes the outcome into the run
+    folder for the session's own process to record (loop/conclusion.py), under the driver's `run_id`."""
     session = open_session(config_path)
     held = gpu_locks.acquire_lane(session.target)
     try:
-        return _baseline(session, out, progress, sandboxed)
+        return _baseline(session, out, progress, sandboxed, judge_only, run_id)
     finally:
         gpu_locks.release(held)
 
 
-def _baseline(session: Session, out: Callable[[str], None], progress: bool, sandboxed: bool) -> int:
+def _baseline(session: Session, out: Callable[[str], None], progress: bool, sandboxed: bool,
+              judge_only: bool = False, run_id: str = "") -> int:
     repo = _check_preconditions(session)
     lane = session.lane
     task_metrics.check_available(lane.task_metrics, lane.quality, session.root)
     commit = gitops.head_sha(repo)
     cases = load_corpus(session.root / lane.corpus)
-    run_dir = session.paths.run(new_run_id(commit))
+    run_dir = session.paths.run(run_id or new_run_id(commit))
     started = time.perf_counter()
 
     launcher = launcher_for(session, sandboxed)
@@ -193,7 +197,11 @@ def _baseline(session: Session, out: Callable[[str], None], progress: bool, sand
                     status=Status.BASELINE, metric=lane.primary_metric, candidate=lane.metric_value(median_ms),
                     peak_vram_mb=perf.peak_memory_mb(Role.BEST), quality_summary=quality, description="baseline",
                     run_dir=str(run_dir.relative_to(session.root)), flags=_flags(session, busy, sandboxed))
-    records.record_baseline(session, repo, summary, row, run_dir)
+    if judge_only:
+        write_record(RunPaths(run_dir).baseline, summary.as_dict())
+        conclusion.write_baseline(conclusion.BaselineOutcome(summary, row), run_dir)
+    else:
+        records.record_baseline(session, repo, summary, row, run_dir)
     out(f"baseline of lane {session.lane_id} stored in {session.baseline_dir.relative_to(session.root)} "
         f"({len(cases)} cases, {time.perf_counter() - started:.0f} s)")
     if scores:

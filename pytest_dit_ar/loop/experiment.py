@@ -18,16 +18,15 @@ from dit_ar_contract.classes import MILDEST
 from dit_ar_contract.config import load_config
 from dit_ar_contract.errors import Refused
 from dit_ar_contract.sides import Role
-from dit_ar_contract.status import Status
 
-from ..state import gitops, records
+from ..state import gitops
 from ..state.best import BestRecord, Measurements
 from ..state.ledger import LedgerRow
 from ..state.live import LiveFile
 from ..state.paths import StatePaths, new_run_id
 from ..state.phases import PhaseTimes
 from ..state.session import Session, open_session, verify_integrity
-from . import gpu_locks, pregate, reuse
+from . import conclusion, gpu_locks, pregate, reuse
 from .evidence import Evidence
 from .findings import Candidate, ledger_row, performance_finding, quality_finding
 from .guards import RunGuard, check_best, check_session, check_stack
@@ -39,10 +38,12 @@ class Experiment:
     """Guards and bookkeeping around one candidate commit."""
 
     def __init__(self, config_path: Path, lane: str | None, classification: str, description: str,
-                 sandboxed: bool = True):
+                 sandboxed: bool = True, judge_only: bool = False, run_id: str = ""):
         self.config_path, self.lane_name = config_path, lane
         self.classification, self.description = classification, description
         self.sandboxed = sandboxed
+        # a fleet's judge: the outcome is written for the session's process (conclusion.py), under its driver's run id
+        self.judge_only, self.preset_run_id = judge_only, run_id
         self.guard: RunGuard | None = None  # what the candidate may not change, snapshotted before it runs
         self.session: Session | None = None
         self.repo: git.Repo | None = None
@@ -87,7 +88,7 @@ class Experiment:
         self.pregate = pregate.scan_commit(repo, shape.parent, shape.sha,
                                            tuple(p for p in shape.changed
                                                  if gitops.under(p, session.config.mutable_paths)))
-        run_dir = session.paths.run(new_run_id(self.commit))
+        run_dir = session.paths.run(self.preset_run_id or new_run_id(self.commit))
         evidence = Evidence(session, self.classification, run_dir, session.paths.best_worktree, prefetch_best=True,
                             candidate_root=session.paths.candidate_worktree if self.sandboxed else None,
                             sandboxed=self.sandboxed)
@@ -144,26 +145,27 @@ class Experiment:
                       performance_finding(outcomes, perf))
 
     def conclude(self, verdict: Verdict) -> Verdict:
-        """Write the run record and the ledger row, then keep (move best) or reset to the explicit parent."""
+        """Write the run record and the ledger row, then keep (move best) or reset to the explicit parent; a
+        fleet's judge writes the outcome into the run folder for its session's process instead."""
         session, repo = self.session, self.repo
         assert session is not None and repo is not None and self.run_dir is not None
-        self.verdict = verdict
-        perf = self.evidence.performance_result if self.evidence else None
-        measurements = Measurements(perf.median_ms(Role.CANDIDATE), perf.p95_ms(Role.CANDIDATE)) if perf else None
-        records.record_experiment(session, repo, self._row(verdict), self.run_dir, list(verdict.reasons),
-                                  time.time() - self.started, measurements,
-                                  {"seconds": self.seconds(), **phase_record(self.evidence, self.seconds()),
-                                   "software": self.stack,
-                                   "startup": perf.startup() if perf else None,
-                                   "pregate": pregate.as_records(self.pregate)})
-        if verdict.status is Status.KEEP:
+        self.verdict, outcome = verdict, self.outcome(verdict)
+        conclusion.settle(session, repo, outcome, self.run_dir, judge_only=self.judge_only)
+        if outcome.keep and not self.judge_only:  # a fleet's judge leaves the best's stored outputs alone
             store_best_outputs(self.evidence, self._best)
-        else:
-            gitops.reset_to(repo, self.parent, session.config.mutable_paths)
-            gitops.clean_untracked(repo, session.config.fixed_paths)
         if self.live is not None:
             self.live.finish(verdict.status.verdict_word)
         return verdict
+
+    def outcome(self, verdict: Verdict) -> conclusion.ExperimentOutcome:
+        """What the verdict records (pure): the row, the reasons, the measurements and the run record's details."""
+        perf = self.evidence.performance_result if self.evidence else None
+        measurements = Measurements(perf.median_ms(Role.CANDIDATE), perf.p95_ms(Role.CANDIDATE)) if perf else None
+        details = {"seconds": self.seconds(), **phase_record(self.evidence, self.seconds()), "software": self.stack,
+                   "startup": perf.startup() if perf else None, "pregate": pregate.as_records(self.pregate)}
+        return conclusion.ExperimentOutcome(self._row(verdict), tuple(verdict.reasons), time.time() - self.started,
+                                            measurements, details,
+                                            conclusion.spread_to_pool(perf) if self.judge_only else None)
 
     def seconds(self) -> dict[str, float]:
         """Where the experiment's wall time went: the evidence's phases, the rest, and the total."""

@@ -11,12 +11,14 @@ from typing import Callable
 
 from dit_ar_contract import device
 from dit_ar_contract.config import load_config
+from dit_ar_contract.device import LaneTarget
 from dit_ar_contract.errors import Refused
 from dit_ar_contract.status import Status
 
 from ..search.engine import build_index
 from ..search.location import find_handbook, user_cache
 from ..state import gitops, integrity, ledger
+from ..state.executor import ExecutorChoice
 from ..state.files import write_json_atomic
 from ..state.paths import StatePaths, now
 from ..state.session import LAYOUT, SessionRecord, read_record
@@ -71,12 +73,14 @@ def check_origin(paths: StatePaths, lane_id: str, head: str, new_baseline: bool)
 
 
 def init(config_path: Path, tag: str | None, lane: str | None, out: Callable[[str], None] = print,
-         new_baseline: bool = False) -> int:
+         new_baseline: bool = False, target: LaneTarget | None = None,
+         executor: ExecutorChoice | None = None) -> int:
+    """`target` and `executor`: a fleet session's (loop/fleet/bind.py): its device is its slot's."""
     config = load_config(config_path)
     repo = gitops.open_repo(config.root)
     gitops.exclude_state_dir(repo)
     lane_obj = config.lane(lane)
-    target = device.resolve_lane(config, lane_obj)
+    target = target or device.resolve_lane(config, lane_obj)
     if not target.runnable:
         raise Refused(f"lane {lane_obj.name!r} cannot run here: {target.problem}")
     tag = tag or time.strftime("%b%d").lower()
@@ -111,7 +115,7 @@ def init(config_path: Path, tag: str | None, lane: str | None, out: Callable[[st
                            device=target.identity, on_target=target.on_target, baseline_commit=head,
                            init_time=now(), config=str(config.path.relative_to(config.root)),
                            config_sha256=config.sha256, layout=LAYOUT, seed_key=secrets.token_hex(16),
-                           new_origin_from=replaces)
+                           new_origin_from=replaces, executor=executor or ExecutorChoice())
     write_json_atomic(paths.session, record.as_dict())
     write_json_atomic(paths.integrity, {"config_sha256": config.sha256, "taken_at": head,
                                         "files": integrity.snapshot(config.root, config.fixed_paths)})

@@ -11,6 +11,7 @@ import quality_suite
 from dit_ar_contract.errors import Refused
 
 from ..state import gitops
+from ..state.executor import SLOT_DEVICE
 from ..state.paths import STATE_DIR
 from ..state.session import Session
 from ..worker import sandbox
@@ -36,6 +37,10 @@ def sandbox_policy(session: Session) -> SandboxPolicy:
 
 def launcher_for(session: Session, sandboxed: bool = True) -> WorkerLauncher:
     """The workers of a session's lane: its device, threads, round timeout and (unless opted out) sandbox."""
+    if session.target.device.startswith(SLOT_DEVICE):
+        raise Refused(f"this session judges in its fleet's slot ({session.target.device[len(SLOT_DEVICE):]}): no "
+                      "worker runs beside its driver; `dit-ar experiment`, `baseline` and `calibrate` send the "
+                      "work to the slot")
     p = session.lane.performance
     policy = None
     if sandboxed:

@@ -38,7 +38,7 @@ from ..state.noise import read_noise
 from ..state.paths import new_run_id, now
 from ..state.perf_record import PerfRecord
 from ..state.session import Session, open_session, verify_integrity
-from . import gpu_locks, holdout
+from . import conclusion, gpu_locks, holdout
 from .launch import launcher_for
 from .measurement import measure
 from .measurement_plan import MeasurementPlan, Side
@@ -311,23 +311,24 @@ def _holdout(session: Session, launcher: Any, run_dir: Path, effective_class: st
 
 
 def revalidate(config_path: Path, lane: str | None = None, sandboxed: bool = True,
-               out: Callable[[str], None] = print) -> int:
-    """Measure, judge the holdout, record; exit 0 (also when the two disagree: the warning says so)."""
+               out: Callable[[str], None] = print, judge_only: bool = False, run_id: str = "") -> int:
+    """Measure, judge the holdout, record; exit 0 (also when the two disagree: the warning says so). A fleet's
+    judge (`judge_only`) writes its row into the run folder for the session's own process (loop/conclusion.py)."""
     session = open_session(config_path, lane)
     best_commit, baseline_commit = _check(session)
     launcher = launcher_for(session, sandboxed)
     locks = _Locks(session)
     try:
-        return _run(session, launcher, best_commit, baseline_commit, sandboxed, out)
+        return _run(session, launcher, best_commit, baseline_commit, sandboxed, out, judge_only, run_id)
     finally:
         locks.release()
 
 
 def _run(session: Session, launcher: Any, best_commit: str, baseline_commit: str, sandboxed: bool,
-         out: Callable[[str], None]) -> int:
+         out: Callable[[str], None], judge_only: bool = False, run_id: str = "") -> int:
     started = time.time()
     repo = gitops.open_repo(session.root)
-    run_dir = session.paths.run(new_run_id("revalid"))
+    run_dir = session.paths.run(run_id or new_run_id("revalid"))
     run_dir.mkdir(parents=True, exist_ok=True)
     best = require_best(session.best(), session.lane_id)
     live = LiveFile.start(session.paths.live, "revalidate", run_dir.name, best_commit,
@@ -346,7 +347,11 @@ def _run(session: Session, launcher: Any, best_commit: str, baseline_commit: str
         result = _result(session, run_dir.name, best_commit, baseline_commit, plan, perf, held,
                          {**perf.seconds, "total": time.time() - started}, best.history)
         write_json_atomic(run_dir / RECORD, result.as_dict())
-        ledger.append(session.paths.ledger, _row(session, result, perf, run_dir, sandboxed))
+        row = _row(session, result, perf, run_dir, sandboxed)
+        if judge_only:
+            write_json_atomic(run_dir / conclusion.ROW, row.as_dict())
+        else:
+            ledger.append(session.paths.ledger, row)
         live.finish(Status.REVALIDATE.verdict_word)
     except CandidateCrash as exc:
         out(f"the best crashed while it was re-validated (nothing recorded): {str(exc).splitlines()[0]}")
@@ -358,7 +363,7 @@ def _run(session: Session, launcher: Any, best_commit: str, baseline_commit: str
     warning = result.warning()
     if warning:
         out(warning)
-    out(f"evidence in {run_dir}")
+    out(f"evidence in {run_dir.relative_to(session.root) if judge_only else run_dir}")
     return 0
 
 

@@ -52,6 +52,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dit-ar-lane", default=None, help=OPTIONS["dit_ar_lane"])
     group.addoption("--dit-ar-unsandboxed", action="store_true", default=False,
                     help="run the workers without the bubblewrap sandbox (recorded in the ledger; command line only)")
+    group.addoption("--dit-ar-judge-only", action="store_true", default=False,
+                    help="judge only: write the outcome into the run folder, leave git and the ledger (a fleet's "
+                         "judge in its slot; the session's own process records it; command line only)")
+    group.addoption("--dit-ar-run-id", default=None, help="the run id to judge under (a fleet's dispatch names it)")
     for dest, help_text in OPTIONS.items():
         parser.addini(dest, help_text, type="bool" if dest == "dit_ar_experiment" else "string", default=None)
 

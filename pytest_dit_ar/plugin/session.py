@@ -59,6 +59,8 @@ class PluginSession:
         self.experiment_mode = bool(option(config, "dit_ar_experiment")) and not config.option.collectonly \
             and not hasattr(config, "workerinput")
         self.unsandboxed = bool(config.getoption("dit_ar_unsandboxed"))
+        self.judge_only = bool(config.getoption("dit_ar_judge_only"))  # a fleet's judge (loop/fleet/)
+        self.run_id = config.getoption("dit_ar_run_id") or ""
         self.experiment = None
         self.outcomes = TestOutcomes()
         self.refusal: str | None = None
@@ -86,7 +88,8 @@ class PluginSession:
             if problem:
                 raise Refused(problem)
             self.experiment = Experiment(self.config_path, self.lane, self.classification, self.description,
-                                         sandboxed=not self.unsandboxed)
+                                         sandboxed=not self.unsandboxed, judge_only=self.judge_only,
+                                         run_id=self.run_id)
             verdict = self.experiment.begin()
         except Refused as exc:
             self.refusal = str(exc)

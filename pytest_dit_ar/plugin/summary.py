@@ -70,6 +70,10 @@ def verdict_section(tr: Any, exp: Experiment) -> None:
     action = "kept as the new best" if verdict.exit_code == 0 else \
         f"reset to {exp.parent[:10]} (your commit {exp.commit[:10]} stays in `git reflog`: " \
         f"`git cherry-pick -n {exp.commit[:10]}` brings its changes back)"
+    if exp.judge_only and exp.session is not None and exp.run_dir is not None:  # a fleet's judge in its slot
+        action = f"judged in its slot; the session's own process records it ({action})"
+        tr.write_line(f"{action}; evidence in {exp.run_dir.relative_to(exp.session.root)}")
+        return
     tr.write_line(f"{action}; evidence in {exp.run_dir}")
 
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import git
 
+from .writer import refuse_in_judge
+
 
 def _git(repo: git.Repo, work_tree: Path, index: str) -> git.Git:
     g = git.Git(repo.working_dir)
@@ -21,6 +23,7 @@ def _git(repo: git.Repo, work_tree: Path, index: str) -> git.Git:
 
 def save_folder(repo: git.Repo, folder: Path, ref: str, message: str) -> str:
     """Commit the folder's files to a parentless commit under `ref` (not on any branch)."""
+    refuse_in_judge(f"the ref {ref}")
     with tempfile.TemporaryDirectory(prefix="dit-ar-idx-") as tmp:
         g = _git(repo, folder, os.path.join(tmp, "index"))
         g.add("--all", "--force", ".")

@@ -12,6 +12,7 @@ import git
 from dit_ar_contract.errors import Refused
 
 from .paths import STATE_DIR
+from .writer import refuse_in_judge
 
 BRANCH_PREFIX = "autoresearch/"
 
@@ -124,6 +125,7 @@ def out_of_scope(changed: tuple[str, ...], mutable: tuple[str, ...]) -> list[str
 
 def reset_to(repo: git.Repo, sha: str, mutable: tuple[str, ...]) -> None:
     """Reset the branch to an explicit sha and drop anything a candidate left in the mutable paths."""
+    refuse_in_judge(f"the branch's reset to {sha[:10]}")
     repo.git.reset("--hard", sha)
     repo.git.clean("-fdx", "--", *[m.rstrip("/") for m in mutable])
 
@@ -148,6 +150,7 @@ def baseline_ref(tag: str, lane_id: str) -> str:
 
 
 def set_ref(repo: git.Repo, ref: str, sha: str) -> None:
+    refuse_in_judge(f"the ref {ref}")
     repo.git.update_ref(ref, sha)
 
 

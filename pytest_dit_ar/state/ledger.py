@@ -26,6 +26,8 @@ from filelock import FileLock, Timeout
 from dit_ar_contract.errors import Refused
 from dit_ar_contract.status import Status
 
+from .writer import refuse_in_judge
+
 LOCK_TIMEOUT_S = 30.0
 
 
@@ -121,6 +123,7 @@ def _header(path: Path) -> tuple[str, ...] | None:
 
 def append(path: Path, row: LedgerRow) -> None:
     """Append one row under a file lock in a single write; a torn tail from a kill is set aside first."""
+    refuse_in_judge(f"the ledger {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S):

@@ -26,6 +26,7 @@ from .ledger import LedgerRow
 from .paths import now
 from .runs import RunPaths
 from .session import LaneBaseline, Session, SessionRecord
+from .writer import refuse_in_judge
 
 
 def record_experiment(session: Session, repo: git.Repo, row: LedgerRow, run_dir: Path, reasons: list[str],
@@ -42,6 +43,7 @@ def record_experiment(session: Session, repo: git.Repo, row: LedgerRow, run_dir:
 def set_best(session: Session, repo: git.Repo, commit: str, run_id: str, measurements: Measurements,
              effective_class: str = MILDEST.word) -> BestRecord:
     """Make `commit` the lane's best: ref first (recoverable), then best.json, then the worktree."""
+    refuse_in_judge(f"the best of lane {session.lane_id}")
     tag = session.started.tag
     ref = gitops.best_ref(tag, session.lane_id)
     gitops.set_ref(repo, ref, commit)

@@ -20,8 +20,10 @@ from dit_ar_contract.errors import Refused
 from . import integrity
 from .baseline import BaselineSummary, verify_baseline
 from .best import BestRecord, read_best
+from .executor import SLOT_DEVICE, ExecutorChoice
 from .files import read_json
 from .paths import StatePaths
+from .writer import judge_process
 
 LAYOUT = 2  # layered packages (dit_ar_contract, pytest_dit_ar.{state,worker,loop,...}); 1 = the flat package
 MIGRATION = ("this session was made by an earlier layout of pytest-dit-ar (its integrity snapshot names the "
@@ -54,6 +56,7 @@ class SessionRecord:
     layout: int = 1
     seed_key: str = ""  # keys the corpus seeds the workers see (loop.generation); never shown to a worker
     new_origin_from: str = ""  # set by `init --new-baseline`: the lane's earlier baseline commit(s) this replaces
+    executor: ExecutorChoice = field(default_factory=ExecutorChoice)  # where judging runs (state/executor.py)
 
     def as_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -66,6 +69,7 @@ class SessionRecord:
         values = {k: v for k, v in data.items() if k in known}
         values["device"] = DeviceIdentity.from_dict(data.get("device"))
         values["baselines"] = {k: LaneBaseline(**v) for k, v in (data.get("baselines") or {}).items()}
+        values["executor"] = ExecutorChoice.from_dict(data.get("executor"))
         return cls(**values)
 
     def with_baseline(self, lane_id: str, baseline: LaneBaseline) -> SessionRecord:
@@ -135,10 +139,19 @@ def open_session(config_path: str | Path, lane: str | None = None, need_session:
         raise Refused(f"the session (tag {record.tag}) runs lane {record.lane!r}, not {lane!r}; "
                       f"start a new session with `dit-ar init --tag T --lane {lane}`")
     lane_obj = config.lane(lane, record.lane if record else None)
+    if record is not None and record.executor.remote and judge_process() is None:  # a fleet session's driver
+        return Session(config, lane_obj, slot_target(record), paths, record)
     target = device.resolve_lane(config, lane_obj)
     if not target.runnable:
         raise Refused(f"lane {lane_obj.name!r} cannot run here: {target.problem}")
     return Session(config, lane_obj, target, paths, record)
+
+
+def slot_target(record: SessionRecord) -> LaneTarget:
+    """A fleet session's lane as its driver sees it: the device its slot was found to have at `init`, never
+    probed here (its workers run only in the slot; `launch.launcher_for` refuses to start one here)."""
+    return LaneTarget(record.lane, record.lane_id, SLOT_DEVICE + record.executor.slot, record.device,
+                      record.on_target)
 
 
 def session_lane_name(config: Config, explicit: str | None = None) -> str:

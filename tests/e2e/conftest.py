@@ -22,3 +22,32 @@ def loop_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def loop_repo(loop_template: Path, tmp_path: Path) -> Path:
     """A private copy of the prepared template for one test."""
     return clone_state(loop_template, tmp_path / "repo")
+
+
+@pytest.fixture(scope="session")
+def fleet_cluster(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - a ray.cluster_utils.Cluster
+    """A local Ray cluster of a head (no CPU, no GPU: nothing is placed on it) and two nodes of 4 logical CPUs and
+    2 fake GPUs each (Ray counts them and sets CUDA_VISIBLE_DEVICES; nothing here uses a GPU). Replicas go to a
+    temporary folder. Connected in the fleet's namespace, as a driver connects."""
+    import os
+
+    from tests.helpers.ray_required import require_ray
+
+    require_ray()
+    from ray.cluster_utils import Cluster
+
+    from pytest_dit_ar.loop.fleet import ray_executor
+
+    os.environ["DIT_AR_REPLICAS"] = str(tmp_path_factory.mktemp("replicas"))  # before the nodes start
+    os.environ.setdefault("RAY_prestart_worker_first_driver", "0")  # no idle workers on 2 cores
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "num_gpus": 0,
+                                                           "include_dashboard": False})
+    for _ in range(2):
+        cluster.add_node(num_cpus=4, num_gpus=2)
+    cluster.wait_for_nodes()
+    ray_executor.connect(cluster.address)
+    yield cluster
+    import ray
+
+    ray.shutdown()
+    cluster.shutdown()

@@ -43,6 +43,8 @@ OTHER_JSON = {  # the shipped modules outside state/ that call json.load(s), and
     "dit_ar_contract/config.py": "the session's config (config/autoresearch.json)",
     "perf_suite/studies.py": "a study's result file",
     "pytest_dit_ar/cli/scaffold_files.py": "a diffusers pipeline's configs and the scaffold's contract template",
+    "pytest_dit_ar/loop/fleet/index.py": "the fleet's index of judged candidates (judged.jsonl)",
+    "pytest_dit_ar/loop/fleet/judging.py": "a judge's live.json bytes, read into LiveState",
     "pytest_dit_ar/search/index.py": "the handbook index's cache",
     "pytest_dit_ar/worker/compile_cache.py": "a tree's compile-cache record",
     "pytest_dit_ar/worker/protocol.py": "the worker protocol's JSON lines",

@@ -181,7 +181,8 @@ def visible_flags(p: argparse.ArgumentParser) -> set[str]:
 def all_flags() -> frozenset[str]:
     out = {o for a in parser()._actions for o in a.option_strings}
     for p in verbs().values():
-        out |= {o for a in p._actions for o in a.option_strings}
+        for q in (p, *_subparsers(p).values()):  # `dit-ar fleet up`'s flags too
+            out |= {o for a in q._actions for o in a.option_strings}
     return frozenset(out)
 
 
@@ -445,7 +446,11 @@ def command_problems(doc: Path) -> list[str]:
         if verb not in verbs():
             problems.append(f"{rel}:{line}: `{cmd}`: the CLI has no verb {verb!r} (verbs: {sorted(verbs())})")
             continue
-        options = {o for a in verbs()[verb]._actions for o in a.option_strings} | {"--config"}
+        verb_parser = verbs()[verb]
+        if len(words) > 1 and words[1] in _subparsers(verb_parser):  # `dit-ar fleet up ...`
+            verb_parser, argv = _subparsers(verb_parser)[words[1]], [a for a in argv if a != words[1]]
+            words = words[:1] + words[2:]
+        options = {o for a in verb_parser._actions for o in a.option_strings} | {"--config"}
         bad = [a.split("=")[0] for a in argv if a.startswith("--") and a.split("=")[0] not in options]
         placeholder = any(a.startswith("<") or a.isupper() or a in ("…", "...") for a in words[1:] + argv)
         if bad:
@@ -466,14 +471,23 @@ def command_table_rows() -> dict[str, str]:
     section = text.split("| command |", 1)[1].split("\n\n", 1)[0]
     rows = {}
     for line in section.splitlines():
-        m = re.match(r"^\| `dit-ar ([a-z-]+)([^`]*)` \|", line)
+        m = re.match(r"^\| `dit-ar ([a-z-]+(?: (?!-)[a-z-]+)?)([^`]*)` \|", line)  # `fleet up`: a nested verb
         if m:
             rows[m.group(1)] = m.group(2)
     return rows
 
 
+def table_verbs() -> dict[str, argparse.ArgumentParser]:
+    """The verbs the command table has a row for: a verb with verbs of its own (`fleet`) has one row each."""
+    out = {}
+    for verb, p in verbs().items():
+        nested = _subparsers(p)
+        out.update({f"{verb} {v}": q for v, q in nested.items()} if nested else {verb: p})
+    return out
+
+
 def test_the_command_table_matches_the_parser():
-    rows, parsed = command_table_rows(), verbs()
+    rows, parsed = command_table_rows(), table_verbs()
     problems = [f"the command table has no row for `dit-ar {v}`" for v in parsed if v not in rows]
     problems += [f"the command table has `dit-ar {v}`, which the CLI does not have"
                  for v in rows if v not in parsed]

@@ -28,7 +28,7 @@ RUNNERS = {
     "sudo apt-get install -y bubblewrap chromium": CI,
     "python3 -m venv .venv && . .venv/bin/activate": CI,
     "pip install torch==2.14.1 torchvision==0.29.1": CI,
-    "pip install -e '.[test]'": CI,
+    "pip install -e '.[test,ray]'": CI,
     "dit-ar --config config/autoresearch.json demo": DEMO,
     "dit-ar --config config/autoresearch.json doctor": QUICKSTART,
     "dit-ar --config config/autoresearch.json init --tag first --lane embedded-cpu": QUICKSTART,

@@ -1,0 +1,137 @@
+"""What one judging concludes, and how the session's own process carries it out.
+
+An experiment's verdict becomes an `ExperimentOutcome` (pure: the ledger row, the reasons, the measurements, the
+run record's details and the spread to pool); `apply` writes it: the run record, the ledger row, the best or the
+reset. A baseline's ends as a `BaselineOutcome` (its summary and row) that `records.record_baseline` writes.
+
+In a local run the process that judged applies its outcome at once. In a fleet (loop/fleet/) the judge runs in a
+slot on some node and only writes its outcome into its run folder (`write`, `outcome.json`); the session's own
+process reads it back (`read`) and applies it, so git, the ledger and the best have one writer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import git
+
+from dit_ar_contract.status import Status
+from perf_suite.sequential import PairSpread
+
+from ..state import gitops, records
+from ..state.baseline import BaselineSummary
+from ..state.best import Measurements
+from ..state.files import load_record, write_record
+from ..state.ledger import LedgerRow
+from ..state.noise import record_spread
+from ..state.session import Session
+
+if TYPE_CHECKING:
+    from .measurement import PerfOutcome
+
+OUTCOME = "outcome.json"  # an experiment judged elsewhere: what its session's process records
+BASELINE_OUTCOME = "baseline-outcome.json"  # likewise for a baseline (the baseline folder comes with it)
+ROW = "row.json"  # likewise for a re-validation: its ledger row
+
+
+@dataclass(frozen=True)
+class ExperimentOutcome:
+    """One judged experiment, ready to record: nothing here has been written to the session yet."""
+
+    row: LedgerRow
+    reasons: tuple[str, ...]
+    duration_s: float
+    measurements: Measurements | None = None
+    details: dict[str, Any] = field(default_factory=dict)  # the run record's extra keys (seconds, software, ...)
+    spread: PairSpread | None = None  # a judge's pair spread against the best, pooled by the session's process
+
+    @property
+    def keep(self) -> bool:
+        return self.row.status is Status.KEEP
+
+    def with_provenance(self, flag: str, details: dict[str, Any]) -> ExperimentOutcome:
+        """The same outcome with a flag added to its row (e.g. `attempt 2`) and more run-record details."""
+        flags = "; ".join(f for f in (self.row.flags, flag) if f)
+        return dataclasses.replace(self, row=dataclasses.replace(self.row, flags=flags),
+                                   details={**self.details, **details})
+
+    def as_dict(self) -> dict[str, Any]:
+        m = self.measurements
+        return {"row": self.row.as_dict(), "reasons": list(self.reasons), "duration_s": self.duration_s,
+                "measurements": dataclasses.asdict(m) if m else None, "details": self.details,
+                "spread": self.spread.as_dict() if self.spread else None}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExperimentOutcome:
+        m, spread = data.get("measurements"), data.get("spread")
+        return cls(LedgerRow.from_dict(data["row"]), tuple(data.get("reasons") or ()), float(data["duration_s"]),
+                   Measurements(**m) if m else None, dict(data.get("details") or {}),
+                   PairSpread(int(spread["pairs"]), float(spread["spread_var"]), float(spread["within_var"]))
+                   if spread else None)
+
+
+def spread_to_pool(perf: PerfOutcome | None) -> PairSpread | None:
+    """The spread an experiment adds to the session's pool: a faithful timing's only (as `timing.learn_noise`)."""
+    return perf.spread if perf is not None and perf.spread is not None and not perf.unfaithful else None
+
+
+def write(outcome: ExperimentOutcome, run_dir: Path) -> None:
+    write_record(run_dir / OUTCOME, outcome.as_dict())
+
+
+def read(run_dir: Path) -> ExperimentOutcome | None:
+    data = load_record(run_dir / OUTCOME)
+    return ExperimentOutcome.from_dict(data) if data else None
+
+
+def apply(session: Session, repo: git.Repo, outcome: ExperimentOutcome, run_dir: Path) -> None:
+    """Record the outcome (the session's own process only): the pooled spread, the run record, the ledger row and a
+    keep's new best; anything else resets the branch to the row's parent."""
+    row = outcome.row
+    if outcome.spread is not None:
+        record_spread(session.paths, session.lane_id, row.parent, row.run_id, outcome.spread)
+    records.record_experiment(session, repo, row, run_dir, list(outcome.reasons), outcome.duration_s,
+                              outcome.measurements, outcome.details)
+    if not outcome.keep:
+        reset(session, repo, row.parent)
+
+
+def settle(session: Session, repo: git.Repo, outcome: ExperimentOutcome, run_dir: Path, judge_only: bool) -> None:
+    """A judge (`judge_only`) writes the outcome for its session's process; the session's own process applies it."""
+    if judge_only:
+        write(outcome, run_dir)
+    else:
+        apply(session, repo, outcome, run_dir)
+
+
+def reset(session: Session, repo: git.Repo, parent: str) -> None:
+    """A discarded candidate's branch back to its parent, and whatever it left in the fixed paths removed."""
+    gitops.reset_to(repo, parent, session.config.mutable_paths)
+    gitops.clean_untracked(repo, session.config.fixed_paths)
+
+
+@dataclass(frozen=True)
+class BaselineOutcome:
+    """A baseline taken elsewhere (a fleet's slot): its summary and ledger row; its folder's files beside it."""
+
+    summary: BaselineSummary
+    row: LedgerRow
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"summary": self.summary.as_dict(), "row": self.row.as_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BaselineOutcome:
+        return cls(BaselineSummary.from_dict(data["summary"]), LedgerRow.from_dict(data["row"]))
+
+
+def write_baseline(outcome: BaselineOutcome, run_dir: Path) -> None:
+    write_record(run_dir / BASELINE_OUTCOME, outcome.as_dict())
+
+
+def read_baseline(run_dir: Path) -> BaselineOutcome | None:
+    data = load_record(run_dir / BASELINE_OUTCOME)
+    return BaselineOutcome.from_dict(data) if data else None
