@@ -147,6 +147,16 @@ class QuantizationGate:
 
 
 @dataclass(frozen=True)
+class NonInferiorityTest:
+    """The paired task-score tests of the approximate and quantization gates (quality_suite/noninferiority.py)."""
+
+    alpha_q: float = 0.05  # false-pass rate of each test (one metric against one reference) over all its looks
+    case_budget_multiple: float = 5.0  # an undecided test adds cases up to this multiple of the corpus size
+    spending_gamma: float = 2.0  # Hwang-Shih-DeCani alpha spending over the looks (larger: more at the first)
+    bootstrap_resamples: int = 200  # paired bootstrap resamples of a set metric (the Frechet distance)
+
+
+@dataclass(frozen=True)
 class LpipsSettings:
     net: str = "alex"
     required: bool = False
@@ -180,6 +190,7 @@ class QualityContract:
     lpips: LpipsSettings = field(default_factory=LpipsSettings)
     clip: ClipSettings = field(default_factory=ClipSettings)
     classifier: ClassifierSettings = field(default_factory=ClassifierSettings)
+    noninferiority: NonInferiorityTest = field(default_factory=NonInferiorityTest)
 
 
 class WorkloadSpec(TypedDict):
@@ -434,6 +445,16 @@ def _check_quality(r: _Reader, q: QualityContract, where: str) -> None:
         raise r.fail(f"{where}.classifier.crop", q.classifier.crop, f"at most resize ({q.classifier.resize})")
     if q.classifier.interpolation not in ("bilinear", "bicubic"):
         raise r.fail(f"{where}.classifier.interpolation", q.classifier.interpolation, '"bilinear" or "bicubic"')
+    t = q.noninferiority
+    if not 0 < t.alpha_q < 0.5:
+        raise r.fail(f"{where}.noninferiority.alpha_q", t.alpha_q, "a false-pass rate in (0, 0.5)")
+    if t.case_budget_multiple < 1:
+        raise r.fail(f"{where}.noninferiority.case_budget_multiple", t.case_budget_multiple,
+                     "at least 1 (the corpus itself)")
+    if t.bootstrap_resamples < 50:
+        raise r.fail(f"{where}.noninferiority.bootstrap_resamples", t.bootstrap_resamples, "at least 50 resamples")
+    if not -10 <= t.spending_gamma <= 10:
+        raise r.fail(f"{where}.noninferiority.spending_gamma", t.spending_gamma, "a number in [-10, 10]")
 
 
 def _check_lane(r: _Reader, lane: Lane, root: Path) -> None:
