@@ -34,6 +34,10 @@ class CaseScores:
     def ids(self, metric: str) -> tuple[str, ...]:
         return tuple(self.rows.get(metric, {}))
 
+    def all_ids(self) -> set[str]:
+        """Every case id some metric scored."""
+        return {cid for rows in self.rows.values() for cid in rows}
+
     def plus(self, other: CaseScores) -> CaseScores:
         """These rows and then `other`'s (a case id already here keeps its row)."""
         merged = {}

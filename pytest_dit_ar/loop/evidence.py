@@ -24,7 +24,7 @@ from ..state.baseline import BaselineSummary, cases_dir
 from ..state.files import write_record
 from ..state.runs import RunPaths
 from ..state.session import Session
-from . import quality, timing
+from . import quality, quality_cases, timing
 from .candidate import CandidateRun, CandidateWorkers, PhaseClock
 from .launch import launcher_for, memory_budget
 from .live import Live
@@ -144,10 +144,31 @@ class Evidence:
         run = self.candidate()
         self._phase("quality: metrics and gates against the baseline")
         t = time.perf_counter()
-        result = quality.assess_run(self.session, self.declared_class, run, ref, cases, self.run,
-                                    whole_corpus=self.case_ids is None)
+        cand, parent = self._sources()
+        try:
+            inputs = quality_cases.task_inputs(self.session, cases, cand, parent, self.live)
+            result = quality.assess_run(self.session, self.declared_class, run, ref, cases, self.run,
+                                        whole_corpus=self.case_ids is None, inputs=inputs)
+        finally:
+            for source in (cand, parent):
+                if source is not None:
+                    source.close()
         self.clock.spent("quality_metrics", t)
         return result
+
+    def _sources(self) -> tuple[quality_cases.OutputSource, quality_cases.OutputSource | None]:
+        """Where the task-score tests' further outputs come from: the first timing pair's workers while they are
+        up, else workers started for them (loop/quality_cases.py)."""
+        pair = self.workers.first_pair
+        cand = quality_cases.OutputSource(self.session, self.launcher, "candidate", self.candidate_root,
+                                          self.spec(self.candidate_root), self.run.worker_log("candidate", "cases"),
+                                          pair.cand if pair else None, candidate=True)
+        if self.best_root is None:
+            return cand, None
+        best = quality_cases.OutputSource(self.session, self.launcher, "best", self.best_root,
+                                          self.spec(self.best_root), self.run.worker_log("best", "cases"),
+                                          pair.best if pair else None)
+        return cand, best
 
     def check_metrics_available(self) -> None:
         """Refuse before anything runs when a required metric cannot be computed here."""
