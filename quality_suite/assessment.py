@@ -95,15 +95,16 @@ class QualityAssessment:
     def passed(self) -> bool:
         return not self.failures()
 
-    def headline(self) -> str:
-        """One line for the ledger: the class, the worst fidelity and the task scores."""
+    def headline(self, tests: bool = True) -> str:
+        """One line for the ledger: the class, the worst fidelity, the task scores and (with `tests`) each paired
+        task-score test's degradation with its upper bound."""
         parts = [f"class={self.effective_class}"]
         for key in ("psnr_db", "ssim", "latent_rel_l2"):
             if key in self.summary:
                 worst = self.summary[key]["worst"]
                 parts.append(f"worst_{key}={'inf' if math.isinf(worst) else f'{worst:.4g}'}")
         parts += [f"{k}={v:.4g}" for k, v in self.task_candidate.items()]
-        parts += [self.test_text(r) for r in self.task_tests]
+        parts += [self.test_text(r) for r in self.task_tests] if tests else []
         failed = self.failures()
         if failed:
             parts.append(f"FAILED {len(failed)} checks, first: {failed[0].describe()}")

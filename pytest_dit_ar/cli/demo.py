@@ -123,7 +123,7 @@ def run_demo(source: Path, scratch: Path, lane: str = "embedded-cpu") -> int:
         proc = _run(cli + ["experiment", "--classification", cand.classification, "--description", cand.description],
                     repo, env, echo=False)
         lines = proc.stdout.strip().splitlines()
-        summary = [ln for ln in lines if ln.startswith(("class:", "quality:", "speed:", "- "))][:5]
+        summary = [ln for ln in lines if ln.startswith(("class:", "quality:", "quality test:", "speed:", "- "))][:8]
         for line in summary + lines[-1:]:
             print("    " + line[:200], flush=True)
         if proc.returncode == 2:
