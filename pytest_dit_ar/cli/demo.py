@@ -23,15 +23,16 @@ from dit_ar_contract.errors import Refused
 
 PATCHES = Path(__file__).resolve().parent / "demo_patches"
 # the verdicts the README documents for each candidate (tools/demo_repeat.py counts how often a fresh demo gives
-# them). The int8 candidate is discarded either way, but which gate decides depends on the session's keyed seeds:
-# its Fréchet distance moves by chance in either direction (zero regression fails when it rises); when it falls,
-# the speed gate discards it (dynamic int8 is not faster on the embedded lane's CPU). The bf16 cast likewise:
-# its corpus passes the numerical gate, and it is discarded on speed (not faster on this CPU) unless its timed
-# cases leave the numerical gate more often than allowed (docs/design-notes.md note 47).
+# them). The int8 candidate comes after the half-step keep: its paired task-score tests must show zero regression
+# (within the metrics' resolution) against the baseline and against that parent; the judge's probability of the
+# labelled digit falls by about 0.003 (the step cut) plus 0.0008 (int8), far above the resolution (3e-5), so it is
+# refused on quality with the interval printed. The bf16 cast: its corpus passes the numerical gate, and it is
+# discarded on speed (not faster on this CPU) unless its timed cases leave the numerical gate more often than
+# allowed (docs/design-notes.md note 47).
 DOCUMENTED: dict[str, tuple[str, ...]] = {
     "01-exact-batch-cfg": ("KEEP",), "02-exact-bf16": ("DISCARD-PERFORMANCE", "DISCARD-QUALITY"),
     "03-approximate-half-steps": ("KEEP",),
-    "04-quantization-int8-dynamic": ("DISCARD-QUALITY", "DISCARD-PERFORMANCE"),
+    "04-quantization-int8-dynamic": ("DISCARD-QUALITY",),
     "05-exact-wasted-pass": ("DISCARD-PERFORMANCE",)}
 
 
