@@ -31,8 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     q = p.add_argument_group("quality", "the task-score tests' error rates instead of the timing noise")
     q.add_argument("--quality", action="store_true", help="measure how often the quality tests pass known "
                    "degradations (0.5, 1, 2, 5 x the margin or the resolution) and harmless changes")
-    q.add_argument("--blocks", type=int, default=10, help="pool size in corpus-sized blocks, fresh seeds (default "
-                   "10; a session draws the case budget's worth)")
+    q.add_argument("--blocks", type=int, default=20, help="pool size in corpus-sized blocks, fresh seeds (default "
+                   "20; a session draws the case budget's worth)")
     q.add_argument("--sessions", type=int, default=200, help="simulated sessions per change (default 200)")
     q.add_argument("--sizes", default="0.5,1,2,5", help="degradations as multiples of the margin (default "
                    "0.5,1,2,5)")

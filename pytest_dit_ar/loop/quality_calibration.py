@@ -3,7 +3,7 @@
 The harness generates a pool on the lane with the current best's tree (blocks: the corpus again and again under
 fresh seeds of its own, not the session's), applies known degradations to the images itself (each image blended
 with another case's image, the weight set so that a metric's degradation is 0.5, 1, 2 and 5 times its margin or
-its resolution) and known harmless changes (the pool generated again in reversed batches, its images rounded to 8
+its resolution) and known harmless changes (the pool generated again one case per batch, its images rounded to 8
 bits), and runs the gate's own sequential tests on simulated sessions drawn from the pool
 (quality_suite/calibration.py). It prints, per metric and class, how often each change passed, and writes the
 table to .autoresearch/quality-calibration-<lane>.json. Nothing of model_under_test is edited.
@@ -75,7 +75,8 @@ def _scores(session: Session, images: dict[str, torch.Tensor], cases: list[Case]
 
 def _generate(session: Session, cases: list[Case], sandboxed: bool, out: Callable[[str], None]
               ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """The pool's images, and again in reversed batches (a benign rerun), from the best's tree."""
+    """The pool's images, and again one case per batch (a benign rerun: other matrix shapes), from the best's
+    tree."""
     lane = session.lane
     tree = session.paths.best_worktree if session.paths.best_worktree.is_dir() else session.root
     key = secrets.token_hex(8)  # seeds of the calibration's own
@@ -87,7 +88,7 @@ def _generate(session: Session, cases: list[Case], sandboxed: bool, out: Callabl
             worker.request("build", spec=lane.workload(launcher.model_root(tree), session.root))
             t = time.perf_counter()
             default = generate_corpus(worker, cases, lane.batch, key, lane.resolution)
-            rerun = generate_corpus(worker, list(reversed(cases)), lane.batch, key, lane.resolution)
+            rerun = generate_corpus(worker, cases, 1, key, lane.resolution)
             out(f"pool: {len(cases)} cases generated twice in {time.perf_counter() - t:.0f} s")
     finally:
         gpu_locks.release(held)
@@ -135,7 +136,7 @@ def run_quality_calibration(config_path: Path, blocks: int, sessions: int, sizes
     session.verified_baseline()  # margins and resolution come from it
     cases, block_ids = _pool(session, blocks)
     images, rerun = _generate(session, cases, sandboxed, out)
-    harmless = {"harmless: reversed batches": rerun, "harmless: 8-bit images": rounded_to_8_bits(images)}
+    harmless = {"harmless: split batches": rerun, "harmless: 8-bit images": rounded_to_8_bits(images)}
     rng = np.random.default_rng(secrets.randbits(64))
     out(f"{sessions} simulated sessions per change, drawn from {blocks} blocks of {len(block_ids[0])} cases; "
         f"alpha_q {lane.quality.noninferiority.alpha_q}")
