@@ -1,4 +1,5 @@
-"""The change-class vocabulary, defined once (DESIGN §5): each class knows its word and its rank, mildest first.
+"""The change-class vocabulary, defined once (docs/design/quality.md): each class knows its word and its rank,
+mildest first.
 
 A candidate declares a class; the audit may raise it (never lower it) to the class its evidence implies, and a
 kept commit's class is inherited by the candidates after it. The quality gate of the effective class applies.

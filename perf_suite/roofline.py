@@ -1,4 +1,4 @@
-"""Device peaks (arithmetic and memory) and the roofline arithmetic built on them (DESIGN §6).
+"""Device peaks (arithmetic and memory) and the roofline arithmetic built on them (docs/design/speed-verdict.md).
 
 A device named in TABLE gets its figure from there; any other device (every CPU included) gets a
 *measured* peak: a large matrix product timed in the lane's worker (see perf_suite.profiling).

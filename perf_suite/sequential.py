@@ -77,8 +77,8 @@ KEEP, NOT_FASTER, INCONCLUSIVE, CONTINUE = 0, 1, 2, 3
 DECISIONS = ("keep", "not-faster", "inconclusive", "continue")
 
 # The prior bound on the between-process sd when neither a calibration nor pooled data exist, per lane kind
-# (docs/perf-harness.md): CPU lanes 2.5% (the CPU studies' 90% bounds are 1.5-3%), GPU lanes 2.5% (the
-# 2026-11-29 pinned H200 blocks' bound, which includes their within noise).
+# (docs/design/speed-verdict.md): CPU lanes 2.5% (the CPU studies' 90% bounds are 1.5-3%), GPU lanes 2.5% (the
+# bound of the pinned H200 blocks, which includes their within noise).
 DEFAULT_BOUND_PCT = {"cpu": 2.5, "cuda": 2.5}
 MIN_BOUND_PCT = 0.1  # B never falls below this (a quiet CUDA-graph pair still differs by ~0.1%)
 

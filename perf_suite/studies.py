@@ -1,15 +1,15 @@
-"""The study's result files, typed (the engine: `pytest_dit_ar.loop.study`; the verb: `dit-ar calibrate`).
+"""The study's result files, typed (the engine: `pytest_dit_ar.loop.aa_pairs`; the verb: `dit-ar calibrate`).
 
 A study times arms of paired worker processes: `null` (a tree against itself, A/A), one arm per injected true
 speedup (named by its percentage: the best side sleeps a known fraction of the latency) and `sandbox-overhead`
 (the sandboxed tree against itself unsandboxed). Each arm holds its pairs' round times (`StudyPair`); the whole
-run is a `StudyResults`. The file keeps the shape it always had (`arms`: name -> list of pairs, `delays_s`:
-arm -> seconds) plus `format`; files without one are format 1 (the studies of docs/data/h200/ waves 2-4 and
-docs/data/cpu/) and read the same. A newer format is refused, as pyperf and asv refuse one (`from_dict`).
+run is a `StudyResults`. The file's shape: `arms` (name -> list of pairs), `delays_s` (arm -> seconds) and
+`format`; files without one are format 1 (the earliest recorded studies) and read the same. A newer format is
+refused, as pyperf and asv refuse one (`from_dict`).
 
-Readers: the study's evaluation (loop/study.py), the calibration (loop/calibration.py), the noise regimes fitted
-to recorded studies (perf_suite/simulation.py, hence tools/verdict_study.py). The study's summary is derived
-data: it is written beside the results for a reader of the file, and recomputed from the pairs, never read back.
+Readers: the calibration (loop/calibration.py) and, beside the product, the lab's studies (lab/studies/: the
+measured study's evaluation, the noise regimes fitted to recorded studies). A study's summary is derived data:
+it is written beside the results for a reader of the file, and recomputed from the pairs, never read back.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from dit_ar_contract.config import PerfProtocol
+from dit_ar_contract.sides import Sides
 
 FORMAT = 2  # 1: the same shape without the key; 2 adds `format` and the pairs' fork figures
 NULL = "null"
@@ -35,27 +36,29 @@ class StudyPair:
 
     cand_s: tuple[float, ...]
     best_s: tuple[float, ...]
-    warmup_s: dict[str, list[float]] = field(default_factory=dict)
-    build_s: dict[str, float] = field(default_factory=dict)
-    orders: tuple[str, ...] = ()  # per round "CB" or "BC" (format 1 files of wave 2-3 lack them)
+    warmup_s: Sides[list[float]] = field(default_factory=lambda: Sides.of(lambda _: []))
+    build_s: Sides[float] = field(default_factory=lambda: Sides(0.0, 0.0))
+    orders: tuple[str, ...] = ()  # per round "CB" or "BC" (the earliest format 1 files lack them)
     problems: tuple[str, ...] = ()
     forked: bool | None = None  # the pair came from the fork servers (None: not recorded, format 1)
-    ready_s: dict[str, float] = field(default_factory=dict)  # forked workers: fork request to hello
+    ready_s: Sides[float | None] = field(default_factory=lambda: Sides(None, None))  # forked: fork to hello
 
     def log_ratios(self, rounds: int | None = None) -> np.ndarray:
         """log(candidate / best) of the first `rounds` rounds (all when None)."""
         return np.log(np.asarray(self.cand_s[:rounds], float) / np.asarray(self.best_s[:rounds], float))
 
     def as_dict(self) -> dict[str, Any]:
-        return {"cand_s": list(self.cand_s), "best_s": list(self.best_s), "warmup_s": self.warmup_s,
-                "build_s": self.build_s, "orders": list(self.orders), "problems": list(self.problems),
-                "forked": self.forked, "ready_s": self.ready_s}
+        return {"cand_s": list(self.cand_s), "best_s": list(self.best_s), "warmup_s": self.warmup_s.to_dict(),
+                "build_s": self.build_s.to_dict(), "orders": list(self.orders), "problems": list(self.problems),
+                "forked": self.forked, "ready_s": self.ready_s.to_dict(skip_none=True)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StudyPair:
         return cls(tuple(map(float, data["cand_s"])), tuple(map(float, data["best_s"])),
-                   dict(data.get("warmup_s") or {}), dict(data.get("build_s") or {}), tuple(data.get("orders") or ()),
-                   tuple(data.get("problems") or ()), data.get("forked"), dict(data.get("ready_s") or {}))
+                   Sides.from_dict(data.get("warmup_s"), lambda v: [float(x) for x in v or ()]),
+                   Sides.from_dict(data.get("build_s"), float, 0.0), tuple(data.get("orders") or ()),
+                   tuple(data.get("problems") or ()), data.get("forked"),
+                   Sides.from_dict(data.get("ready_s"), lambda v: None if v is None else float(v)))
 
 
 @dataclass(frozen=True)
@@ -78,20 +81,6 @@ class StudyArm:
         """(pairs, rounds) log ratios of the first `rounds` rounds of every pair."""
         return np.array([p.log_ratios(rounds) for p in self.pairs])
 
-    def sleep_free(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Every pair's (candidate, best) round times with the injected sleep taken off the best side."""
-        delay = self.delay_s or 0.0
-        return [(np.asarray(p.cand_s, float), np.asarray(p.best_s, float) - delay) for p in self.pairs]
-
-    def sleep_free_log_ratios(self) -> list[np.ndarray]:
-        """Every pair's log ratios with the injected sleep's expected effect taken off."""
-        delay = self.delay_s or 0.0
-        out = []
-        for p in self.pairs:
-            c, b = np.asarray(p.cand_s, float), np.asarray(p.best_s, float)
-            out.append(np.log(c / b) - np.log(c / (c + delay)))
-        return out
-
 
 @dataclass(frozen=True)
 class StudyResults:
@@ -106,7 +95,7 @@ class StudyResults:
     arms: dict[str, StudyArm] = field(default_factory=dict)
     old_rounds: int = 0
     load: int = 0
-    sandboxed: bool | None = None  # None: not recorded (format 1 files of wave 2)
+    sandboxed: bool | None = None  # None: not recorded (the earliest format 1 files)
     stopped: str | None = None  # why collection stopped early (a deadline), None when complete
     wall_s: float = 0.0
     metric: str = "latency_ms"  # the lane's primary metric (format 1 files: always latency)

@@ -1,4 +1,4 @@
-"""Generate latency of the working tree published through pytest-benchmark (DESIGN §6).
+"""Generate latency of the working tree published through pytest-benchmark (docs/design/speed-verdict.md).
 
 `pytest -m perf --benchmark-autosave` stores it, `--benchmark-compare` and `--benchmark-histogram`
 work as usual. Each round is one worker round trip timed in this process, with the outputs written

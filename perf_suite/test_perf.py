@@ -1,4 +1,4 @@
-"""Performance of the model under test against the current best, timed out of process (DESIGN §6)."""
+"""Performance of the model under test against the current best, timed out of process (docs/design/speed-verdict.md)."""
 
 import pytest
 

@@ -10,6 +10,10 @@ that is still getting faster. The rule, per side, after each warm-up round:
   `tolerance_pct` faster than the fastest round before them (a noisy but warm eager worker meets this one);
 * and at `max_rounds` rounds it stops anyway (`capped`: the summary says so).
 
+A worker that already generated (the candidate's quality run: the corpus in full batches, timed by the harness)
+brings those times as history (`state_after`): the rule reads them with at least one new round, so a worker the
+corpus already warmed is steady after that one round instead of `window` more.
+
 Defaults (PerfProtocol): window 3, 10%, at most 8 rounds; the embedded CPU lane uses window 2 and at most 3
 rounds, so its eager workers (which have nothing to compile) cost at most one round more than the fixed 2.
 """
@@ -37,6 +41,19 @@ class WarmupRule:
         if n >= self.max_rounds:
             return "capped"
         return "warming"
+
+    def state_after(self, history: list[float], times: list[float]) -> str:
+        """The state of a worker that already ran `history` (the same requests' shape, the harness's clock)
+        before these warm-up rounds: at least one new round; steady judged on all of them; the cap counts the
+        new rounds only."""
+        if not history:
+            return self.state(times)
+        if not times:
+            return "warming"
+        every = history + times
+        if len(every) >= max(self.min_rounds, self.window) and steady(every, self.window, self.tolerance_pct):
+            return "steady"
+        return "capped" if len(times) >= self.max_rounds else "warming"
 
     def done(self, times: list[float]) -> bool:
         return self.state(times) != "warming"

@@ -1,4 +1,4 @@
-"""The quality assessment of one candidate against the original baseline (DESIGN §5), as a pure function.
+"""The quality assessment of one candidate against the original baseline (docs/design/quality.md), as a pure function.
 
 `assess` audits the declared class, measures per-case fidelity (and LPIPS where available), computes
 the task metrics, runs the paired task-score tests of the approximate and quantization classes
@@ -152,14 +152,16 @@ class QualityAssessment:
 
 def _tests(effective: str, scores: dict[str, task_metrics.TaskScore], baseline: BaselineReference,
            cases: list[Case], quality: QualityContract, metric_names: tuple[str, ...], root: Path,
-           inputs: TaskInputs) -> tuple[TestResult, ...]:
-    """The paired task-score tests of the effective class over the corpus, then over further cases if undecided."""
+           inputs: TaskInputs, approximate_chain: bool = False) -> tuple[TestResult, ...]:
+    """The paired task-score tests of the effective class over the corpus, then over further cases if undecided
+    (`approximate_chain`: the outputs build on an approximate keep, task_tests.specs)."""
     cls = ChangeClass.from_word(effective)
     if not cls.judged_on_the_task or not baseline.task_metrics:
         return ()
     resolution = baseline.task_resolution or task_tests.fallback_resolution(
         baseline.task_metrics, baseline.task_envelope, quality.exact.envelope_multiple)
-    specs = task_tests.specs(cls, quality, baseline.task_metrics, resolution, inputs.parent is not None)
+    specs = task_tests.specs(cls, quality, baseline.task_metrics, resolution, inputs.parent is not None,
+                             approximate_chain)
     base = inputs.baseline
     if base is None:
         base = CaseScores.of(task_metrics.compute(metric_names, baseline.outputs.images, cases, root, quality))
@@ -203,7 +205,7 @@ def assess(declared: str, inherited: str, candidate: Outputs, baseline: Baseline
     summary = summarize(fid)
     task_cand = {k: v.value for k, v in scores.items()}
     tests = _tests(effective, scores, baseline, cases, quality, metric_names, root,
-                   inputs or TaskInputs()) if whole_corpus else ()
+                   inputs or TaskInputs(), approx) if whole_corpus else ()
     aggregate = gates.aggregate_checks(effective, summary, quality, task_cand, baseline.task_metrics,
                                        task_metrics.lower_is_better(), approx, baseline.task_envelope,
                                        sharpness.mean_abs_log_change(candidate.images, baseline.outputs.images),

@@ -153,8 +153,9 @@ def findings(candidate: AuditEvidence, baseline: AuditEvidence,
         found.append((ChangeClass.EXACT, f"{fell}, with outputs bit-identical to the baseline's (redundant passes "
                                          "removed, not steps)") if identical else (ChangeClass.APPROXIMATE, fell))
     if candidate.denoiser_rows_unseen:  # reported, no class implied: the outputs' gates judge the step count
-        found.append((ChangeClass.EXACT, "the denoiser ran unseen on some generates (no forward call: CUDA "
-                                         "graph replays?), so its evaluations were not counted"))
+        found.append((ChangeClass.EXACT, "the denoiser ran unseen on some generates (no call to it or to its "
+                                         "entry modules: a replayed CUDA graph, or a forward that calls none of "
+                                         "them), so its evaluations were not counted"))
     return found
 
 

@@ -36,7 +36,7 @@ HOW_TO = ("Classifier weights are never downloaded by the harness. On a machine 
           "copy {model}.pth to {path} and name it in config/autoresearch.json under quality.classifier "
           "(or lanes.<lane>.quality.classifier): {{\"model\": \"{model}\", \"weights\": \"<path>\", "
           "\"resize\": <resize_size>, \"crop\": <crop_size>, \"interpolation\": \"<printed, lower case>\"}}; "
-          "step by step: docs/quality.md section 6.")
+          "step by step: docs/guide/task-metrics.md.")
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Quality gates per experiment class (DESIGN §5): pure functions from measurements to checks.
+"""Quality gates per experiment class (docs/design/quality.md): pure functions from measurements to checks.
 
 Every check carries the metric, the case, the value, the comparison and the threshold so that a
 verdict can say exactly what failed. Thresholds come from the config's quality contract:
@@ -21,7 +21,7 @@ verdict can say exactly what failed. Thresholds come from the config's quality c
 The rule for lanes without task metrics is one for both classes whose claim is about the task rather than
 the pixels: neither an approximate nor a quantization change can be kept there. Fidelity floors alone say
 how far the pixels moved, not whether the model still does its job (an int8 change once passed at 20.9 dB
-on fidelity alone). Configure a task metric for the lane (docs/quality.md) to open both classes.
+on fidelity alone). Configure a task metric for the lane (docs/design/quality.md) to open both classes.
 """
 
 from __future__ import annotations
@@ -231,7 +231,8 @@ def aggregate_checks(cls: ChangeClass | str, summary: dict[str, Any], quality: Q
     if cls.judged_on_the_task and not task_base and not task_cand:
         claim = "non-inferiority" if cls is ChangeClass.APPROXIMATE else "zero regression"
         checks.append(Check("task_metrics", False, 0.0, 1.0, None, f"the {cls} gate needs task-quality metrics to "
-                            f"show {claim}; this lane configures none (see docs/quality.md, task metrics)"))
+                            f"show {claim}; this lane configures none: set lanes.<lane>.task_metrics, e.g. "
+                            "clip_score with quality.clip (dit-ar scaffold --clip-weights PATH)"))
     if cls.judged_on_the_task and (task_base or task_cand):
         checks += _missing_scores(task_cand, task_base)
         checks += [test_check(r) for r in task_tests]

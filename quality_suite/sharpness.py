@@ -1,7 +1,7 @@
 """Fine detail of an image as the energy of its Laplacian (a blur lowers it, leftover noise raises it).
 
 Compared per case with the baseline's image as |log(candidate energy / baseline energy)|, averaged over
-the corpus. Measured on the embedded lane (docs/quality.md): 8 sampling steps instead of 10 give 0.02,
+the corpus. Measured on the embedded lane (docs/design/quality.md): 8 sampling steps instead of 10 give 0.02,
 5 steps 0.08, 3 steps 0.20, one step 0.80 and a 3x3 box blur of the baseline 0.45.
 """
 

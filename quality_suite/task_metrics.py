@@ -168,7 +168,7 @@ def _check_classifier(root: Path, quality: QualityContract) -> None:
     check(quality, root)
 
 
-LOCAL_WEIGHTS_DOCS = "docs/quality.md §6, task metrics from local weights"
+LOCAL_WEIGHTS_DOCS = "docs/guide/task-metrics.md; CLIP weights: docs/guide/clip-weights.md"
 
 REGISTRY: dict[str, TaskMetric] = {
     "judge_accuracy": TaskMetric("judge_accuracy", False, judge_accuracy, _check_judge, needs_labels=True,

@@ -111,17 +111,25 @@ def fallback_resolution(task_base: Mapping[str, float], task_envelope: Mapping[s
 
 
 def specs(cls: ChangeClass | str, quality: QualityContract, task_base: Mapping[str, float],
-          resolutions: Mapping[str, float], against_parent: bool) -> list[TestSpec]:
+          resolutions: Mapping[str, float], against_parent: bool, approximate_chain: bool = False) -> list[TestSpec]:
     """The tests of a class: each metric against the baseline (and the parent, for a quantization after a
-    keep whose outputs are not the baseline's)."""
+    keep whose outputs are not the baseline's). A quantization is held to the resolution against its parent;
+    against the original baseline too, unless the chain it builds on holds an approximate keep
+    (`approximate_chain`): then the baseline test keeps the approximate margin, the budget of the whole chain."""
     cls = ChangeClass.from_word(cls)
     if not cls.judged_on_the_task:
         return []
-    refs = (BASELINE, PARENT) if cls is ChangeClass.QUANTIZATION and against_parent else (BASELINE,)
+    own = margins(cls, quality, task_base, resolutions)
+    if cls is not ChangeClass.QUANTIZATION or not against_parent:
+        refs = {BASELINE: own}
+    else:
+        chain = margins(ChangeClass.APPROXIMATE, quality, task_base, resolutions) if approximate_chain else own
+        refs = {BASELINE: chain, PARENT: own}
     out = []
-    for name, (margin, source) in margins(cls, quality, task_base, resolutions).items():
+    for name in task_base:
         metric = task_metrics.metric(name)
-        out += [TestSpec(name, ref, margin, source, metric.lower_is_better, metric.statistic) for ref in refs]
+        out += [TestSpec(name, ref, m[name][0], m[name][1], metric.lower_is_better, metric.statistic)
+                for ref, m in refs.items()]
     return out
 
 

@@ -1,4 +1,4 @@
-"""Quality gate of the model under test against the ORIGINAL baseline (DESIGN §5).
+"""Quality gate of the model under test against the ORIGINAL baseline (docs/design/quality.md).
 
 One test per corpus case (readable ids, so an IDE can run one case) and one over the whole corpus.
 They judge the working tree in plain runs and the candidate commit inside an experiment.

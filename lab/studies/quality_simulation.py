@@ -105,8 +105,8 @@ def load(path: Path) -> tuple[dict[str, np.ndarray], dict]:
     return arrays, json.loads(str(arrays.pop("meta")))
 
 
-def rows_of(arrays: dict[str, np.ndarray], meta: dict, alpha: float | None) -> list[tuple[str, str, str, float | None,
-                                                                                        Engine]]:
+def rows_of(arrays: dict[str, np.ndarray], meta: dict, alpha: float | None,
+            metrics: tuple[str, ...] = METRICS) -> list[tuple[str, str, str, float | None, Engine]]:
     """(metric, class, change, size, engine) for every row of the table."""
     quality = load_config(ROOT / "config" / "autoresearch.json").lanes["embedded-cpu"].quality
     if alpha is not None:
@@ -116,7 +116,7 @@ def rows_of(arrays: dict[str, np.ndarray], meta: dict, alpha: float | None) -> l
     blocks = np.arange(len(arrays["ids"])).reshape(-1, corpus)
     design = task_tests.design(quality, corpus)
     out = []
-    for m in METRICS:
+    for m in metrics:
         metric = task_metrics.metric(m)
         for cls in (ChangeClass.APPROXIMATE, ChangeClass.QUANTIZATION):
             margin, source = task_tests.margins(cls, quality, meta["task_base"], meta["resolution"])[m]
@@ -137,14 +137,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--alpha", type=float, default=None, help="alpha_q (default: the config's)")
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--metrics", default=",".join(METRICS), help="the metrics' rows to run (default all)")
     args = ap.parse_args(argv)
+    metrics = tuple(args.metrics.split(","))
     arrays, meta = load(args.data)
     rng = np.random.default_rng(args.seed)
     started = time.perf_counter()
     table = []
     print(f"{'metric':<17} {'class':<12} {'change':<27} {'degradation':>11} {'margin':>9} {'passed':>7} "
           f"{'[95% CI]':<14} cases")
-    for m, cls, label, k, engine in rows_of(arrays, meta, args.alpha):
+    for m, cls, label, k, engine in rows_of(arrays, meta, args.alpha, metrics):
         rate = engine.rate(args.sessions, rng)
         idx = engine.blocks.reshape(-1)
         per_block = [task_tests.statistic_degradation(m, engine.base[b].astype(np.float64),
@@ -156,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         table.append({"metric": m, "class": cls, "change": label, "size": k, "degradation": degradation,
                       "margin": engine.spec.margin, "passes": rate.passes, "sessions": rate.sessions,
                       "interval": [lo, hi], "mean_cases": rate.mean_cases})
-    design = rows_of(arrays, meta, args.alpha)[0][4].design
+    design = rows_of(arrays, meta, args.alpha, metrics)[0][4].design
     summary = {"sessions": args.sessions, "alpha_q": design.alpha, "max_cases": design.max_cases,
                "spending_gamma": design.spending_gamma, "resamples": design.resamples, "data": str(args.data),
                "data_meta": {k: meta[k] for k in ("command", "machine", "date", "blocks", "resolution", "task_base")},

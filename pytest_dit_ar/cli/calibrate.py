@@ -1,5 +1,5 @@
 """`dit-ar calibrate`: measure this machine's noise on the session's lane (A/A pairs of the best against
-itself through the study engine, loop/study.py, on the experiment's launcher and pair code; optionally
+itself in fresh pairs, loop/aa_pairs.py, on the experiment's launcher and pair code; optionally
 injected speedups), store it as the statistics' prior (.autoresearch/noise.json, only after a complete run)
 and print the power it implies, with a figure. With --quality: the task-score tests' pass rates for known
 degradations and harmless changes the harness applies to a pool of the lane's outputs
@@ -19,12 +19,15 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("calibrate", help="measure this machine's timing noise on the lane; store it as the verdict's "
                        "prior and print the wins it can detect",
                        description=__doc__.splitlines()[0] if __doc__ else None)
-    p.add_argument("--pairs", type=int, default=8, help=f"A/A worker pairs (at least {MIN_PAIRS}; default 8)")
-    p.add_argument("--rounds", type=int, default=None, help="paired rounds per pair (default: the lane's)")
+    p.add_argument("--pairs", type=int, default=None, help=f"A/A worker pairs (at least {MIN_PAIRS}; default the "
+                   "lane's performance.calibration_pairs, 8)")
+    p.add_argument("--rounds", type=int, default=None, help="paired rounds per pair (default the lane's "
+                   "performance.calibration_rounds, else its rounds; longer pairs give a smaller bound B)")
     p.add_argument("--speedups", default="", help="comma-separated true speedups in percent to inject (2 pairs each)")
     p.add_argument("--steps", type=int, default=None, help="override the lane's sampling steps")
-    p.add_argument("--budget-s", type=float, default=900.0, help="stop collecting after this many seconds; an "
-                   "unfinished calibration leaves the previous profile (default 900)")
+    p.add_argument("--budget-s", type=float, default=None, help="stop collecting after this many seconds; an "
+                   "unfinished calibration leaves the previous profile (default 900, more when the pairs at the "
+                   "best's latency need it)")
     p.add_argument("--figure", type=Path, default=None, help="where to write the figure (default "
                    ".autoresearch/calibration-<lane>.png)")
     p.add_argument("--unsandboxed", action="store_true", help="workers without the bubblewrap sandbox")
@@ -60,31 +63,35 @@ def run(args: argparse.Namespace) -> int:
                                        sandboxed=not args.unsandboxed)
     from perf_suite.sequential import Design
 
-    from ..loop.calibration import Collected, collect, describe, figure, one_pair_s, profile_of
+    from ..loop.aa_pairs import StudyPlan
+    from ..loop.calibration import Collected, budget_s, collect, describe, figure, one_pair_s, profile_of
     from ..loop.gpu_locks import acquire_lane, release
-    from ..loop.study import StudyPlan
+    from ..loop.pairs import timed_cores
     from ..state import gitops
     from ..state.noise import noise_path, store_profile
     from ..state.session import open_session
 
-    if args.pairs < MIN_PAIRS:
+    if args.pairs is not None and args.pairs < MIN_PAIRS:
         raise Refused(f"--pairs {args.pairs}: a calibration needs at least {MIN_PAIRS} A/A pairs")
     speedups = _speedups(args.speedups)
     session = open_session(args.config)  # refuses without a session or when the lane cannot run here
     lane, protocol = session.lane, session.lane.performance
-    rounds = args.rounds or protocol.rounds
+    pairs = args.pairs or protocol.calibration_pairs
+    rounds = args.rounds or protocol.calibration_rounds or protocol.rounds
     if rounds < 4:
         raise Refused(f"--rounds {rounds}: a pair needs at least 4 paired rounds")
     best = session.best()
-    need = one_pair_s(protocol, best.measurements.median_ms if best else None, lane.is_cuda)
-    if args.budget_s < need:
-        raise Refused(f"--budget-s {args.budget_s:g} is too little time for one pair on lane {lane.name} (about "
+    latency = best.measurements.median_ms if best else None
+    need = one_pair_s(protocol, latency, lane.is_cuda)
+    budget = args.budget_s if args.budget_s is not None else budget_s(protocol, latency, lane.is_cuda, pairs, rounds)
+    if budget < need:
+        raise Refused(f"--budget-s {budget:g} is too little time for one pair on lane {lane.name} (about "
                       f"{need:.0f} s here); give at least {MIN_PAIRS * need:.0f} s")
     tree = session.paths.best_worktree if session.paths.best_worktree.is_dir() else session.root
     commit = gitops.head_sha(gitops.open_repo(tree))
     out = session.paths.dir / f"calibration-{session.lane_id}.json"
-    plan = StudyPlan.calibration(args.config, lane.name, tree, args.pairs, rounds, speedups, args.steps,
-                                 args.budget_s, out, sandboxed=not args.unsandboxed)
+    plan = StudyPlan.calibration(args.config, lane.name, tree, pairs, rounds, speedups, args.steps,
+                                 budget, out, sandboxed=not args.unsandboxed)
     held = acquire_lane(session.target)
     try:
         collected: Collected = collect(plan)
@@ -92,13 +99,14 @@ def run(args: argparse.Namespace) -> int:
         release(held)
     if not collected.complete:
         done = len(collected.null)
-        print(f"dit-ar calibrate: incomplete: {done} of {args.pairs} A/A pairs within --budget-s {args.budget_s:g}; "
+        print(f"dit-ar calibrate: incomplete: {done} of {pairs} A/A pairs within --budget-s {budget:g}; "
               f"the previous profile stays in {noise_path(session.paths)} (data in {out})")
         return 1
     profile = profile_of(collected, session.lane_id, commit, protocol, lane.primary_metric)
     store_profile(session.paths, profile)
     design = Design.from_protocol(protocol, lane.primary_metric)
-    for line in describe(profile, design):
+    one_core = not lane.is_cuda or len(timed_cores(protocol, lane.is_cuda) or ()) == 1
+    for line in describe(profile, design, one_core, protocol.bound_confidence):
         print(line)
     path = figure(profile, collected.null, design,
                   args.figure or session.paths.dir / f"calibration-{session.lane_id}.png")

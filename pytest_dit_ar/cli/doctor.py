@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from dit_ar_contract import device, versions
-from dit_ar_contract.config import load_config
+from dit_ar_contract.config import load_config, repo_root_for
 from dit_ar_contract.errors import EXIT_DISCARD, EXIT_OK
 
 from ..state.paths import StatePaths
 from ..state.session import read_record
+from .doctor_clip import clip_hints
+from .install_advice import install_command
 
 
 def _reason(name: str, why: str) -> str:
@@ -60,6 +62,9 @@ def task_metric_report(config, out=print) -> None:
         if task_metrics.needs_labels(name):
             state += f"; needs corpus labels (labelled corpora: {', '.join(labelled) or 'no lane'})"
         out(f"  {name}: {state}")
+        if name == "clip_score":
+            for line in clip_hints(default.quality.clip, config.root, default.name):
+                out(f"    {line}")
 
 
 def _lane_problems(config, lane, target) -> list[str]:
@@ -73,7 +78,7 @@ def _lane_problems(config, lane, target) -> list[str]:
     elif lane.weights:
         from ..worker.sandbox import unreadable_refusal
 
-        refusal = unreadable_refusal(Path(lane.weights_path(config.root)))
+        refusal = unreadable_refusal(Path(lane.weights_path(config.root)), (config.root,))
         if refusal:
             problems.append(refusal)
     try:
@@ -87,7 +92,9 @@ def _lane_problems(config, lane, target) -> list[str]:
 
 def _metrics_note(lane) -> str:
     if not lane.task_metrics:
-        return "no task metrics configured"
+        return (f"no task metrics configured, so approximate and quantization changes cannot be kept (set "
+                f'lanes.{lane.name}.task_metrics, e.g. "clip_score" with quality.clip.weights, which '
+                '`dit-ar scaffold --clip-weights PATH` writes, or "classifier_top1" with quality.classifier)')
     return f"task metrics {', '.join(lane.task_metrics)} usable"
 
 
@@ -96,7 +103,8 @@ def doctor(config_path: Path, out=print) -> int:
     out("software: " + ", ".join(f"{k} {v}" for k, v in info.items() if v))
     missing = [k for k in ("torch", "diffusers", "torchmetrics", "open_clip_torch", "gitpython") if not info.get(k)]
     if missing:
-        out(f"MISSING packages: {missing} — install with `pip install -e .` from the repo root")
+        where = repo_root_for(config_path)
+        out(f"MISSING packages: {', '.join(missing)} — install with {install_command(missing, where)}")
     config = load_config(config_path)
     t = config.target
     out(f"target: {t.name} (sm_{t.compute_capability.replace('.', '')}, {t.vram_gb:g} GB, {t.gpu_count} GPU, "

@@ -1,4 +1,5 @@
-"""`dit-ar profile`: stage attribution, FLOPs and roofline of the working tree's pipeline (DESIGN §6).
+"""`dit-ar profile`: stage attribution, FLOPs and roofline of the working tree's pipeline
+(docs/design/speed-verdict.md).
 
 The default mode profiles in a worker process (as the harness times it) and writes
 `.autoresearch/runs/profile-<time>/{profile.json,trace.json}`. `--once` runs one steady-state generate

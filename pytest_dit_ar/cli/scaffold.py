@@ -19,55 +19,38 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import inspect
 import json
-import re
-import tempfile
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dit_ar_contract.config import DEFAULT_CONFIG, load_config
+from dit_ar_contract.config import DEFAULT_CONFIG
 from dit_ar_contract.errors import Refused
 
-TEMPLATES = Path(__file__).resolve().parent / "scaffold_templates"
-CORPUS_DIR = "corpus"
-MUTABLE = "model_under_test/"
-FIXED = ("config/", f"{CORPUS_DIR}/", "program.md", "AGENTS.md", "tests/", ".gitignore")
-# a virtual environment inside the project is never committed
-IGNORED = ("__pycache__/", "*.pyc", ".pytest_cache/", ".benchmarks/", ".venv/", "venv/")
-LANE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
-DEVICE = re.compile(r"cpu|cuda(:[0-9]+)?")
-FIRST_SEED = 4101
-DEFAULT_CASES = 16
-
-
-@dataclass(frozen=True)
-class Family:
-    """What the scaffold knows about one diffusers pipeline class; the numbers are fallbacks for when the
-    folder's configs or the class's signature say nothing."""
-
-    class_name: str
-    key: str  # the lane's preset name
-    wrapper: str  # the class in the generated pipeline.py
-    sample_size: int  # latent side
-    vae_factor: int  # VAE down-sampling
-    multiple: int  # the resolution must be a multiple of this
-    steps: int
-    guidance: float
-    max_sequence_length: int = 0
-    cuda_dtype: str = "bfloat16"
-
-    @property
-    def text_to_image(self) -> bool:
-        return self.wrapper == "TextToImage"
-
-    @property
-    def template(self) -> str:
-        return "model/pipeline_text.py.j2" if self.text_to_image else "model/pipeline_class.py.j2"
-
+from .scaffold_clip import add_clip, describe
+from .scaffold_files import (
+    CORPUS_DIR,
+    DEFAULT_CASES,
+    DEVICE,
+    FIRST_SEED,
+    LANE_NAME,
+    MUTABLE,
+    TEMPLATES,
+    Family,
+    Plan,
+    Request,
+    Workload,
+    check_config,
+    config_for,
+    corpus_files,
+    read_json_file,
+    render,
+    repo_root,
+    slug,
+    weights_entry,
+    write,
+)
 
 FAMILIES = (
     Family("DiTPipeline", "dit", "ClassConditional", 32, 8, 16, 50, 4.0, cuda_dtype="float32"),
@@ -79,44 +62,6 @@ FAMILIES = (
 )
 
 
-@dataclass(frozen=True)
-class Request:
-    """What was asked on the command line."""
-
-    pipeline: Path
-    lane: str | None = None
-    resolution: int | None = None
-    steps: int | None = None
-    guidance: float | None = None
-    batch: int | None = None
-    device: str = "cuda"
-    cases: int = DEFAULT_CASES
-    force: bool = False
-
-
-@dataclass(frozen=True)
-class Workload:
-    """The lane's workload, each value from a flag, the pipeline's folder or the class's defaults."""
-
-    resolution: int
-    steps: int
-    guidance: float
-    batch: int
-    device: str
-    max_sequence_length: int
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Every file the scaffold writes (repo-relative path -> text) and what it was made for."""
-
-    root: Path
-    family: Family
-    lane: str
-    workload: Workload
-    files: Mapping[str, str] = field(default_factory=dict)
-
-
 # -- reading the pipeline -----------------------------------------------------------------------------
 def supported_families() -> tuple[Family, ...]:
     """The families whose pipeline class the installed diffusers has."""
@@ -126,21 +71,13 @@ def supported_families() -> tuple[Family, ...]:
     return tuple(f for f in FAMILIES if f.class_name in names)
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def pipeline_family(folder: Path) -> Family:
     """The family of the pipeline saved in `folder`, refusing a folder or class the scaffold cannot use."""
     index = folder / "model_index.json"
     if not index.is_file():
         raise Refused(f"{folder} has no model_index.json: --pipeline must name a local diffusers pipeline folder "
                       "(the one `pipeline.save_pretrained(PATH)` writes; nothing is downloaded)")
-    class_name = _read_json(index).get("_class_name")
+    class_name = read_json_file(index).get("_class_name")
     supported = supported_families()
     for family in supported:
         if family.class_name == class_name:
@@ -150,14 +87,14 @@ def pipeline_family(folder: Path) -> Family:
 
 
 def _vae_factor(folder: Path, family: Family) -> int:
-    vae = _read_json(folder / "vae" / "config.json")
+    vae = read_json_file(folder / "vae" / "config.json")
     channels = vae.get("block_out_channels") or vae.get("encoder_block_out_channels")
     return 2 ** (len(channels) - 1) if isinstance(channels, list) and channels else family.vae_factor
 
 
 def native_resolution(folder: Path, family: Family) -> int:
     """The picture side the transformer was configured for (its latent side times the VAE's down-sampling)."""
-    size = _read_json(folder / "transformer" / "config.json").get("sample_size")
+    size = read_json_file(folder / "transformer" / "config.json").get("sample_size")
     latent = size if isinstance(size, int) and size > 0 else family.sample_size
     return latent * _vae_factor(folder, family)
 
@@ -197,18 +134,11 @@ def workload_for(request: Request, folder: Path, family: Family) -> Workload:
 
 
 # -- the corpus ------------------------------------------------------------------------------------------
-def slug(text: str, words: int = 3) -> str:
-    """A case id's readable part: the first words of the prompt, lower-case, joined by '-'."""
-    return "-".join(re.findall(r"[a-z0-9]+", text.lower())[:words]) or "case"
-
-
-
-
 def corpus_cases(family: Family, folder: Path, count: int) -> list[dict[str, Any]]:
     """Frozen cases: for DiT evenly spread class ids, for text-to-image the project's prompt set."""
     seeds = range(FIRST_SEED, FIRST_SEED + count)
     if not family.text_to_image:
-        classes = _read_json(folder / "transformer" / "config.json").get("num_embeds_ada_norm") or 1000
+        classes = read_json_file(folder / "transformer" / "config.json").get("num_embeds_ada_norm") or 1000
         labels = [(i * int(classes)) // count for i in range(count)]
         return [{"id": f"class{label}-s{seed}", "prompt": f"class {label}", "seed": seed, "label": label}
                 for label, seed in zip(labels, seeds)]
@@ -220,79 +150,7 @@ def corpus_cases(family: Family, folder: Path, count: int) -> list[dict[str, Any
             for prompt, seed in zip(prompts[:count], seeds)]
 
 
-def corpus_files(root: Path, lane: str, cases: list[dict[str, Any]]) -> dict[str, str]:
-    """The corpus file and the checksums file beside it (other lanes' entries kept)."""
-    text = "".join(json.dumps(case) + "\n" for case in cases)
-    name = f"{lane}.jsonl"
-    sums = _read_json(root / CORPUS_DIR / "checksums.json")
-    sums[name] = hashlib.sha256(text.encode("utf-8")).hexdigest()  # the bytes write() puts on disk
-    return {f"{CORPUS_DIR}/{name}": text,
-            f"{CORPUS_DIR}/checksums.json": json.dumps(dict(sorted(sums.items())), indent=2) + "\n"}
-
-
-# -- the config --------------------------------------------------------------------------------------------
-def contract() -> dict[str, Any]:
-    """This project's target, quality and timing contract (kept equal to config/autoresearch.json's)."""
-    return json.loads((TEMPLATES / "contract.json").read_text(encoding="utf-8"))
-
-
-def weights_entry(root: Path, folder: Path) -> str:
-    """The lane's weights: relative to the repository when the folder is inside it, else absolute."""
-    resolved = folder.resolve()
-    return resolved.relative_to(root).as_posix() if root in resolved.parents else str(resolved)
-
-
-def fixed_paths(weights: str) -> list[str]:
-    """The fixed files of a scaffolded repository, with the weights folder when it lives inside it."""
-    paths = list(FIXED)
-    if not Path(weights).is_absolute():
-        paths.append(weights.rstrip("/") + "/")
-    return paths
-
-
-def config_for(family: Family, lane: str, work: Workload, weights: str) -> dict[str, Any]:
-    """The session contract of the scaffolded repository: one lane, this project's contract."""
-    base = contract()
-    on_cuda = work.device.startswith("cuda")
-    lane_node: dict[str, Any] = {
-        "description": f"{family.class_name} from {weights} at {work.resolution}x{work.resolution} "
-                       f"(set up by dit-ar scaffold)",
-        "preset": family.key, "weights": weights, "device": work.device, "resolution": work.resolution,
-        "steps": work.steps, "guidance": work.guidance, "batch": work.batch,
-        "corpus": f"{CORPUS_DIR}/{lane}.jsonl", "primary_metric": "latency_ms", "task_metrics": [],
-        "guardrails": base["cuda_lane"]["guardrails"] if on_cuda else {"p95_regression_pct": 20.0},
-    }
-    if on_cuda and base["cuda_lane"].get("performance"):
-        lane_node["performance"] = base["cuda_lane"]["performance"]
-    return {"schema_version": 1, "target": base["target"], "default_lane": lane, "lanes": {lane: lane_node},
-            "mutable_paths": [MUTABLE], "fixed_paths": fixed_paths(weights),
-            "quality": base["quality"], "performance": base["performance"]}
-
-
-# -- rendering ---------------------------------------------------------------------------------------------
-def render(template: str, **context: Any) -> str:
-    """One template of scaffold_templates/ (Jinja2, undefined names are errors)."""
-    import jinja2
-
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-    return env.get_template(template).render(**context)
-
-
-def repo_root(cwd: Path) -> Path:
-    """The git repository around `cwd`, refusing outside one."""
-    import git
-
-    try:
-        repo = git.Repo(cwd, search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        raise Refused(f"{cwd} is not inside a git repository: the loop keeps or resets commits, so run "
-                      "`git init` (and commit your files) first, then `dit-ar scaffold` again") from None
-    if repo.working_tree_dir is None:
-        raise Refused(f"{cwd} is a bare git repository: run dit-ar scaffold in a working tree")
-    return Path(repo.working_tree_dir).resolve()
-
-
+# -- the plan ------------------------------------------------------------------------------------------
 def plan(request: Request, root: Path) -> Plan:
     """Everything to write, computed without touching the repository."""
     folder = request.pipeline.expanduser().resolve()
@@ -308,51 +166,17 @@ def plan(request: Request, root: Path) -> Plan:
     if weights == MUTABLE.rstrip("/") or weights.startswith(MUTABLE):
         raise Refused(f"the pipeline folder {weights} is inside the mutable {MUTABLE}: keep the weights elsewhere")
     config = config_for(family, lane, work, weights)
+    clip = add_clip(config, lane, request.clip_weights, request.clip_model, root, family.text_to_image,
+                    MUTABLE)
     cases = corpus_cases(family, folder, request.cases)
     context = dict(family=family, lane=lane, weights=weights, target=config["target"],
                    fixed_paths=config["fixed_paths"], corpus=f"{CORPUS_DIR}/{lane}.jsonl", cases=len(cases),
-                   **dataclasses.asdict(work))
+                   task_metrics=config["lanes"][lane]["task_metrics"], **dataclasses.asdict(work))
     files = {str(DEFAULT_CONFIG): json.dumps(config, indent=2) + "\n", **corpus_files(root, lane, cases),
              "model_under_test/__init__.py": render("model/__init__.py.j2", **context),
              "model_under_test/pipeline.py": render(family.template, **context),
              "program.md": render("program.md.j2", **context), "AGENTS.md": render("AGENTS.md.j2", **context)}
-    return Plan(root=root, family=family, lane=lane, workload=work, files=files)
-
-
-def check_config(plan_: Plan) -> None:
-    """Load the config as the harness will (in a scratch copy), so a scaffold never writes an invalid one."""
-    with tempfile.TemporaryDirectory() as tmp:
-        for rel, text in plan_.files.items():
-            if rel.startswith(("config/", CORPUS_DIR + "/")):
-                (Path(tmp) / rel).parent.mkdir(parents=True, exist_ok=True)
-                (Path(tmp) / rel).write_text(text, encoding="utf-8")
-        load_config(Path(tmp) / DEFAULT_CONFIG)
-
-
-def _gitignore(root: Path) -> str:
-    path = root / ".gitignore"
-    text = path.read_text(encoding="utf-8") if path.is_file() else ""
-    have = {line.strip() for line in text.splitlines()}
-    missing = [entry for entry in IGNORED if entry not in have]
-    if not missing:
-        return text
-    return text + ("" if not text or text.endswith("\n") else "\n") + "\n".join(missing) + "\n"
-
-
-def write(plan_: Plan, force: bool) -> list[str]:
-    """Write the plan's files (refusing existing ones unless forced) and the .gitignore entries."""
-    existing = sorted(rel for rel in plan_.files if (plan_.root / rel).exists())
-    if existing and not force:
-        raise Refused(f"these files exist already: {', '.join(existing)}; nothing was written (pass --force to "
-                      "overwrite them)")
-    written = []
-    for rel, text in plan_.files.items():
-        path = plan_.root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(text.encode("utf-8"))  # exactly these bytes: the corpus checksum is taken over them
-        written.append(rel)
-    (plan_.root / ".gitignore").write_text(_gitignore(plan_.root), encoding="utf-8")
-    return [*written, ".gitignore"]
+    return Plan(root=root, family=family, lane=lane, workload=work, files=files, clip=clip)
 
 
 def scaffold(request: Request, cwd: Path | None = None, out: Callable[[str], None] = print) -> int:
@@ -366,10 +190,12 @@ def scaffold(request: Request, cwd: Path | None = None, out: Callable[[str], Non
         f"guidance {w.guidance:g}, batch {w.batch}, on {w.device}")
     for rel in written:
         out(f"  wrote {rel}")
+    if made.family.text_to_image:
+        out(describe(made.clip, made.lane))
     out("next:")
     from ..worker.sandbox import unreadable_refusal
 
-    refusal = unreadable_refusal(request.pipeline.expanduser().resolve())
+    refusal = unreadable_refusal(request.pipeline.expanduser().resolve(), (root,))
     if refusal:  # baseline would refuse: say it now, with the fix as the first step
         out(f"  first: {refusal}")
     out(f'  git add -A && git commit -m "Set up dit-ar for {made.family.class_name}"')
@@ -400,6 +226,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu for a CPU lane")
     parser.add_argument("--cases", type=int, default=DEFAULT_CASES,
                         help=f"cases in the frozen corpus (default {DEFAULT_CASES})")
+    parser.add_argument("--clip-weights", type=Path, metavar="PATH",
+                        help="open_clip weights for the clip_score task metric of a text-to-image lane: a checkpoint "
+                             "file, a folder holding one, or a Hugging Face hub cache folder (nothing is downloaded)")
+    parser.add_argument("--clip-model", metavar="NAME",
+                        help="with --clip-weights: the open_clip architecture (e.g. ViT-B-32; default: what the "
+                             "weights' folder or hub repository says)")
     parser.add_argument("--force", action="store_true", help="overwrite files that exist already")
     parser.set_defaults(func=run)
     return parser
@@ -411,13 +243,13 @@ def run(args: argparse.Namespace) -> int:
                       "PyTorch model: a seam skeleton to fill in)")
     if args.weights is not None and not args.custom:
         raise Refused("--weights goes with --custom; a diffusers pipeline folder carries its own weights")
+    if args.clip_model is not None and args.clip_weights is None:
+        raise Refused("--clip-model goes with --clip-weights PATH (the open_clip weights it names the architecture of)")
+    request = Request(pipeline=args.pipeline or Path(), lane=args.lane, resolution=args.resolution, steps=args.steps,
+                      guidance=args.guidance, batch=args.batch, device=args.device, cases=args.cases,
+                      force=args.force, clip_weights=args.clip_weights, clip_model=args.clip_model)
     if args.custom:
         from .scaffold_custom import scaffold_custom
 
-        return scaffold_custom(Request(pipeline=Path(), lane=args.lane, resolution=args.resolution, steps=args.steps,
-                                       guidance=args.guidance, batch=args.batch, device=args.device, cases=args.cases,
-                                       force=args.force), args.weights)
-    request = Request(pipeline=args.pipeline, lane=args.lane, resolution=args.resolution, steps=args.steps,
-                      guidance=args.guidance, batch=args.batch, device=args.device, cases=args.cases,
-                      force=args.force)
+        return scaffold_custom(request, args.weights)
     return scaffold(request)

@@ -26,7 +26,8 @@ from typing import Any
 from dit_ar_contract.config import DEFAULT_CONFIG
 from dit_ar_contract.errors import Refused
 
-from . import scaffold as sc
+from . import scaffold_files as sc
+from .scaffold_clip import add_clip, describe
 
 CUSTOM = sc.Family("your PyTorch model", "custom", "CustomPipeline", 32, 8, 8, 20, 3.0, cuda_dtype="float32")
 DEFAULT_RESOLUTION = 64
@@ -90,16 +91,18 @@ def plan(request: sc.Request, root: Path, weights: Path | None) -> sc.Plan:
     config["fixed_paths"] = list(sc.FIXED)
     if entry and not Path(entry).is_absolute():  # the weights inside the repository are fixed (a file or a folder)
         config["fixed_paths"].append(entry if (root / entry).is_file() else entry.rstrip("/") + "/")
+    clip = add_clip(config, lane, request.clip_weights, request.clip_model, root, True,  # prompts
+                    sc.MUTABLE)
     cases = corpus_cases(request.cases)
     context = dict(family=CUSTOM, lane=lane, weights=entry or "none (the skeleton's seeded weights)",
                    target=config["target"], fixed_paths=config["fixed_paths"], corpus=f"{sc.CORPUS_DIR}/{lane}.jsonl",
-                   cases=len(cases), **dataclasses.asdict(work))
+                   cases=len(cases), task_metrics=config["lanes"][lane]["task_metrics"], **dataclasses.asdict(work))
     files = {str(DEFAULT_CONFIG): json.dumps(config, indent=2) + "\n", **sc.corpus_files(root, lane, cases),
              "model_under_test/__init__.py": sc.render("custom/__init__.py.j2", **context),
              "model_under_test/pipeline.py": sc.render("custom/pipeline.py.j2", **context),
              "tests/test_seam_contract.py": sc.render("custom/test_seam_contract.py.j2", **context),
              "program.md": sc.render("program.md.j2", **context), "AGENTS.md": sc.render("AGENTS.md.j2", **context)}
-    return sc.Plan(root=root, family=CUSTOM, lane=lane, workload=work, files=files)
+    return sc.Plan(root=root, family=CUSTOM, lane=lane, workload=work, files=files, clip=clip)
 
 
 def scaffold_custom(request: sc.Request, weights: Path | None = None, cwd: Path | None = None,
@@ -113,7 +116,14 @@ def scaffold_custom(request: sc.Request, weights: Path | None = None, cwd: Path 
         f"{w.steps} steps, guidance {w.guidance:g}, batch {w.batch}, on {w.device}")
     for rel in written:
         out(f"  wrote {rel}")
+    out(describe(made.clip, made.lane))
     out("next:")
+    if weights is not None:  # baseline would refuse weights the sandboxed workers cannot read: the fix comes first
+        from ..worker.sandbox import unreadable_refusal
+
+        refusal = unreadable_refusal(weights.expanduser().resolve(), (root,))
+        if refusal:
+            out(f"  first: {refusal}")
     out("  edit model_under_test/pipeline.py (every REPLACE) and the corpus, then check the seam:")
     out("  pytest tests/test_seam_contract.py")
     out(f"  python -c \"import hashlib, json, pathlib; p = pathlib.Path('{sc.CORPUS_DIR}'); s = json.loads((p / "

@@ -17,6 +17,10 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                                    "estimate, interval, quality of each keep), the discarded ideas grouped by reason, "
                                    "the re-validated cumulative speed-up and holdout result, device and software.")
     p.add_argument("--markdown", action="store_true", help="Markdown (the one format; the flag says so explicitly)")
+    p.add_argument("--time", action="store_true",
+                   help="add where each experiment's wall time went, by phase (start-up, quality corpus, quality "
+                        "judging, warm-up, timed rounds, round checks, close, other), its warm-up rounds and what "
+                        "it reused of the best")
     p.add_argument("--lane", help="lane id (default: the session's)")
     p.add_argument("--out", type=Path, metavar="FILE", help="write the text to FILE instead of printing it")
     p.set_defaults(func=run)
@@ -32,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         raise Refused(f"--out {args.out} is a folder: give a file name, e.g. {args.out / 'summary.md'}")
     from ..report.summary import markdown  # loaded for this verb only (the parser is built for every verb)
 
-    text = markdown(root, args.lane)
+    text = markdown(root, args.lane, time=getattr(args, "time", False))
     if args.out is None:
         print(text, end="")
     else:

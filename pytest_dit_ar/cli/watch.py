@@ -23,9 +23,9 @@ from dit_ar_contract.errors import Refused
 from ..report.summary import revalidation_warning, session_rows
 from ..state import ledger
 from ..state.best import read_best
-from ..state.files import read_json_object
 from ..state.live import LiveState, read_live
 from ..state.paths import StatePaths
+from ..state.runs import read_session
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -88,8 +88,11 @@ def frame(root: Path, count: int, now: float | None = None) -> Group:
     """One frame of the view, from the state files of the session at `root`."""
     paths = StatePaths(root)
     now = time.time() if now is None else now
-    session = read_json_object(paths.session)
-    lane = session.get("lane_id", "")
+    try:
+        session = read_session(paths)
+    except (ValueError, TypeError, KeyError):  # a state file being repaired: the next frame reads it again
+        session = None
+    lane = session.lane_id if session is not None else ""
     try:
         rows = session_rows(ledger.read(paths.ledger), lane) if lane else []
     except Refused:  # a ledger that is not one: the frame shows the rest
@@ -98,7 +101,8 @@ def frame(root: Path, count: int, now: float | None = None) -> Group:
         best = read_best(paths).get(lane)
     except (ValueError, TypeError, KeyError):  # a state file being repaired: the next frame reads it again
         best = None
-    head = Text(f"session {session.get('tag', '?')}  lane {lane or '?'}  state {paths.dir}", style="bold")
+    tag = session.tag if session is not None and session.tag else "?"
+    head = Text(f"session {tag}  lane {lane or '?'}  state {paths.dir}", style="bold")
     parts: list = [head, live_panel(read_live(paths.live), now)]
     best_line = (f"best {best.commit[:10]} (effective class {best.effective_class}, run {best.run_id})" if best
                  else "no best yet (run `dit-ar baseline`)")

@@ -14,6 +14,7 @@ import git
 from dit_ar_contract import versions
 from dit_ar_contract.digest import sha256_file
 from dit_ar_contract.errors import Refused
+from dit_ar_contract.sides import Role, Sides
 from dit_ar_contract.status import Status
 from perf_suite import profiling
 from perf_suite.busy import MachineLoad, busy_warning
@@ -26,6 +27,7 @@ from ..state import gitops, integrity, records
 from ..state.baseline import BaselineSummary, BaselineTiming, Roofline, cases_dir
 from ..state.ledger import LedgerRow
 from ..state.paths import new_run_id, now
+from ..state.perf_record import PerfRecord
 from ..state.runs import RunPaths
 from ..state.session import Session, open_session, verify_integrity
 from ..worker.client import WorkerLauncher, WorkerProcess
@@ -33,7 +35,8 @@ from . import gpu_locks, holdout, memory_plan, quality_cases
 from .generation import CorpusOutputs, audit_evidence, generate_corpus
 from .launch import launcher_for, memory_budget
 from .live import Live
-from .measurement import MeasurementPlan, PerfOutcome, Side, measure
+from .measurement import measure
+from .measurement_plan import MeasurementPlan, Side
 from .progress import TimingProgress
 
 
@@ -87,7 +90,7 @@ def _envelope_runs(session: Session, worker: WorkerProcess, cases: list[Case], d
 
 
 def _aa_timing(session: Session, launcher: WorkerLauncher, run_dir: Path, prompts: tuple[str, ...],
-               live: Live | None = None, peak_mb: float | None = None) -> PerfOutcome:
+               live: Live | None = None, peak_mb: float | None = None) -> PerfRecord:
     """One A/A segment: the baseline against itself, in two fresh workers (the noise floor); one at a time
     when two of them do not fit the lane's memory budget (loop/memory_plan)."""
     lane = session.lane
@@ -95,7 +98,7 @@ def _aa_timing(session: Session, launcher: WorkerLauncher, run_dir: Path, prompt
     plan = MeasurementPlan(cand=side, best=side, protocol=lane.performance, prompts=prompts, batch=lane.batch,
                            metric=lane.primary_metric, is_cuda=lane.is_cuda, log_dir=run_dir, max_segments=1,
                            resolution=lane.resolution, memory=memory_budget(session) if lane.is_cuda else None,
-                           known_peaks_mb={"cand": peak_mb, "best": peak_mb})
+                           known_peaks_mb=Sides(peak_mb, peak_mb))
     if live is None:
         return measure(plan, launcher)
     live.phase("A/A timing: the baseline against itself in two fresh workers")
@@ -169,7 +172,7 @@ def _baseline(session: Session, out: Callable[[str], None], progress: bool, sand
     perf = _aa_timing(session, launcher, run_dir, tuple(c.prompt for c in cases), live, peak_mb)
     aa = perf.look
     assert aa is not None
-    median_ms, p95_ms = perf.median_ms("best"), perf.p95_ms("best")
+    median_ms, p95_ms = perf.median_ms(Role.BEST), perf.p95_ms(Role.BEST)
     scale_pct = 100 * perf.segments[0].look.standard_error if perf.segments[0].look else float("nan")
     out(f"baseline latency {median_ms:.1f} ms per batch of {lane.batch}; A/A noise: {aa.estimate_pct:+.2f}% "
         f"between two fresh processes of the same tree (standard error {scale_pct:.2f}%)")
@@ -189,12 +192,12 @@ def _baseline(session: Session, out: Callable[[str], None], progress: bool, sand
         task_envelope=task_envelope, task_resolution=quality_cases.resolution(session, cases, default, rerun_scores),
         timing=BaselineTiming(median_ms=median_ms, p95_ms=p95_ms, noise_floor_pct=abs(aa.estimate_pct),
                               noise_interval_pct=(aa.lower_pct, aa.upper_pct), seconds=perf.seconds,
-                              aa_segment=perf.segments[0].as_dict()),
+                              aa_segment=perf.segments[0].to_dict()),
         roofline=Roofline(**roof), generation_seconds=default.seconds)
     quality = "; ".join(f"{k}={v.value:.4g}" for k, v in scores.items()) or "fidelity reference"
     row = LedgerRow(timestamp=now(), run_id=run_dir.name, lane=session.lane_id, commit=commit, parent="",
                     status=Status.BASELINE, metric=lane.primary_metric, candidate=lane.metric_value(median_ms),
-                    peak_vram_mb=perf.peak_memory_mb("best"), quality_summary=quality, description="baseline",
+                    peak_vram_mb=perf.peak_memory_mb(Role.BEST), quality_summary=quality, description="baseline",
                     run_dir=str(run_dir.relative_to(session.root)), flags=_flags(session, busy, sandboxed))
     records.record_baseline(session, repo, summary, row, run_dir)
     out(f"baseline of lane {session.lane_id} stored in {session.baseline_dir.relative_to(session.root)} "

@@ -1,4 +1,4 @@
-"""The machine's noise profile from A/A pairs (the study engine, loop.study), and what it implies.
+"""The machine's noise profile from A/A pairs (loop/aa_pairs.py), and what it implies.
 
 `collect` times the best tree against itself in `pairs` fresh pairs of `rounds` rounds (plus optional arms
 whose best side sleeps a fraction of the latency: known speedups); `profile_of` turns the collected
@@ -17,11 +17,12 @@ import numpy as np
 from scipy.stats import norm
 
 from dit_ar_contract.config import PerfProtocol
+from perf_suite.power import MeasuredNoise, statement
 from perf_suite.sequential import Design, OffsetBound, improvement_pct, pooled_bound, trimmed
 from perf_suite.studies import NULL, StudyArm, StudyPair, StudyResults
 
 from ..state.noise import NoiseProfile
-from .study import StudyPlan, aa_spread, pooled, run_study
+from .aa_pairs import StudyPlan, aa_spread, pooled, run_study
 
 POWER_EFFECTS = (3.0, 5.0, 10.0)
 POWER = 0.8
@@ -46,7 +47,7 @@ class Collected:
 
 
 def collect(plan: StudyPlan) -> Collected:
-    """A/A pairs (and 2 pairs per injected speedup) through the study engine, stopped at the plan's deadline
+    """A/A pairs (and 2 pairs per injected speedup) in fresh pairs (aa_pairs.run_study), stopped at the plan's deadline
     (`StudyPlan.calibration`: the verb's budget)."""
     return Collected(run_study(plan), plan.null_pairs, plan.pairs_per_speedup)
 
@@ -94,8 +95,16 @@ def profile_of(collected: Collected, lane_id: str, best_commit: str, protocol: P
                         100 * float(np.median(np.abs(residual)) / 0.6745), latency, needs, injected)
 
 
-def describe(profile: NoiseProfile, design: Design) -> list[str]:
-    """What the profile means, in lines a user reads."""
+def measured_noise(profile: NoiseProfile, confidence: float = 0.9) -> MeasuredNoise:
+    """The profile's figures as perf_suite.power reads them (log scale; the per-round variance is the pairs'
+    trimmed-mean variance times their rounds, so the trimming's efficiency is in it)."""
+    return MeasuredNoise(profile.spread.within_var * profile.rounds, math.log1p(profile.sigma_b_pct / 100.0),
+                         math.log1p(profile.bound_pct / 100.0), confidence)
+
+
+def describe(profile: NoiseProfile, design: Design, one_core: bool = True, confidence: float = 0.9) -> list[str]:
+    """What the profile means, in lines a user reads: the noise, the rounds a win needs, and the power within
+    the design's budget with what to change when the lane misses the targets (perf_suite.power)."""
     lines = [f"{profile.pairs} A/A pairs x {profile.rounds} rounds of {profile.lane_id} "
              f"(median generate {profile.latency_ms:.0f} ms): between-process sd {profile.sigma_b_pct:.2f}% "
              f"(upper bound B {profile.bound_pct:.2f}%), per-round noise {profile.round_sd_pct:.1f}%"]
@@ -109,6 +118,7 @@ def describe(profile: NoiseProfile, design: Design) -> list[str]:
                          f"for {100 * POWER:.0f}% detection")
     for arm, est in profile.injected.items():
         lines.append(f"injected {arm}% speedup measured as {est:+.2f}%")
+    lines += statement(measured_noise(profile, confidence), design, 2 * profile.latency_ms / 1e3, one_core)
     return lines
 
 
@@ -135,6 +145,16 @@ def figure(profile: NoiseProfile, null: tuple[StudyPair, ...], design: Design, p
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     return path
+
+
+def budget_s(protocol: PerfProtocol, latency_ms: float | None, is_cuda: bool, pairs: int, rounds: int) -> float:
+    """`dit-ar calibrate`'s default budget: 900 s, or more when the pairs at the best's latency need more (start-up,
+    warm-up and timed rounds of every pair, with 30% to spare)."""
+    if not latency_ms:
+        return 900.0
+    per_round = 2 * latency_ms / 1e3
+    need = pairs * (2.0 + (protocol.warmup_rounds + rounds) * per_round) + one_pair_s(protocol, None, is_cuda)
+    return max(900.0, 100 * math.ceil(1.3 * need / 100))
 
 
 def one_pair_s(protocol: PerfProtocol, latency_ms: float | None, is_cuda: bool) -> float:

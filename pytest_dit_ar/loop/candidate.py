@@ -15,11 +15,13 @@ from pathlib import Path
 
 from dit_ar_contract.config import WorkloadSpec
 from dit_ar_contract.errors import CandidateCrash, Refused
+from dit_ar_contract.sides import Role, Sides
 from perf_suite.sequential import OffsetBound
 from quality_suite import metrics
 from quality_suite.audit import AuditEvidence
 from quality_suite.corpora import Case
 
+from ..state.perf_record import PerfRecord
 from ..state.runs import RunPaths
 from ..state.session import Session
 from ..worker.client import WorkerLauncher, WorkerProcess
@@ -27,7 +29,9 @@ from ..worker.forkserver import ForkServers
 from . import memory_plan
 from .generation import CorpusOutputs, audit_evidence, generate_corpus, timed_like_gaps
 from .live import Live
-from .measurement import SIDE_NAMES, MeasurementPlan, Pair, PerfOutcome, RoundCheck, Side, boot, measure
+from .measurement import measure
+from .measurement_plan import MeasurementPlan, RoundCheck, Side
+from .pairs import Pair, boot
 from .progress import TimingProgress
 
 
@@ -63,6 +67,12 @@ def quality_gaps(session: Session) -> Iterator[float] | None:
     return timed_like_gaps(median_ms / 1000.0 if median_ms else None)
 
 
+def warm_history(session: Session, outputs: CorpusOutputs) -> list[float]:
+    """The corpus generates the candidate's first warm-up reads as history (the lane's `reuse`): all but the first
+    (where a compile or a graph capture lands). The best's worker only booted: it has none."""
+    return list(outputs.times[1:]) if session.lane.performance.reuse else []
+
+
 class CandidateWorkers:
     """The workers of one candidate's evidence, from the quality run until timing takes them over."""
 
@@ -76,13 +86,14 @@ class CandidateWorkers:
         self.forks: ForkServers | None = None  # both sides' fork servers, started beside the quality run
         self.cand_peak_mb: float | None = None  # the quality worker's device memory (NVML)
         self.cold_start_s: float | None = None  # the candidate tree's first worker: build + first generate
+        self.warmup_reused = 0  # the quality run's generates the first warm-up read as history
 
     def quality_run(self, cases: list[Case], clock: PhaseClock, live: Live | None) -> CandidateRun:
         """Build and run the candidate's pipeline on `cases` in a worker. While the candidate generates the
         corpus, the best side's worker boots, and both stay up as the first timing pair, so an experiment pays
         for process start-up once instead of twice. A crash kills every worker started here."""
-        worker = self.launcher.worker(SIDE_NAMES["cand"], self.candidate_root,
-                                      self.run.worker_log(SIDE_NAMES["cand"], "quality")).spawn()
+        name = Role.CANDIDATE.label
+        worker = self.launcher.worker(name, self.candidate_root, self.run.worker_log(name, "quality")).spawn()
         best = self._spawn_best()
         metrics.prefetch()  # torchmetrics' import while the workers start and the corpus runs, not before
         if self.session.lane.is_cuda:
@@ -105,7 +116,7 @@ class CandidateWorkers:
         with ThreadPoolExecutor(1) as pool:
             best_boot = pool.submit(boot, best, self.spec(self.best_root)) if best else None
             worker.handshake()
-            if self.forks is None:  # a CPU lane: after the candidate's start, which they would slow (note 55)
+            if self.forks is None:  # a CPU lane: after the candidate's start (cold preludes on few cores slow it)
                 self._spawn_forks()
             t_build = time.perf_counter()
             build = worker.request("build", spec=self.spec(self.candidate_root))
@@ -119,7 +130,9 @@ class CandidateWorkers:
             best_build = best_boot.result() if best_boot else None
             clock.spent("best_worker_start_not_overlapped", t)
         if best is not None and best_build is not None:
-            self.first_pair = Pair(worker, best, {"cand": build_s, "best": best_build}, fresh=False)
+            history = warm_history(self.session, outputs)
+            self.warmup_reused = len(history)
+            self.first_pair = Pair(worker, best, Sides(build_s, best_build), fresh=False, history=Sides(history, []))
         else:
             worker.close()
         return CandidateRun(build_s, outputs, audit)
@@ -141,15 +154,15 @@ class CandidateWorkers:
         assert self.best_root is not None
         lane = self.session.lane
         return MeasurementPlan(
-            cand=Side(SIDE_NAMES["cand"], self.candidate_root, self.spec(self.candidate_root)),
-            best=Side(SIDE_NAMES["best"], self.best_root, self.spec(self.best_root)),
+            cand=Side(Role.CANDIDATE.label, self.candidate_root, self.spec(self.candidate_root)),
+            best=Side(Role.BEST.label, self.best_root, self.spec(self.best_root)),
             protocol=lane.performance, prompts=prompts, batch=lane.batch, metric=lane.primary_metric,
             guardrails=lane.guardrails, is_cuda=lane.is_cuda, log_dir=self.run.dir, roofline_ms=roofline_ms,
             resolution=lane.resolution, check=check, memory=self.memory if lane.is_cuda else None,
-            known_peaks_mb={"cand": self.cand_peak_mb, "best": self.best_peak_mb()},
+            known_peaks_mb=Sides(self.cand_peak_mb, self.best_peak_mb()),
             cold_start_s=self.cold_start_s, bound=bound)
 
-    def measure(self, plan: MeasurementPlan, progress: TimingProgress | None, clock: PhaseClock) -> PerfOutcome:
+    def measure(self, plan: MeasurementPlan, progress: TimingProgress | None, clock: PhaseClock) -> PerfRecord:
         """Time the plan on the first pair (if kept up) and the fork servers; they are closed afterwards."""
         try:
             on_round = progress.on_round if progress else None
@@ -187,7 +200,7 @@ class CandidateWorkers:
             return None
         if not memory_plan.may_prefetch(self.memory, self.best_peak_mb()):
             return None  # two workers of the best's size do not fit the card: the best boots when timed
-        name = SIDE_NAMES["best"]
+        name = Role.BEST.label
         return self.launcher.worker(name, self.best_root, self.run.worker_log(name, "block0")).spawn()
 
     def _spawn_forks(self) -> None:

@@ -10,21 +10,25 @@
   helpers nothing is waited for (NVML's utilisation lags by its sample period, up to a second, so waiting
   on it every round would cost more than the rounds). On CPU lanes the watch is `NoGpu`.
 * Every timed side gets a `GpuSample` (SM clock, power, temperature, throttle reasons) right after its
-  generate; a round in which either side's sample names a slowdown (power cap, thermal, power brake,
-  hardware slowdown) is flagged. Flagged rounds are kept in the verdict and said in the summary: dropping
-  or re-running them would excuse a side whose own power draw throttles the GPU (a candidate that runs hot
-  would lose its slow rounds).
+  generate, and its SM clock and throttle reasons sampled every CLOCK_SAMPLE_S while it ran (`ClockTrace`,
+  summed up per GPU by state/clocks.py: the lowest working clock against the maximum, and for how long it was
+  below FELL_FRACTION of it). A round in which either side names a slowdown (power cap, thermal, power brake,
+  hardware slowdown) or whose clock fell is flagged (the round records are state/perf_record.py's); a reason
+  with the clock at its maximum is a flag only. A round is excluded only when the BEST's clock fell (the round
+  would favour the candidate): another round is played in its place, at most a quarter of a segment's rounds
+  (loop/segment.py). A fall on the candidate's side alone keeps the round: excusing it would excuse a side
+  whose own power draw throttles the GPU (a candidate that runs hot would lose its slow rounds).
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-# NVML clocks-event (throttle) reason bits, nvml.h (nvmlClocksEventReason*)
-SLOWDOWNS = {0x4: "power cap", 0x8: "hardware slowdown", 0x20: "software thermal", 0x40: "hardware thermal",
-             0x80: "power brake"}
+from ..state.clocks import CLOCK_SAMPLE_S, ClockSpan, summarize
+from ..state.perf_record import GpuSample
+
 IDLE_POLL_S = 0.005
 
 
@@ -34,27 +38,61 @@ def balanced_orders(rounds: int, cand_first: bool) -> list[str]:
     return [first if i % 2 == 0 else second for i in range(rounds)]
 
 
-@dataclass(frozen=True)
-class GpuSample:
-    """One NVML reading of the lane's GPU (the fullest one of a multi-GPU lane is read first)."""
-
-    sm_clock_mhz: int | None = None
-    power_w: float | None = None
-    temperature_c: int | None = None
-    throttle_reasons: int = 0
-    utilization_pct: int | None = None
-
-    @property
-    def slowdowns(self) -> list[str]:
-        return [name for bit, name in SLOWDOWNS.items() if self.throttle_reasons & bit]
-
-
 class GpuWatch(Protocol):
     def sample(self) -> list[GpuSample]: ...
 
     def helpers(self, pids: set[int]) -> list[int]: ...
 
     def wait_idle(self, max_wait_s: float) -> tuple[float, bool]: ...
+
+
+class ClockTrace:
+    """Samples `read` (per GPU: SM clock, reasons) every CLOCK_SAMPLE_S on a harness thread from creation to
+    `stop`, which returns one ClockSpan per GPU (`max_mhz`: each GPU's maximum SM clock)."""
+
+    def __init__(self, read: Any, max_mhz: list[int], clock: Any = time.perf_counter):
+        self.read, self.max_mhz, self.clock = read, max_mhz, clock
+        self.times: list[float] = []
+        self.rows: list[list[tuple[int | None, int]]] = []
+        self._stop = threading.Event()
+        self._take()
+        self._thread = threading.Thread(target=self._run, name="dit-ar-clocks", daemon=True)
+        self._thread.start()
+
+    def _take(self) -> None:
+        try:
+            row = self.read()
+        except Exception:  # noqa: BLE001 - an NVML hiccup loses one sample, never the round
+            return
+        self.times.append(self.clock())
+        self.rows.append(row)
+
+    def _run(self) -> None:
+        while not self._stop.wait(CLOCK_SAMPLE_S):
+            self._take()
+
+    def stop(self) -> list[ClockSpan]:
+        self._stop.set()
+        self._thread.join(timeout=1)
+        self._take()
+        spans = []
+        for g, top in enumerate(self.max_mhz):
+            per = [row[g] if g < len(row) else (None, 0) for row in self.rows]
+            span = summarize(self.times, [c for c, _ in per], [r for _, r in per], top)
+            if span is not None:
+                spans.append(span)
+        return spans
+
+
+class NoTrace:
+    def stop(self) -> list[ClockSpan]:
+        return []
+
+
+def trace(watch: Any) -> Any:
+    """The watch's clock trace of one timed side (nothing on a CPU lane or a watch without one)."""
+    start = getattr(watch, "trace", None)
+    return start() if start is not None else NoTrace()
 
 
 class NoGpu:
@@ -79,6 +117,7 @@ class NvmlWatch:
         self.nvml = pynvml
         pynvml.nvmlInit()
         self.handles = [pynvml.nvmlDeviceGetHandleByUUID(u.encode() if isinstance(u, str) else u) for u in uuids]
+        self.max_mhz: list[int] | None = None  # each GPU's maximum SM clock, read on the first trace
 
     def _read(self, fn: str, *args: Any) -> Any:
         try:
@@ -100,6 +139,23 @@ class NvmlWatch:
                                  self._read("nvmlDeviceGetTemperature", h, n.NVML_TEMPERATURE_GPU),
                                  int(reasons or 0), util.gpu if util is not None else None))
         return out
+
+    def clocks(self) -> list[tuple[int | None, int]]:
+        """Each GPU's SM clock (MHz) and clocks-event reasons now."""
+        out = []
+        for h in self.handles:
+            reasons = self._read("nvmlDeviceGetCurrentClocksEventReasons", h)
+            if reasons is None:
+                reasons = self._read("nvmlDeviceGetCurrentClocksThrottleReasons", h)
+            out.append((self._read("nvmlDeviceGetClockInfo", h, self.nvml.NVML_CLOCK_SM), int(reasons or 0)))
+        return out
+
+    def trace(self) -> ClockTrace:
+        """Sample the SM clocks while a side is timed (ClockTrace)."""
+        if self.max_mhz is None:
+            self.max_mhz = [int(self._read("nvmlDeviceGetMaxClockInfo", h, self.nvml.NVML_CLOCK_SM) or 0)
+                            for h in self.handles]
+        return ClockTrace(self.clocks, self.max_mhz)
 
     def helpers(self, pids: set[int]) -> list[int]:
         """Which of `pids` hold a CUDA context on the pair's GPUs (NVML's compute processes)."""
@@ -130,65 +186,3 @@ def wait_until_idle(busy: Any, max_wait_s: float, clock: Any = time.perf_counter
             return clock() - start, False
         sleep(IDLE_POLL_S)
     return clock() - start, True
-
-
-@dataclass
-class SideTiming:
-    """One side's part of a round: wall-clock start and end (epoch seconds), the idle wait before it and
-    the GPU readings right after it."""
-
-    start: float
-    end: float
-    idle_wait_s: float = 0.0
-    idle: bool = True
-    gpu: list[GpuSample] = field(default_factory=list)
-
-    @property
-    def slowdowns(self) -> list[str]:
-        return sorted({s for g in self.gpu for s in g.slowdowns})
-
-
-@dataclass
-class RoundRecord:
-    """One timed round: its order and each side's timing and GPU state."""
-
-    index: int
-    order: str
-    sides: dict[str, SideTiming]
-
-    @property
-    def throttled(self) -> dict[str, list[str]]:
-        """The sides whose GPU reading named a slowdown, and which."""
-        return {side: t.slowdowns for side, t in self.sides.items() if t.slowdowns}
-
-    @property
-    def busy_before(self) -> list[str]:
-        """The sides timed although the GPU still showed work in flight after the wait."""
-        return [side for side, t in self.sides.items() if not t.idle]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "order": self.order, "throttled": self.throttled,
-                "sides": {side: asdict(t) for side, t in self.sides.items()}}
-
-
-def flagged(records: list[RoundRecord]) -> list[int]:
-    """Indices of the rounds in which a side was throttled or timed with the GPU still busy."""
-    return [r.index for r in records if r.throttled or r.busy_before]
-
-
-def summary(records: list[RoundRecord]) -> str | None:
-    """One line for the verdict's summary when any round was flagged, else None."""
-    bad = [r for r in records if r.throttled or r.busy_before]
-    if not bad:
-        return None
-    sides = {"cand": 0, "best": 0}
-    kinds: set[str] = set()
-    for r in bad:
-        for side, names in r.throttled.items():
-            sides[side] += 1
-            kinds.update(names)
-        for side in r.busy_before:
-            sides[side] += 1
-            kinds.add("GPU busy before timing")
-    return (f"{len(bad)} of {len(records)} timed rounds flagged ({', '.join(sorted(kinds))}; candidate "
-            f"{sides['cand']}, best {sides['best']}): kept in the verdict, see perf.json rounds")

@@ -22,13 +22,13 @@ from quality_suite.corpora import Case, load_corpus
 
 from ..state.baseline import BaselineSummary, cases_dir
 from ..state.files import write_record
+from ..state.perf_record import PerfRecord
 from ..state.runs import RunPaths
 from ..state.session import Session
-from . import quality, quality_cases, timing
+from . import quality, quality_cases, reuse, timing
 from .candidate import CandidateRun, CandidateWorkers, PhaseClock
 from .launch import launcher_for, memory_budget
 from .live import Live
-from .measurement import PerfOutcome
 from .progress import TimingProgress
 
 
@@ -52,9 +52,10 @@ class Evidence:
         self._crash: CandidateCrash | None = None
         self._run: CandidateRun | None = None
         self._quality: QualityAssessment | None = None
-        self._perf: PerfOutcome | None = None
+        self._perf: PerfRecord | None = None
         self._baseline: BaselineSummary | None = None
         self.clock = PhaseClock()
+        self.reuse = reuse.Reused()  # whether the quality judging was the best's stored one, and why
         self.memory = memory_budget(session)
         self.workers = CandidateWorkers(session, self.launcher, self.run, self.candidate_root, best_root,
                                         prefetch_best, self.memory, self.spec, self.key)
@@ -64,7 +65,6 @@ class Evidence:
         """Where the evidence's wall time went, by phase (worker start, corpus, metrics, timing parts)."""
         return dict(self.clock.seconds)
 
-    # -- read-only results --------------------------------------------------------------------
     @property
     def crash(self) -> CandidateCrash | None:
         return self._crash
@@ -74,7 +74,7 @@ class Evidence:
         return self._quality
 
     @property
-    def performance_result(self) -> PerfOutcome | None:
+    def performance_result(self) -> PerfRecord | None:
         return self._perf
 
     @property
@@ -143,39 +143,20 @@ class Evidence:
         ref = quality.reference(self.session, self.baseline(), cases)
         run = self.candidate()
         self._phase("quality: metrics and gates against the baseline")
-        t = time.perf_counter()
-        cand, parent = self._sources()
-        try:
-            inputs = quality_cases.task_inputs(self.session, cases, cand, parent, self.live)
-            result = quality.assess_run(self.session, self.declared_class, run, ref, cases, self.run,
-                                        whole_corpus=self.case_ids is None, inputs=inputs)
-        finally:
-            for source in (cand, parent):
-                if source is not None:
-                    source.close()
+        t, whole = time.perf_counter(), self.case_ids is None
+        self.reuse = reuse.best_judging(self.session, self.launcher, self.best_root, self.declared_class, run, whole)
+        with quality_cases.further_inputs(self.workers, cases, self.live, self.reuse.assessment is None) as inputs:
+            result = quality.assess_run(self.session, self.declared_class, run, ref, cases, self.run, whole,
+                                        inputs=inputs, reused=self.reuse.assessment)
         self.clock.spent("quality_metrics", t)
         return result
-
-    def _sources(self) -> tuple[quality_cases.OutputSource, quality_cases.OutputSource | None]:
-        """Where the task-score tests' further outputs come from: the first timing pair's workers while they are
-        up, else workers started for them (loop/quality_cases.py)."""
-        pair = self.workers.first_pair
-        cand = quality_cases.OutputSource(self.session, self.launcher, "candidate", self.candidate_root,
-                                          self.spec(self.candidate_root), self.run.worker_log("candidate", "cases"),
-                                          pair.cand if pair else None, candidate=True)
-        if self.best_root is None:
-            return cand, None
-        best = quality_cases.OutputSource(self.session, self.launcher, "best", self.best_root,
-                                          self.spec(self.best_root), self.run.worker_log("best", "cases"),
-                                          pair.best if pair else None)
-        return cand, best
 
     def check_metrics_available(self) -> None:
         """Refuse before anything runs when a required metric cannot be computed here."""
         task_metrics.check_available(self.session.lane.task_metrics, self.session.lane.quality, self.session.root)
 
     # -- performance (loop/timing.py) ---------------------------------------------------------------
-    def performance(self) -> PerfOutcome:
+    def performance(self) -> PerfRecord:
         """Interleaved A/B timing of the candidate against the best worktree (after the quality run: the
         timed outputs are checked under the class the quality run found)."""
         self._raise_if_crashed()
@@ -193,11 +174,11 @@ class Evidence:
                 raise
             for phase, spent in self._perf.seconds.items():
                 self.clock.seconds[f"timing_{phase}"] = spent
-            write_record(self.run.perf, self._perf.as_dict())
+            write_record(self.run.perf, self._perf.to_dict())
             timing.learn_noise(self.session, self.run_dir, self._perf)
         return self._perf
 
     def roofline_ms(self) -> float | None:
         """The fastest a batch could possibly run on this device (timing.roofline_ms)."""
-        cand_rows = self._run.outputs.denoiser_rows_per_image if self._run else None
-        return timing.roofline_ms(self.baseline(), cand_rows, self.session.lane.gpus, self.effective_class)
+        rows = self._run.outputs.denoiser_rows_per_image if self._run else None
+        return timing.roofline_ms(self.baseline(), rows, self.session.lane.gpus, self.effective_class)

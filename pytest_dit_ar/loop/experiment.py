@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import git
 from filelock import FileLock
 
+from dit_ar_contract.classes import MILDEST
 from dit_ar_contract.config import load_config
 from dit_ar_contract.errors import Refused
+from dit_ar_contract.sides import Role
 from dit_ar_contract.status import Status
 
 from ..state import gitops, records
@@ -22,8 +25,9 @@ from ..state.best import BestRecord, Measurements
 from ..state.ledger import LedgerRow
 from ..state.live import LiveFile
 from ..state.paths import StatePaths, new_run_id
+from ..state.phases import PhaseTimes
 from ..state.session import Session, open_session, verify_integrity
-from . import gpu_locks, pregate
+from . import gpu_locks, pregate, reuse
 from .evidence import Evidence
 from .findings import Candidate, ledger_row, performance_finding, quality_finding
 from .guards import RunGuard, check_best, check_session, check_stack
@@ -145,13 +149,16 @@ class Experiment:
         assert session is not None and repo is not None and self.run_dir is not None
         self.verdict = verdict
         perf = self.evidence.performance_result if self.evidence else None
-        measurements = Measurements(perf.median_ms("cand"), perf.p95_ms("cand")) if perf else None
+        measurements = Measurements(perf.median_ms(Role.CANDIDATE), perf.p95_ms(Role.CANDIDATE)) if perf else None
         records.record_experiment(session, repo, self._row(verdict), self.run_dir, list(verdict.reasons),
                                   time.time() - self.started, measurements,
-                                  {"seconds": self.seconds(), "software": self.stack,
+                                  {"seconds": self.seconds(), **phase_record(self.evidence, self.seconds()),
+                                   "software": self.stack,
                                    "startup": perf.startup() if perf else None,
                                    "pregate": pregate.as_records(self.pregate)})
-        if verdict.status is not Status.KEEP:
+        if verdict.status is Status.KEEP:
+            store_best_outputs(self.evidence, self._best)
+        else:
             gitops.reset_to(repo, self.parent, session.config.mutable_paths)
             gitops.clean_untracked(repo, session.config.fixed_paths)
         if self.live is not None:
@@ -174,6 +181,33 @@ class Experiment:
         return ledger_row(session, who, verdict, evidence.quality_result if evidence else None,
                           evidence.performance_result if evidence else None,
                           self._best.measurements.median_ms if self._best else None)
+
+
+def phase_record(evidence: Evidence | None, spent: dict[str, float]) -> dict[str, Any]:
+    """The run record's `phases` (state/phases.py: the clock's seconds by phase, the warm-up count, what was
+    reused) and `reuse` (why the best's judging was or was not reused)."""
+    return {"phases": phase_times(evidence, spent).as_dict(), "reuse": evidence.reuse.note if evidence else ""}
+
+
+def phase_times(evidence: Evidence | None, spent: dict[str, float]) -> PhaseTimes:
+    perf = evidence.performance_result if evidence else None
+    rounds = sum(len(s.warmup_s.candidate) + len(s.warmup_s.best) for s in perf.segments) if perf else 0
+    return PhaseTimes.from_clock(spent, spent["total"], rounds,
+                                 evidence.workers.warmup_reused if evidence and perf else 0,
+                                 bool(evidence and evidence.reuse.assessment is not None))
+
+
+def store_best_outputs(evidence: Evidence | None, before: BestRecord | None) -> None:
+    """A keep's corpus outputs and judging become the best's stored ones (loop/reuse.py); a failure to store
+    costs only the reuse."""
+    if evidence is None or evidence.quality_result is None or not reuse.enabled(evidence.session):
+        return
+    try:
+        reuse.store_kept(evidence.session, evidence.launcher.tree_digest(evidence.candidate_root),
+                         evidence.candidate(), evidence.quality_result,
+                         before.effective_class if before else MILDEST.word)
+    except (OSError, RuntimeError) as exc:
+        evidence.reuse.note = f"the best's outputs were not stored ({exc})"
 
 
 def way_back(commit: str) -> str:

@@ -33,6 +33,7 @@ class CorpusOutputs:
     memory: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     first_s: float = 0.0  # the first generate (a compiled model compiles here)
+    times: list[float] = field(default_factory=list)  # each generate's round trip (the harness's clock)
 
 
 def padded(group: list[Case], batch: int, key: str, rng: random.Random) -> list[list[Any]]:
@@ -52,7 +53,8 @@ def timed_like_gaps(round_s: float | None, rng: random.Random | None = None) -> 
     In balanced rounds (BC, CB, BC, ...) a side's requests come in pairs: one right after the other, then a
     wait of about two of the other side's rounds. A worker frozen between requests still sees those gaps in
     its own clock; the corpus run makes the same pattern (0, then 2 x `round_s`, jittered by 10%, at most
-    MAX_GAP_S), so the gaps alone do not tell it the quality run from the timed rounds (docs/security.md)."""
+    MAX_GAP_S), so the gaps alone do not tell it the quality run from the timed rounds
+    (docs/design/sandbox-and-security.md)."""
     rng = rng or random.SystemRandom()
     wait = round_s if round_s is not None and round_s > 0 else 0.0
     i = 0
@@ -79,6 +81,7 @@ def generate_corpus(worker: WorkerProcess, cases: list[Case], batch: int, key: s
         out.first_s = out.first_s or got.seconds
         bar.update(len(group))
         out.seconds += got.seconds
+        out.times.append(got.seconds)
         for j, case in enumerate(group):
             out.images[case.id] = got.images[j].clone()
             out.latents[case.id] = got.latents[j].clone()
@@ -93,8 +96,9 @@ def generate_corpus(worker: WorkerProcess, cases: list[Case], batch: int, key: s
 def counted_rows(rows: list[float]) -> tuple[float | None, bool]:
     """The corpus run's denoiser rows per image (the fewest of any generate: a step cut on some requests is
     seen) and whether the count is blind. A generate with outputs but no row seen ran its denoiser without
-    calling the module (a CUDA graph captured by hand replays its passes; the capturing generate alone
-    shows the warm-up and capture calls): then no step count is claimed and the outputs alone judge it."""
+    calling it or any of its entry modules (worker/rows.py; a CUDA graph captured by hand replays its passes,
+    the capturing generate alone shows the warm-up and capture calls): then no step count is claimed and the
+    outputs alone judge it."""
     if any(r == 0 for r in rows):
         return None, True
     return (min(rows) if rows else None), False
@@ -105,7 +109,7 @@ def audit_evidence(worker: WorkerProcess, build_reply: dict[str, Any], outputs: 
     """The audit evidence of one side: the worker's inspection of the built pipeline, the dtypes its modules
     produce in one more generate, and the denoiser rows of the corpus run. All three come from code running
     in the worker's process: advisory (the class it implies is applied), never the only guard (see
-    docs/security.md)."""
+    docs/design/sandbox-and-security.md)."""
     dtypes = worker.request("activation_dtypes", requests=padded(cases[:batch], batch, key, random.Random(0)))
     return AuditEvidence(PipelineInspection.from_dict(build_reply.get("audit")),
                          tuple(dtypes.get("activation_dtypes", ())), outputs.denoiser_rows_per_image,

@@ -46,7 +46,8 @@ def acquire(uuids: list[str], folder: Path | None = None) -> list[FileLock]:
         except Timeout:
             release(held)
             raise Refused(f"another experiment is using GPU {uuid} (lock {lock.lock_file}): sessions side by "
-                          "side need a GPU each (a lane with device cuda:N per session, docs/scale.md)") from None
+                          "side need a GPU each (a lane with device cuda:N per session, "
+                          "docs/guide/sessions-side-by-side.md)") from None
         held.append(lock)
     return held
 

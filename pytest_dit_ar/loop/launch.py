@@ -44,7 +44,7 @@ def launcher_for(session: Session, sandboxed: bool = True) -> WorkerLauncher:
             raise Refused(f"the workers cannot be sandboxed here: {problem}")
         policy = sandbox_policy(session)
         weights = session.lane.weights_path(session.root)
-        refusal = sandbox.unreadable_refusal(Path(weights)) if weights else None
+        refusal = sandbox.unreadable_refusal(Path(weights), (session.root.resolve(),)) if weights else None
         if refusal:
             raise Refused(refusal)
     caches = CompileCaches(session.paths.compile_cache, p.compile_cache_gb, p.compile_cache_keep)

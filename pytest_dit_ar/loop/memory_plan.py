@@ -9,7 +9,7 @@ Per segment the plan is one of:
 * `pair`: both workers alive, rounds interleaved (the paired protocol);
 * `alternate`: one worker at a time, in fresh processes: the first side's worker warms up and runs the
   segment's requests, exits, then the other side's worker runs the same requests; the order of the sides
-  alternates from segment to segment (docs/perf-harness.md, "One side at a time", says what this costs);
+  alternates from segment to segment (docs/design/speed-verdict.md, "One side at a time", says what this costs);
 * `refuse`: a single worker (the best's, or the baseline's) does not fit the budget: nothing can be judged.
 A candidate whose own peak exceeds the budget is not refused: the memory guardrail discards it.
 """
@@ -17,6 +17,8 @@ A candidate whose own peak exceeds the budget is not refused: the memory guardra
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from dit_ar_contract.sides import Role
 
 HEADROOM_PCT = 5.0  # kept free: NVML samples miss short peaks; the allocator's fragmentation
 
@@ -80,7 +82,6 @@ def may_prefetch(b: MemoryBudget, best_peak_mb: float | None) -> bool:
     return usable is None or best_peak_mb is None or 2 * best_peak_mb <= usable
 
 
-def order(segment: int, first: str) -> tuple[str, str]:
-    """The sides' order in an alternating segment: `first` ('cand' or 'best') on even segments, swapped on odd."""
-    other = "best" if first == "cand" else "cand"
-    return (first, other) if segment % 2 == 0 else (other, first)
+def order(segment: int, first: Role) -> tuple[Role, Role]:
+    """The sides' order in an alternating segment: `first` on even segments, the other side first on odd ones."""
+    return (first, first.other) if segment % 2 == 0 else (first.other, first)

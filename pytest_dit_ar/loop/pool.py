@@ -3,7 +3,7 @@
 A pair's two workers are alive together (one frozen while the other is timed), and pairs started ahead
 hold their memory while frozen, so the pool is the number of whole pairs whose peaks fit the budget with a
 margin. Zero means not even one pair fits; the caller keeps one pair (the guardrail judges the memory).
-Figures on the 24 GB A5500 target, from the H200 measurements (MEASUREMENTS.md, review §4): DiT-XL/2 eager
+Figures on the 24 GB A5500 target, from the H200 measurements: DiT-XL/2 eager
 workers peak at 5.1-5.6 GB, so two pairs fit (4 x 5.6 = 22.4 GB of 24 x 0.95); a PixArt-Sigma-1024 worker
 (7.9 GB transformer peak plus its T5-XXL text encoder) fits once, so no second pair.
 """

@@ -1,4 +1,5 @@
-"""The static pre-gate: what a candidate's diff adds that a reviewer should look at (docs/security.md).
+"""The static pre-gate: what a candidate's diff adds that a reviewer should look at
+(docs/design/sandbox-and-security.md).
 
 In the spirit of KernelBench's static checker and gpu-mode's kernelguard, with Python's `ast`: every
 Python file the commit changes under the mutable paths is parsed at the commit, and each construct below

@@ -25,15 +25,17 @@ def reference(session: Session, base: BaselineSummary, cases: list[Case]) -> Bas
 
 
 def assess_run(session: Session, declared_class: str, run: CandidateRun, ref: BaselineReference, cases: list[Case],
-               run_paths: RunPaths, whole_corpus: bool, inputs: TaskInputs | None = None) -> QualityAssessment:
+               run_paths: RunPaths, whole_corpus: bool, inputs: TaskInputs | None = None,
+               reused: QualityAssessment | None = None) -> QualityAssessment:
     """The candidate's outputs against the baseline's under the class gates (the task-score tests with `inputs`:
-    loop/quality_cases.py), and the pictures of the worst cases and of each failing case written into the run
-    folder."""
+    loop/quality_cases.py; or `reused`: the best's judging of the same outputs, loop/reuse.py), and the pictures
+    of the worst cases and of each failing case written into the run folder."""
     best = session.best()
     lane = session.lane
-    result = assess(declared_class, best.effective_class if best else MILDEST,
-                    Outputs(run.outputs.images, run.outputs.latents, run.evidence), ref, cases,
-                    lane.quality, lane.task_metrics, session.root, whole_corpus=whole_corpus, inputs=inputs)
+    result = reused or assess(declared_class, best.effective_class if best else MILDEST,
+                              Outputs(run.outputs.images, run.outputs.latents, run.evidence), ref, cases,
+                              lane.quality, lane.task_metrics, session.root, whole_corpus=whole_corpus,
+                              inputs=inputs)
     diff_images.write(run_paths.worst_cases, run_paths.cases, run.outputs.images, ref.outputs.images, result.fidelity)
     failing = [cid for cid, case in result.per_case.items() if any(not c.passed for c in case.checks)]
     diff_images.case_diffs(run.outputs.images, ref.outputs.images, result.fidelity, failing, run_paths.diffs)

@@ -13,6 +13,7 @@ processes of the harness and scores them; `task_inputs` hands all of it to the a
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from quality_suite.corpora import Case, replicas
 from ..state.session import Session
 from ..worker.client import WorkerLauncher, WorkerProcess
 from . import holdout
-from .candidate import quality_gaps
+from .candidate import CandidateWorkers, quality_gaps
 from .generation import CorpusOutputs, generate_corpus
 from .live import Live
 
@@ -188,3 +189,26 @@ def task_inputs(session: Session, corpus: list[Case], cand: OutputSource, parent
         return scores_of(session, source.generate(corpus, live).images, corpus)
 
     return TaskInputs(base, parent_scores if source is not None else None, supply)
+
+
+@contextlib.contextmanager
+def further_inputs(workers: CandidateWorkers, cases: list[Case], live: Live | None,
+                   needed: bool = True) -> Iterator[TaskInputs | None]:
+    """The task-score tests' inputs while the assessment runs (None when not `needed`: a reused judging). The
+    further outputs come from the first timing pair's workers while they are up, else from workers started for
+    them: the candidate's tree, and the best's (the parent) when there is one."""
+    if not needed:
+        yield None
+        return
+    w, pair = workers, workers.first_pair
+    cand = OutputSource(w.session, w.launcher, "candidate", w.candidate_root, w.spec(w.candidate_root),
+                        w.run.worker_log("candidate", "cases"), pair.cand if pair else None, candidate=True)
+    parent = None if w.best_root is None else OutputSource(
+        w.session, w.launcher, "best", w.best_root, w.spec(w.best_root), w.run.worker_log("best", "cases"),
+        pair.best if pair else None)
+    try:
+        yield task_inputs(w.session, cases, cand, parent, live)
+    finally:
+        for source in (cand, parent):
+            if source is not None:
+                source.close()

@@ -24,6 +24,7 @@ from typing import Any
 from dit_ar_contract import versions
 from dit_ar_contract.config import Guardrails
 from dit_ar_contract.errors import CandidateCrash, Refused
+from dit_ar_contract.sides import Role
 from dit_ar_contract.status import Status
 from perf_suite.sequential import Look, improvement_pct
 from quality_suite.corpora import load_corpus
@@ -35,10 +36,12 @@ from ..state.ledger import LedgerRow
 from ..state.live import LiveFile
 from ..state.noise import read_noise
 from ..state.paths import new_run_id, now
+from ..state.perf_record import PerfRecord
 from ..state.session import Session, open_session, verify_integrity
 from . import gpu_locks, holdout
 from .launch import launcher_for
-from .measurement import MeasurementPlan, PerfOutcome, Side, measure
+from .measurement import measure
+from .measurement_plan import MeasurementPlan, Side
 
 RECORD = runs.REVALIDATION_RECORD
 Z95 = 1.959963984540054  # both intervals compared at the same two-sided 95% level
@@ -112,12 +115,13 @@ def chain_steps(session: Session, rows: list[LedgerRow], history: tuple[str, ...
     for row in rows:
         if row.status is not Status.KEEP or row.lane != session.lane_id or row.commit not in history:
             continue
-        look = read_json_object(session.root / row.run_dir / "perf.json").get("look") or {}
-        estimate = look.get("estimate_pct", row.improvement_pct)
+        perf = runs.read_perf(session.root / row.run_dir)
+        look = perf.look if perf is not None else None
+        estimate = row.improvement_pct if look is None or look.estimate_pct is None else look.estimate_pct
         if estimate is None:
             continue
         steps.append(Step(row.run_id, row.commit, row.description, row.effective_class, float(estimate),
-                          look.get("standard_error")))
+                          look.standard_error if look is not None else None))
     return steps
 
 
@@ -336,7 +340,7 @@ def _run(session: Session, launcher: Any, best_commit: str, baseline_commit: str
             f"(up to {plan.segments_allowed()} segments of fresh worker pairs)")
         live.update(phase="timing", max_segments=plan.segments_allowed())
         perf = measure(plan, launcher, on_round=live.on_round, on_look=live.on_look)
-        write_json_atomic(run_dir / "perf.json", perf.as_dict())
+        write_json_atomic(runs.RunPaths(run_dir).perf, perf.to_dict())
         live.phase("quality")
         held = _holdout(session, launcher, run_dir, best.effective_class)
         result = _result(session, run_dir.name, best_commit, baseline_commit, plan, perf, held,
@@ -359,7 +363,7 @@ def _run(session: Session, launcher: Any, best_commit: str, baseline_commit: str
 
 
 def _result(session: Session, run_id: str, best_commit: str, baseline_commit: str, plan: MeasurementPlan,
-            perf: PerfOutcome, held: holdout.HoldoutResult, seconds: dict[str, float],
+            perf: PerfRecord, held: holdout.HoldoutResult, seconds: dict[str, float],
             history: tuple[str, ...]) -> Revalidation:
     metric = session.lane.primary_metric
     look = cumulative_look(perf)
@@ -370,7 +374,7 @@ def _result(session: Session, run_id: str, best_commit: str, baseline_commit: st
                         seconds, tuple(perf.reasons))
 
 
-def _row(session: Session, result: Revalidation, perf: PerfOutcome, run_dir: Path, sandboxed: bool) -> LedgerRow:
+def _row(session: Session, result: Revalidation, perf: PerfRecord, run_dir: Path, sandboxed: bool) -> LedgerRow:
     lane = session.lane
     best = require_best(session.best(), session.lane_id)
     product = result.product.describe() if result.product else "no kept steps"
@@ -378,10 +382,10 @@ def _row(session: Session, result: Revalidation, perf: PerfOutcome, run_dir: Pat
     return LedgerRow(
         timestamp=now(), run_id=result.run_id, lane=session.lane_id, commit=result.best_commit,
         parent=result.baseline_commit, status=Status.REVALIDATE, effective_class=best.effective_class,
-        metric=lane.primary_metric, best_before=lane.metric_value(perf.median_ms("best")),
-        candidate=lane.metric_value(perf.median_ms("cand")),
+        metric=lane.primary_metric, best_before=lane.metric_value(perf.median_ms(Role.BEST)),
+        candidate=lane.metric_value(perf.median_ms(Role.CANDIDATE)),
         improvement_pct=result.measured.estimate_pct if result.measured else None, p_value=perf.nominal_p,
-        peak_vram_mb=perf.peak_memory_mb("cand"), quality_summary=result.holdout.headline(),
+        peak_vram_mb=perf.peak_memory_mb(Role.CANDIDATE), quality_summary=result.holdout.headline(),
         description=f"re-validation of the best against the original baseline {result.baseline_commit[:10]}",
         run_dir=str(run_dir.relative_to(session.root)),
         reason=f"measured {result.measured.describe() if result.measured else 'nothing'} {agree} the product of "

@@ -20,9 +20,10 @@ from quality_suite.metrics import fidelity_batch
 
 from ..state.baseline import BaselineSummary
 from ..state.noise import read_noise, record_spread
+from ..state.perf_record import PerfRecord
 from ..state.session import Session
 from ..worker.client import Generated
-from .measurement import PerfOutcome, RoundCheck
+from .measurement_plan import RoundCheck
 
 OUTSIDE_SHARE = 0.05  # of the timed cases, how many may leave the class's gate for the next looser one (>= 1)
 LOOSER = {ChangeClass.EXACT: ChangeClass.NUMERICAL, ChangeClass.NUMERICAL: ChangeClass.APPROXIMATE,
@@ -42,7 +43,7 @@ def round_check(quality: QualityAssessment, envelope: dict[str, float], session:
     """Candidate vs best outputs of the same timed requests under the effective class's per-case gate (with
     the quality gate's floors: the same `approximate_outputs` rule).
 
-    One departure (docs/design-notes.md note 47): the corpus's cases are the ones the class's gate was
+    One departure: the corpus's cases are the ones the class's gate was
     calibrated and passed on; a timed request is a fresh one whose trajectory may amplify a change's error more
     (a demo's batched guidance, exact: 3.8e-5 latent rel. L2 on one timed case against a 1e-5 limit, all 40
     corpus cases within 7.5e-7; its bf16 cast: 0.084 against 0.05, corpus within 0.018). So a timed case may
@@ -85,7 +86,7 @@ def roofline_ms(baseline: BaselineSummary, cand_rows: float | None, gpus: int, e
     roof = baseline.roofline
     base_rows = roof.flops_rows_per_image or AuditEvidence.from_dict(baseline.evidence).denoiser_rows_per_image
     peak = roof.device_peak_tflops * gpus if roof.device_peak_tflops else roof.device_peak_tflops
-    return floor_ms(roof.flops_per_batch, peak, bool(roof.device_peak.get("measured")),
+    return floor_ms(roof.flops_per_batch, peak, roof.peak_measured,
                     base_rows, cand_rows, effective_class)
 
 
@@ -101,7 +102,7 @@ def offset_bound(session: Session) -> OffsetBound:
     return noise.bound(lane.performance, lane.device)
 
 
-def learn_noise(session: Session, run_dir: Path, perf: PerfOutcome) -> None:
+def learn_noise(session: Session, run_dir: Path, perf: PerfRecord) -> None:
     """Pool this experiment's between-pair spread against the same best (a faithful timing only)."""
     if perf.spread is not None and not perf.unfaithful and session.record is not None:
         record_spread(session.paths, session.lane_id, best_commit(session), run_dir.name, perf.spread)

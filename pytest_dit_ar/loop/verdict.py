@@ -1,6 +1,7 @@
 """The verdict: one pure function, `decide`, and nothing else decides.
 
-Order (DESIGN §4): scope -> crash -> quality against the original baseline -> performance against the
+Order (docs/design/state-and-recovery.md): scope -> crash -> quality against the original baseline -> performance
+against the
 current best. Each gate arrives as a `Finding` built from evidence the harness measured itself; a gate
 with no finding at all fails (nothing is kept on missing evidence).
 """

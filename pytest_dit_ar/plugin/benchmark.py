@@ -1,4 +1,4 @@
-"""pytest-benchmark support: a device-synchronising timer and GPU machine info (DESIGN §6)."""
+"""pytest-benchmark support: a device-synchronising timer and GPU machine info (docs/design/speed-verdict.md)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,19 @@
 """The plugin's terminal summary: the failing cases with their pictures, a plain run's speed against the best, and
-an experiment's verdict in words. Text from typed results (`Evidence`, `PerfOutcome`, `Lane`), written to pytest's
+an experiment's verdict in words. Text from typed results (`Evidence`, `PerfRecord`, `Lane`), written to pytest's
 terminal reporter (like pytest-benchmark's `TableResults` and syrupy's `SnapshotReport.lines`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from dit_ar_contract.sides import Role
+
 if TYPE_CHECKING:
     from dit_ar_contract.config import Lane
 
     from ..loop.evidence import Evidence
     from ..loop.experiment import Experiment
-    from ..loop.measurement import PerfOutcome
+    from ..state.perf_record import PerfRecord
 
 
 def write(tr: Any, evidence: Evidence | None, experiment: Experiment | None, speed: bool,
@@ -45,12 +47,13 @@ def verdict_section(tr: Any, exp: Experiment) -> None:
         for line in speed_lines(perf, exp.session.lane):
             tr.write_line(line)
         tr.write_line(f"start-up: {perf.startup_line()}")
+        if perf.memory_line():
+            tr.write_line(f"memory: {perf.memory_line()}")
         if perf.rounds_flagged:
             tr.write_line(f"rounds: {perf.rounds_flagged}")
-        forked = perf.pool.get("fork_times")
+        forked = perf.forked_workers()
         if forked:
-            ready = [t for side in forked.values() for t in side["fork_ready_s"]]
-            starts = [t for side in forked.values() for t in side["zygote_ready_s"]]
+            ready, starts = forked
             tr.write_line(f"workers: {len(ready)} forked, ready in {max(ready, default=0):.2f} s at most; "
                           f"fork servers started in {max(starts, default=0):.1f} s")
     for reason in verdict.reasons[:10]:
@@ -61,8 +64,11 @@ def verdict_section(tr: Any, exp: Experiment) -> None:
         tr.write_line(f"static pre-gate (flags, does not refuse): {pregate_summary(exp.pregate)}")
         for finding in exp.pregate[:8]:
             tr.write_line(f"  {finding.describe()}")
-    spent = exp.seconds()
-    tr.write_line("time: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in spent.items()))
+    from ..loop.experiment import phase_times
+
+    tr.write_line("time: " + phase_times(exp.evidence, exp.seconds()).line())
+    if exp.evidence is not None and exp.evidence.reuse.note:
+        tr.write_line(f"reuse: {exp.evidence.reuse.note}")
     action = "kept as the new best" if verdict.exit_code == 0 else \
         f"reset to {exp.parent[:10]} (your commit {exp.commit[:10]} stays in `git reflog`: " \
         f"`git cherry-pick -n {exp.commit[:10]}` brings its changes back)"
@@ -100,7 +106,7 @@ def speed_section(tr: Any, evidence: Evidence) -> None:
         tr.write_line(f"verdict of the speed test: {perf.reasons[0]}")
 
 
-def speed_lines(perf: PerfOutcome, lane: Lane) -> list[str]:
+def speed_lines(perf: PerfRecord, lane: Lane) -> list[str]:
     """One speed figure per line, each named by its statistic: the paired estimate the verdict uses, then each
     side's median batch latency (unpaired: the machine's drift between rounds is in it), and a note when the
     two disagree in direction."""
@@ -109,13 +115,13 @@ def speed_lines(perf: PerfOutcome, lane: Lane) -> list[str]:
     lines = [f"speed: {look.interval_text(2)} paired estimate "
              f"(the verdict's figure: trimmed mean of each round's candidate/best time ratio, {look.rounds} rounds in "
              f"{look.segments} fresh worker pair{'s' if look.segments != 1 else ''}; + is faster)"]
-    cand, best = perf.median_ms("cand"), perf.median_ms("best")
-    for side, ms in (("candidate", cand), ("best", best)):
+    cand, best = perf.median_ms(Role.CANDIDATE), perf.median_ms(Role.BEST)
+    for role, ms in ((Role.CANDIDATE, cand), (Role.BEST, best)):
         if ms is None:
             continue
         gpu_s = lane.gpu_seconds_per_image(ms)
         cost = f"; {gpu_s:.3g} GPU-s per image on {lane.gpus} GPU{'s' if lane.gpus > 1 else ''}" if gpu_s else ""
-        lines.append(f"{side} latency: {ms:.1f} ms per batch (median of its own timed rounds{cost})")
+        lines.append(f"{role.label} latency: {ms:.1f} ms per batch (median of its own timed rounds{cost})")
     if cand is not None and best is not None and (cand < best) != (look.estimate_pct > 0) and cand != best:
         lines.append("note: the medians and the paired estimate disagree in direction: the machine's speed drifted "
                      "between rounds; the paired estimate compares each round's candidate with the best timed "

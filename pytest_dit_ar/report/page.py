@@ -3,7 +3,7 @@
 The page is self-contained: every figure is written next to it under `report_files/` and linked
 relatively, so the folder can be copied anywhere. The report only reads the state directory.
 
-This module reads the state files into typed view data (the frozen dataclasses below) and renders each
+This module reads the state files into typed view data (the frozen dataclasses of views.py) and renders each
 page with one call to a Jinja2 template of `templates/`; the environment escapes every value on output,
 so no text from the state (descriptions, reasons, crash logs, device names) can become markup.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,192 +28,41 @@ from ..state.baseline import BaselineSummary, cases_dir
 from ..state.best import BestRecord
 from ..state.ledger import LedgerRow
 from ..state.paths import StatePaths
-from ..state.runs import PerfRecord, ProfileRecord, RunPaths, SegmentRun
+from ..state.perf_record import PerfRecord, SegmentRecord
+from ..state.runs import ProfileRecord, RunPaths
 from ..state.session import SessionRecord
 from . import summary
+from .views import (
+    ASSETS,
+    MAX_RUNS,
+    CaseImages,
+    Fact,
+    Figure,
+    LaneHeader,
+    LaneSection,
+    PerfView,
+    ProfileView,
+    QualityView,
+    ReportContext,
+    Row,
+    RunPage,
+    RunView,
+    SessionPage,
+    StatusStyle,
+    Style,
+    Table,
+)
 
 if TYPE_CHECKING:  # quality.json's types; torch is imported only where a quality record is read
     from quality_suite.assessment import CaseResult, QualityAssessment
 
-ASSETS = "report_files"
 TEMPLATES = "templates"  # the package folder of the page templates (package data)
 WORST_CASES = 4
-MAX_RUNS = 30  # runs shown in detail on the session page (newest first); `--run ID` shows any run
 FIDELITY_COLUMNS = ("psnr_db", "ssim", "latent_rel_l2", "latent_max_abs")
 BLOCK_COLUMNS = ("rounds", "best_median_ms", "cand_median_ms", "best_p95_ms", "cand_p95_ms", "median_ratio",
                  "ci_upper_ratio", "improvement_pct", "p_value", "passes")  # runs made before the sequential test
 LOOK_COLUMNS = ("rounds", "estimate_pct", "lower_pct", "upper_pct", "z", "boundary", "decision")
 WRAPPED_COLUMNS = ("quality_summary", "description")  # ledger columns of free text, wrapped on the page
-
-
-# -- view data ----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class StatusStyle:
-    """A status word and its colour (the ledger row and run section colours)."""
-
-    word: str
-    colour: str
-
-
-@dataclass(frozen=True)
-class Style:
-    """What the style sheet takes from the code: status colours and the ledger columns that wrap (1-based)."""
-
-    statuses: tuple[StatusStyle, ...]
-    wrapped_columns: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Figure:
-    """A PNG in the assets folder, linked relative to the page."""
-
-    src: str
-    alt: str
-
-
-@dataclass(frozen=True)
-class Row:
-    """A table row: its cells as text and its CSS class."""
-
-    cells: tuple[str, ...]
-    css: str = ""
-
-
-@dataclass(frozen=True)
-class Table:
-    """A table with a header row."""
-
-    header: tuple[str, ...]
-    rows: tuple[Row, ...]
-    css: str = ""
-
-
-@dataclass(frozen=True)
-class Fact:
-    """One line of a lane's summary table."""
-
-    name: str
-    value: str
-
-
-@dataclass(frozen=True)
-class LaneHeader:
-    """A lane's id and summary (device, best commit, baseline metrics, noise floor, counts)."""
-
-    lane_id: str
-    facts: tuple[Fact, ...]
-
-
-@dataclass(frozen=True)
-class ProfileView:
-    """The lane's latest profile: not found, found without stage times (`figure` None), or shown."""
-
-    found: bool
-    where: str = ""
-    figure: Figure | None = None
-    facts: Table | None = None
-    ops: Table | None = None
-
-
-@dataclass(frozen=True)
-class CaseImages:
-    """The worst cases' images: the figure (if any) and which images are missing."""
-
-    figure: Figure | None
-    candidates_missing: bool
-    baseline_missing: bool
-
-
-@dataclass(frozen=True)
-class QualityView:
-    """A run's quality.json: class audit, failed checks, worst cases (`images` None: all pixel-identical)."""
-
-    found: bool
-    declared: str = ""
-    effective: str = ""
-    audit: str = ""
-    failed_count: int = 0
-    more_failures: tuple[str, ...] = ()
-    worst: Table | None = None
-    images: CaseImages | None = None
-    tests: Table | None = None  # the paired task-score tests: each estimate with its one-sided bound
-
-
-@dataclass(frozen=True)
-class PerfView:
-    """A run's timing: distribution figure, per-segment table, wall time, reasons (`figure` None: no timing)."""
-
-    figure: Figure | None
-    table: Table | None = None
-    wall_time: str = ""
-    reasons: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class RunView:
-    """Everything one run left behind; `missing_folder` names the run folder when it is gone."""
-
-    run_id: str
-    status: str
-    description: str
-    line: str
-    reasons: tuple[str, ...]
-    run_dir: str
-    missing_folder: str = ""
-    crash: str | None = None
-    quality: QualityView | None = None  # None for a baseline run (it is the reference)
-    perf: PerfView | None = None
-    logs: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class LaneSection:
-    """One lane on the session page."""
-
-    header: LaneHeader
-    progress: Figure
-    profile: ProfileView
-    runs: tuple[RunView, ...]
-
-
-@dataclass(frozen=True)
-class SessionPage:
-    """The session page (index.html)."""
-
-    title: str
-    state_dir: str
-    row_count: int
-    lanes: tuple[LaneSection, ...]
-    ledger: Table | None
-    assets: str = ASSETS
-    max_runs: int = MAX_RUNS
-    summary: str = ""  # the PR-ready summary.md written beside the page (report/summary.py)
-    warnings: tuple[str, ...] = ()  # e.g. a re-validation that disagrees with the product of the kept steps
-
-
-@dataclass(frozen=True)
-class RunPage:
-    """One run's page (report.html)."""
-
-    title: str
-    header: LaneHeader
-    run: RunView
-    ledger: Table | None
-
-
-@dataclass(frozen=True)
-class ReportContext:
-    """What every part of a page reads: the repo root, state paths, session, best commits, target name."""
-
-    root: Path
-    paths: StatePaths
-    session: SessionRecord | None
-    best: dict[str, BestRecord]
-    target_name: str
-
-    def is_session_lane(self, lane_id: str) -> bool:
-        return self.session is not None and self.session.lane_id == lane_id
 
 
 # -- rendering ----------------------------------------------------------------------------------
@@ -445,14 +294,14 @@ def _case_images(run: RunPaths, case_ids: list[str], baseline_cases: Path, asset
                       baseline_missing=not grid)
 
 
-def _look_cells(segment: SegmentRun) -> list[Any]:
+def _look_cells(segment: SegmentRecord) -> list[Any]:
     look = segment.look
     if look is None:
         return [None] * len(LOOK_COLUMNS)
     return [look.rounds, look.estimate_pct, look.lower_pct, look.upper_pct, look.z, look.boundary, look.decision]
 
 
-def _block_cells(segment: SegmentRun) -> list[Any]:
+def _block_cells(segment: SegmentRecord) -> list[Any]:
     b = segment.stats
     if b is None:
         return [None] * len(BLOCK_COLUMNS)

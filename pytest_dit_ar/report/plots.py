@@ -11,9 +11,10 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from PIL import Image
 
+from dit_ar_contract.sides import Role
 from dit_ar_contract.status import Status
 
-from ..state.runs import SegmentRun
+from ..state.perf_record import SegmentRecord
 
 STATUS_COLOURS = {s.word: s.colour for s in Status}
 
@@ -82,7 +83,7 @@ def progress(points: list[Point], metric: str, title: str, path: Path) -> Path:
     return _save(fig, path)
 
 
-def timing(blocks: list[SegmentRun], path: Path) -> Path:
+def timing(blocks: list[SegmentRecord], path: Path) -> Path:
     """Candidate vs best round-trip times per segment (or per block, in runs made before segments): a box
     per side with the samples jittered on top."""
     fig = Figure(figsize=(2.2 + 2.4 * max(1, len(blocks)), 3.4))
@@ -90,13 +91,13 @@ def timing(blocks: list[SegmentRun], path: Path) -> Path:
     rng = np.random.default_rng(0)
     data, positions, colours, labels = [], [], [], []
     for i, block in enumerate(blocks):
-        for j, (key, colour, name) in enumerate((("best_s", "#1f4e9c", "best"), ("cand_s", "#d9480f", "cand"))):
-            ms = [1e3 * v for v in (block.best_s if key == "best_s" else block.cand_s)]
+        for j, (role, colour) in enumerate(((Role.BEST, "#1f4e9c"), (Role.CANDIDATE, "#d9480f"))):
+            ms = [1e3 * v for v in block.times[role]]
             pos = 3 * i + j + 1
             data.append(ms)
             positions.append(pos)
             colours.append(colour)
-            labels.append(f"{name}\n{'segment' if block.is_segment else 'block'} {block.index + 1}")
+            labels.append(f"{role.key}\n{'segment' if block.is_segment else 'block'} {block.index + 1}")
             if ms:
                 ax.scatter(pos + rng.uniform(-0.15, 0.15, len(ms)), ms, s=14, color=colour, alpha=0.7, zorder=3)
     if any(data):

@@ -18,6 +18,7 @@ from ..state import ledger, runs
 from ..state.baseline import BaselineSummary
 from ..state.ledger import LedgerRow
 from ..state.paths import StatePaths
+from ..state.phases import PhaseTimes
 
 REVALIDATION = runs.REVALIDATION_RECORD
 
@@ -131,8 +132,26 @@ def _stack(baseline: BaselineSummary) -> list[str]:
     return lines
 
 
-def markdown(root: Path, lane_id: str | None = None) -> str:
-    """The PR-ready text of the session at `root` (its lane, or `lane_id`)."""
+def _phases(root: Path, experiments: list[LedgerRow]) -> list[str]:
+    """One row per experiment: its wall time by phase (state/phases.py), warm-up rounds and what it reused."""
+    head = ["run", "verdict", *(p.replace("_", " ") for p in PhaseTimes.PHASES), "total s", "warm-ups", "reused"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in experiments:
+        phases = runs.read_experiment(root / row.run_dir).phases if row.run_dir else None
+        if phases is None:
+            lines.append(f"| {row.run_id} | {row.status.word} |" + " - |" * (len(head) - 2))
+            continue
+        reused = ", ".join(([f"{phases.warmup_reused} generates as warm-up"] if phases.warmup_reused else [])
+                           + (["judging"] if phases.judging_reused else [])) or "-"
+        lines.append(f"| {row.run_id} | {row.status.word} | "
+                     + " | ".join(f"{s:.1f}" for s in phases.seconds().values())
+                     + f" | {phases.total:.1f} | {phases.warmup_rounds} | {reused} |")
+    return lines
+
+
+def markdown(root: Path, lane_id: str | None = None, time: bool = False) -> str:
+    """The PR-ready text of the session at `root` (its lane, or `lane_id`); with `time`, where each experiment's
+    wall time went, by phase."""
     paths = StatePaths(root)
     session = runs.read_session(paths)
     lane_id = lane_id or (session.lane_id if session else "") or ""
@@ -152,6 +171,9 @@ def markdown(root: Path, lane_id: str | None = None) -> str:
     lines += _revalidation(latest_revalidation(root, rows))
     lines += ["", "### Discarded ideas", ""]
     lines += _discarded(rows)
+    if time:
+        lines += ["", "### Where the time went (seconds by phase)", ""]
+        lines += _phases(root, experiments)
     lines += ["", "### Device and software stack (baseline)", ""]
     lines += _stack(baseline) if baseline else ["no baseline yet"]
     return "\n".join(lines).rstrip() + "\n"

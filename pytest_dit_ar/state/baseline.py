@@ -39,6 +39,12 @@ class Roofline:
     device_peak_tflops: float | None = None
     device_peak: dict[str, Any] = field(default_factory=dict)
     roofline_unavailable: str | None = None
+    flops_graph_replays: int = 0  # CUDA graph replays the FLOP count could not see into (its FLOPs are then low)
+
+    @property
+    def peak_measured(self) -> bool:
+        """The device's peak was timed on this machine (perf_suite.roofline.Peak.measured), not a datasheet's."""
+        return bool(self.device_peak.get("measured"))
 
 
 ROOFLINE_KEYS = tuple(f.name for f in dataclasses.fields(Roofline))

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from dit_ar_contract.errors import Refused
+
+T = TypeVar("T")
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -34,18 +37,37 @@ VERSION_KEY = "format_version"
 
 
 def write_record(path: Path, data: Mapping[str, Any]) -> None:
-    """A record (run or baseline) with this harness's format version, written atomically."""
-    write_json_atomic(path, {**data, VERSION_KEY: FORMAT_VERSION})
+    """A record (run or baseline) with its format version (this harness's, unless the record names its own),
+    written atomically."""
+    write_json_atomic(path, {VERSION_KEY: FORMAT_VERSION, **data})
 
 
-def load_record(path: Path) -> dict[str, Any]:
+def check_version(data: Mapping[str, Any], where: str, supported: int = FORMAT_VERSION) -> int:
+    """The record's format version (1 when it names none); one this harness does not know is refused, as pyperf
+    and asv refuse one, with a line that names the record."""
+    version = data.get(VERSION_KEY, 1)
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= supported:
+        raise Refused(f"{where}: file format version {version!r} is not supported (this pytest-dit-ar reads up to "
+                      f"{supported}); read it with the newer pytest-dit-ar that wrote it")
+    return version
+
+
+def load_record(path: Path, supported: int = FORMAT_VERSION) -> dict[str, Any]:
     """A record's JSON object ({} when absent or unreadable); refuses a format this harness does not know."""
     data = read_json_object(path)
-    version = data.get(VERSION_KEY, 1)
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise Refused(f"{path}: file format version {version!r} is not supported (this pytest-dit-ar reads up to "
-                      f"{FORMAT_VERSION}); read it with the newer pytest-dit-ar that wrote it")
+    check_version(data, str(path), supported)
     return data
+
+
+def fields_from(cls: type[T], data: Mapping[str, Any]) -> T:
+    """A dataclass from a record's mapping: unknown keys are left out, a missing field without default is None."""
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name in data:
+            values[f.name] = data[f.name]
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            values[f.name] = None
+    return cls(**values)
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:

@@ -1,7 +1,8 @@
-"""results.tsv: the append-only ledger of every baseline and experiment (DESIGN §4), one typed row each.
+"""results.tsv: the append-only ledger of every baseline and experiment (docs/design/state-and-recovery.md), one
+typed row each.
 
-The first 17 columns are DESIGN §4's; `reason` (the verdict's rule in words) and `flags` (how the run
-was made, e.g. `unsandboxed`) were added later. A ledger whose header has only the first 17 columns
+The first 17 columns are docs/design/state-and-recovery.md's; `reason` (the verdict's rule in words) and
+`flags` (how the run was made, e.g. `unsandboxed`) were added later. A ledger whose header has only the first 17 columns
 (a session made by an earlier version) is still read, and rows are appended to it in its own columns.
 
 The speed columns are two different statistics: `best_before` and `candidate` are each side's *median* batch

@@ -1,4 +1,4 @@
-"""Every path under `.autoresearch/` (DESIGN §4) in one place, and run ids."""
+"""Every path under `.autoresearch/` (docs/design/state-and-recovery.md) in one place, and run ids."""
 
 from __future__ import annotations
 

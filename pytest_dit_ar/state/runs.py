@@ -4,7 +4,8 @@ Like pyperf's `BenchmarkSuite` and asv's `Results`, every JSON record of a run c
 (`format_version`, written by `write_record`). A record written before versions existed reads as version 1;
 a record of a newer format is refused with a line that names it. The readers also upgrade the shapes earlier
 harnesses wrote (per-block statistics before the sequential test, `aa_block`, `noise_ci_ratio`), so the
-report and `dit-ar status` read every run as types and never by string key.
+report and `dit-ar status` read every run as types and never by string key. perf.json's schema, shared by its
+writer and its readers, is state/perf_record.py's.
 
 Who writes which file: `state.records` the run record and the baseline copy, `loop.evidence` the crash log and
 the quality and perf records, `loop.quality` the difference pictures, the worker launcher the worker logs,
@@ -20,17 +21,18 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from .baseline import BASELINE_RECORD, CASES, BaselineSummary
 from .best import BestRecord
-from .files import load_record, read_json_object
+from .files import fields_from, load_record, read_json_object
 from .ledger import LedgerRow
 from .paths import StatePaths
+from .perf_record import PERF_FORMAT, PerfRecord
+from .phases import PhaseTimes
 from .session import SessionRecord
 
-if TYPE_CHECKING:  # imported on use: scipy and torch stay out of `dit-ar status`
-    from perf_suite.sequential import Look
+if TYPE_CHECKING:  # imported on use: torch stays out of `dit-ar status`
     from quality_suite.assessment import QualityAssessment
 
 EXPERIMENT_RECORD = "experiment.json"
@@ -136,24 +138,6 @@ def profile_run_id() -> str:
     return f"{PROFILE_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
 
-T = TypeVar("T")
-
-
-def _typed(cls: type[T], data: Mapping[str, Any]) -> T:
-    """A dataclass from a record's mapping: unknown keys are left out, a missing field without default is None."""
-    values: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if f.name in data:
-            values[f.name] = data[f.name]
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            values[f.name] = None
-    return cls(**values)
-
-
-def _floats(values: Any) -> tuple[float, ...]:
-    return tuple(float(v) for v in values or () if isinstance(v, (int, float)))
-
-
 def _mapping(value: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, Mapping) else {}
 
@@ -170,6 +154,7 @@ class ExperimentRecord:
     duration_s: float | None = None
     seconds: dict[str, float] = field(default_factory=dict)
     software: dict[str, Any] = field(default_factory=dict)
+    phases: PhaseTimes | None = None  # where the wall time went, by phase (None: recorded before the phases)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ExperimentRecord:
@@ -179,7 +164,8 @@ class ExperimentRecord:
             row = None
         return cls(row, tuple(str(r) for r in data.get("reasons") or ()), data.get("duration_s"),
                    {str(k): float(v) for k, v in _mapping(data.get("seconds")).items()
-                    if isinstance(v, (int, float))}, _mapping(data.get("software")))
+                    if isinstance(v, (int, float))}, _mapping(data.get("software")),
+                   PhaseTimes.from_dict(data.get("phases")))
 
 
 def read_experiment(run_dir: Path) -> ExperimentRecord:
@@ -188,96 +174,11 @@ def read_experiment(run_dir: Path) -> ExperimentRecord:
 
 # -- perf.json -----------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class BlockStats:
-    """A timed block's statistics, as runs made before the sequential test stored them."""
-
-    rounds: int | None = None
-    best_median_ms: float | None = None
-    cand_median_ms: float | None = None
-    best_p95_ms: float | None = None
-    cand_p95_ms: float | None = None
-    median_ratio: float | None = None
-    ci_upper_ratio: float | None = None
-    improvement_pct: float | None = None
-    p_value: float | None = None
-    passes: bool | None = None
-
-
-@dataclass(frozen=True)
-class SegmentRun:
-    """One segment of perf.json (or one block, in runs made before segments): its samples and its look."""
-
-    index: int
-    cand_s: tuple[float, ...]
-    best_s: tuple[float, ...]
-    look: Look | None = None  # the sequential test after this segment (None in a block)
-    stats: BlockStats | None = None  # a block's statistics (runs made before the sequential test)
-    divergence: float | None = None
-    seeds: tuple[tuple[int, ...], ...] = ()  # the harness-drawn seeds of each timed round
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], position: int) -> SegmentRun:
-        from perf_suite.sequential import Look
-
-        look, stats = data.get("look"), data.get("stats")
-        index = data.get("index")
-        return cls(int(index) if isinstance(index, int) else position, _floats(data.get("cand_s")),
-                   _floats(data.get("best_s")), _typed(Look, look) if isinstance(look, Mapping) else None,
-                   _typed(BlockStats, stats) if isinstance(stats, Mapping) else None, data.get("divergence"),
-                   tuple(tuple(int(s) for s in r) for r in data.get("seeds") or () if isinstance(r, list)))
-
-    @property
-    def is_segment(self) -> bool:
-        return self.stats is None
-
-
-@dataclass(frozen=True)
-class PerfRecord:
-    """perf.json: the performance outcome of a run (what `loop.measurement.PerfOutcome.as_dict` writes), or a
-    baseline's A/A segment. `sequential` is False for runs timed in blocks before the sequential test."""
-
-    keep: bool | None
-    reasons: tuple[str, ...]
-    segments: tuple[SegmentRun, ...]
-    seconds: dict[str, float] = field(default_factory=dict)
-    guardrails: dict[str, Any] = field(default_factory=dict)
-    sequential: bool = True
-    last_look: Look | None = None  # the verdict's last look (the record's top-level `look`)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PerfRecord:
-        from perf_suite.sequential import Look
-
-        sequential = "segments" in data
-        parts = [p for p in data.get("segments") or data.get("blocks") or () if isinstance(p, Mapping)]
-        seconds = {str(k): float(v) for k, v in _mapping(data.get("seconds")).items() if isinstance(v, (int, float))}
-        look = data.get("look")
-        return cls(data.get("keep"), tuple(str(r) for r in data.get("reasons") or ()),
-                   tuple(SegmentRun.from_dict(p, i) for i, p in enumerate(parts)), seconds,
-                   _mapping(data.get("guardrails")), sequential,
-                   _typed(Look, look) if isinstance(look, Mapping) else None)
-
-    @property
-    def look(self) -> Look | None:
-        """The last look of the sequential test: the record's own, else its last segment's (None in blocks)."""
-        if self.last_look is not None:
-            return self.last_look
-        looks = [s.look for s in self.segments if s.look is not None]
-        return looks[-1] if looks else None
-
-    @classmethod
-    def aa_segment(cls, summary: BaselineSummary) -> PerfRecord | None:
-        """The baseline's A/A segment (both sides run the baseline) as a run's timing; None when it has none."""
-        aa = summary.timing.aa_segment
-        if not aa:
-            return None
-        return cls(None, ("baseline A/A: both sides run the baseline (noise floor)",), (SegmentRun.from_dict(aa, 0),))
-
-
 def read_perf(run_dir: Path) -> PerfRecord | None:
-    data = load_record(RunPaths(run_dir).perf)
-    return PerfRecord.from_dict(data) if data else None
+    """The run's perf.json (state/perf_record.py's schema), None when it has none."""
+    path = RunPaths(run_dir).perf
+    data = load_record(path, PERF_FORMAT)
+    return PerfRecord.from_dict(data, str(path)) if data else None
 
 
 def read_timing(run_dir: Path) -> PerfRecord | None:
@@ -362,14 +263,14 @@ class RevalidationRecord:
     def from_dict(cls, data: Mapping[str, Any]) -> RevalidationRecord:
         def estimate(key: str) -> Estimate | None:
             value = data.get(key)
-            return _typed(Estimate, value) if isinstance(value, Mapping) and value else None
+            return fields_from(Estimate, value) if isinstance(value, Mapping) and value else None
 
         held = data.get("holdout")
         values = {k: data[k] for k in ("run_id", "best_commit", "baseline_commit", "segments", "rounds", "headline",
                                        "agree", "warning") if k in data}
         return cls(**values, created=str(data.get("created") or ""), measured=estimate("measured"),
                    product=estimate("product"), steps=len(data.get("steps") or ()),
-                   holdout=_typed(HoldoutRecord, held) if isinstance(held, Mapping) and held else None)
+                   holdout=fields_from(HoldoutRecord, held) if isinstance(held, Mapping) and held else None)
 
 
 def read_revalidation(run_dir: Path) -> RevalidationRecord | None:

@@ -26,8 +26,7 @@ from .paths import StatePaths
 LAYOUT = 2  # layered packages (dit_ar_contract, pytest_dit_ar.{state,worker,loop,...}); 1 = the flat package
 MIGRATION = ("this session was made by an earlier layout of pytest-dit-ar (its integrity snapshot names the "
              "old flat modules); finish reading it with `dit-ar status` / `dit-ar report`, then start a new "
-             "session with `dit-ar init --tag NEW` (docs/design-notes.md, 'Sessions made before the layered "
-             "layout')")
+             "session with `dit-ar init --tag NEW`")
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ Taken before a run and compared after it; any difference stops the loop (the har
 instead of being judged. The environment fingerprint is cheap (folder modification times, file counts
 and the contents of every `.pth` and `*customize.py` file): it sees a file added, removed or renamed
 anywhere in site-packages and any import hook, but not an existing file edited in place, which the
-sandbox's read-only filesystem prevents (docs/security.md).
+sandbox's read-only filesystem prevents (docs/design/sandbox-and-security.md).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ worker holds, sampled the same way.
 
 `DIT_AR_NO_CGROUP=1` in the harness's environment (never the worker's: it is read here, in the harness
 process) makes every hierarchy count as unavailable, so that the fallback runs on a machine that has cgroups:
-the end-to-end attack tests use it to judge the fallback itself (docs/security.md).
+the end-to-end attack tests use it to judge the fallback itself (docs/design/sandbox-and-security.md).
 """
 
 from __future__ import annotations
@@ -315,11 +315,14 @@ def proc_memory_mb(pids: list[int], tmpfs_roots: list[Path]) -> float:
 
 
 class Sampler:
-    """Samples a quantity every `period_s` in a harness thread and keeps the largest value seen."""
+    """Samples a quantity every `period_s` in a harness thread and keeps the largest value seen: over the whole
+    life (`peak`) and since `mark_steady` (`steady`: the steady state, after warm-up and any compile)."""
 
     def __init__(self, read, period_s: float = 0.05):
         self.read, self.period_s = read, period_s
         self.peak: float | None = None
+        self.steady: float | None = None
+        self.marked = False
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dit-ar-memory-sampler", daemon=True)
@@ -339,7 +342,14 @@ class Sampler:
         self.samples += 1
         if value is not None and (self.peak is None or value > self.peak):
             self.peak = value
+        if value is not None and self.marked and (self.steady is None or value > self.steady):
+            self.steady = value
         return self.peak
+
+    def mark_steady(self) -> None:
+        """From now on also keep the steady peak (the first reading is taken now)."""
+        self.marked, self.steady = True, None
+        self.sample()
 
     def _run(self) -> None:
         while not self._stop.wait(self.period_s):

@@ -16,13 +16,13 @@ from . import protocol
 from .outputs import log_tail
 
 if TYPE_CHECKING:
-    from .client import WorkerHandle
+    from .processes import SideProcesses
 
 
 class Replies:
     """The reply lines of one worker (bytes read past a line are kept for the next reply)."""
 
-    def __init__(self, worker: WorkerHandle):
+    def __init__(self, worker: SideProcesses):
         self.worker = worker
         self.buf = b""
 

@@ -1,4 +1,4 @@
-"""Compile caches per commit tree, owned by the harness (docs/security.md, "Compile caches").
+"""Compile caches per commit tree, owned by the harness (docs/design/sandbox-and-security.md, "Compile caches").
 
 torch.compile writes its Inductor cache (FX graphs, AOTAutograd, generated C++/Triton code, under
 $TORCHINDUCTOR_CACHE_DIR, default $TMPDIR/torchinductor_$USER), Triton's compiled kernels ($TRITON_CACHE_DIR,
@@ -29,11 +29,10 @@ CACHE_MOUNT = Path("/tmp/dit-ar/cache")  # where a sandboxed worker sees its tre
 RECORD_SUFFIX = ".json"
 # A worker that finds its tree's cache filled compiles in its own process, with no pool of Inductor compile
 # subprocesses: loading cached graphs starts that pool (a Python process per core, each importing torch) while
-# the worker's rounds are timed. H200, 2026-12-02 (docs/results-h200.md, wave 5): forked regional-compile
-# rounds 300-509 ms with the pool against 267-287 ms without; a warm-cache exec'd regional-compile best
-# 327-480 ms with it, where the forked pairs of the same tree ran 269-304 ms. Forked workers always compile in
-# process (their zygote's environment); a cold exec'd worker keeps the pool for its first compile, which is
-# idle again by its timed rounds.
+# the worker's rounds are timed. Measured on the H200: forked regional-compile rounds 300-509 ms with the pool
+# against 267-287 ms without; a warm-cache exec'd regional-compile best 327-480 ms with it, where the forked
+# pairs of the same tree ran 269-304 ms. Forked workers always compile in process (their zygote's environment);
+# a cold exec'd worker keeps the pool for its first compile, which is idle again by its timed rounds.
 COMPILE_IN_PROCESS = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dit_ar_contract.errors import CandidateCrash, Refused
+from dit_ar_contract.sides import ROLES, Role
 
 from . import cgroup, protocol, spawn
 from .client import PATH_VARIABLE, WorkerLauncher, WorkerProcess, log_tail
@@ -126,7 +127,7 @@ class Zygote(WorkerProcess):
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.spawned_at = time.perf_counter()
         try:
-            self._launch(self.argv(ZYGOTE_BOOTSTRAP), theirs.fileno(), None)
+            spawn.launch(self, self.argv(ZYGOTE_BOOTSTRAP), theirs.fileno(), None)
         finally:
             theirs.close()
         self._sock = mine
@@ -399,8 +400,8 @@ class ForkServers:
     pair that is not the quality run's."""
 
     def __init__(self, launcher: WorkerLauncher, cand_root: Path, best_root: Path, log_dir: Path, per_side: int = 1):
-        self.cand = SideZygotes(launcher, "candidate", cand_root, log_dir, per_side)
-        self.best = SideZygotes(launcher, "best", best_root, log_dir, per_side)
+        self.cand = SideZygotes(launcher, Role.CANDIDATE.label, cand_root, log_dir, per_side)
+        self.best = SideZygotes(launcher, Role.BEST.label, best_root, log_dir, per_side)
 
     def spawn(self) -> "ForkServers":
         self.cand.spawn()
@@ -416,8 +417,12 @@ class ForkServers:
         self.ready()
         return self.cand.fork(tag), self.best.fork(tag)
 
+    def side(self, role: Role) -> SideZygotes:
+        return self.cand if role is Role.CANDIDATE else self.best
+
     def times(self) -> dict[str, dict[str, list[float]]]:
-        return {"candidate": self.cand.times.as_dict(), "best": self.best.times.as_dict()}
+        """Each side's fork-server figures, by the side's label (perf.json's `pool.fork_times`)."""
+        return {role.label: self.side(role).times.as_dict() for role in ROLES}
 
     def close(self) -> None:
         self.cand.close()

@@ -14,13 +14,13 @@ from . import cgroup
 from .outputs import log_tail
 
 if TYPE_CHECKING:
-    from .client import WorkerHandle
+    from .processes import SideProcesses
 
 
 class Freezer:
     """The frozen state of one worker and how long each of its freezes waited."""
 
-    def __init__(self, worker: WorkerHandle):
+    def __init__(self, worker: SideProcesses):
         self.worker = worker
         self.frozen = False
         self.waits: list[float] = []  # seconds each freeze waited for the worker's tasks to stop

@@ -43,6 +43,7 @@ class MemorySampler:
     def __init__(self, read: Reader, interval_s: float = 0.05):
         self.read, self.interval_s = read, interval_s
         self.peaks: dict[str, float] = {}
+        self.steady: dict[str, float] | None = None  # per-side peaks since `mark_steady` (after warm-up)
         self.peak_sum_mb = 0.0
         self.samples = 0
         self.error: str | None = None
@@ -54,6 +55,8 @@ class MemorySampler:
         self.samples += 1
         for side, mb in now.items():
             self.peaks[side] = max(self.peaks.get(side, 0.0), mb)
+            if self.steady is not None:
+                self.steady[side] = max(self.steady.get(side, 0.0), mb)
         self.peak_sum_mb = max(self.peak_sum_mb, sum(now.values()))
 
     def _loop(self) -> None:
@@ -82,5 +85,16 @@ class MemorySampler:
             self.error = self.error or f"{type(exc).__name__}: {exc}"
         return self
 
+    def mark_steady(self) -> None:
+        """The workers are warm: keep each side's steady peak from now on (a first reading now)."""
+        self.steady = {}
+        try:
+            self.sample()
+        except Exception as exc:  # NVML hiccup: the sampler's thread reads again
+            self.error = self.error or f"{type(exc).__name__}: {exc}"
+
     def peak(self, side: str) -> float | None:
         return self.peaks.get(side) or None
+
+    def steady_peak(self, side: str) -> float | None:
+        return (self.steady or {}).get(side) or None

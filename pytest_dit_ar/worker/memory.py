@@ -13,7 +13,7 @@ from dit_ar_contract.errors import Refused
 from . import cgroup
 
 if TYPE_CHECKING:
-    from .client import WorkerHandle
+    from .processes import SideProcesses
 
 MEMORY_SAMPLE_S = 0.05  # how often the harness samples a worker's memory (host: cgroup; device: NVML)
 
@@ -21,7 +21,7 @@ MEMORY_SAMPLE_S = 0.05  # how often the harness samples a worker's memory (host:
 class MemoryWatch:
     """The memory samplers of one worker (`start` once it runs, `stop` when it is killed)."""
 
-    def __init__(self, worker: WorkerHandle):
+    def __init__(self, worker: SideProcesses):
         self.worker = worker
         self.host: cgroup.Sampler | None = None
         self.gpu: cgroup.Sampler | None = None
@@ -60,6 +60,27 @@ class MemoryWatch:
     def peak_host_mb(self) -> float | None:
         """Peak host memory of everything the worker runs, sampled every MEMORY_SAMPLE_S."""
         return self.host.sample() if self.host is not None else None
+
+    def mark_steady(self) -> None:
+        """The worker is warm: from now on the samplers also keep its steady peak (what the growth guardrail
+        judges; the whole-life peak, a compile's transient included, stays recorded and judges the budget)."""
+        for sampler in (self.host, self.gpu):
+            if sampler is not None:
+                sampler.mark_steady()
+
+    def steady_host_mb(self) -> float | None:
+        """Peak host memory since `mark_steady` (None before it)."""
+        if self.host is None:
+            return None
+        self.host.sample()
+        return self.host.steady
+
+    def steady_gpu_mb(self) -> float | None:
+        """Peak device memory (NVML, fullest GPU) since `mark_steady` (None before it or on CPU lanes)."""
+        if self.gpu is None:
+            return None
+        self.gpu.sample()
+        return self.gpu.steady
 
     def gpu_mb(self) -> float | None:
         """Device memory of the worker's processes on its fullest GPU as the driver sees it (NVML): the VRAM

@@ -83,34 +83,77 @@ def privileged() -> bool:
     return os.geteuid() == 0 and shutil.which("setpriv") is not None
 
 
-def unreadable(folder: Path, limit: int = 3) -> list[str]:
-    """What under `folder` the worker's user could not read (files without the other-read bit, folders
-    without other-read or other-search), at most `limit` of them as `path (mode 0600)`. Empty unless the
-    harness runs as root (the worker is then nobody, who reads only what everyone may: `save_pretrained`
-    writes its safetensors files 0600); as any other user the worker is that user and reads what it can."""
-    if not privileged() or not folder.exists():
-        return []
-    found: list[str] = []
-    for path in (folder, *sorted(folder.rglob("*"))):
-        if path.is_symlink():
-            continue
-        mode = path.stat().st_mode
-        needed = 0o005 if path.is_dir() else 0o004
-        if mode & needed != needed:
-            found.append(f"{path.relative_to(folder) if path != folder else path} (mode {mode & 0o777:04o})")
-            if len(found) == limit:
-                break
+def _nobody_may(st: os.stat_result, need: int) -> bool:
+    """Whether nobody/nogroup (no supplementary groups) has the `need` bits (4 read, 1 search) on a file with
+    stat `st`: the owner's bits if it owns it, the group's if the file is nogroup's, else the others'."""
+    shift = 6 if st.st_uid == UNPRIVILEGED else 3 if st.st_gid == UNPRIVILEGED else 0
+    return (st.st_mode >> shift) & need == need
+
+
+def _mode_problems(folder: Path, visible: tuple[Path, ...]) -> list[tuple[Path, int]]:
+    """What nobody cannot read or enter, with its mode: the folder, what is in it, and the folders above it up to
+    the visible folder it lies in (the sandbox shows the project root as it is; other parents it makes 0755)."""
+    above = sorted(a for v in visible if v in folder.parents for a in folder.parents if a == v or v in a.parents)
+    found = []
+    for path in (*above, folder, *sorted(folder.rglob("*"))):
+        if not path.is_symlink():
+            st = path.stat()
+            if not _nobody_may(st, 0o5 if path.is_dir() else 0o4):
+                found.append((path, st.st_mode & 0o777))
     return found
 
 
-def unreadable_refusal(folder: Path) -> str | None:
-    """The one-line refusal for a weights folder the worker's user cannot read, with the fix; None when fine."""
-    found = unreadable(folder)
+def outside_links(folder: Path, visible: tuple[Path, ...] = ()) -> list[str]:
+    """Links under `folder` whose target lies outside it (and outside the `visible` folders) or is missing: the
+    sandbox binds the folder alone, so the worker sees nothing there (a pipeline saved in the Hugging Face hub
+    cache is such a folder: every file in a snapshot is a link to a blob beside it)."""
+    if not folder.is_dir():
+        return []
+    inside = (folder.resolve(), *(v.resolve() for v in visible))
+    found = []
+    for path in sorted(folder.rglob("*")):
+        if path.is_symlink():
+            target = path.resolve()
+            if not target.exists() or not any(t == target or t in target.parents for t in inside):
+                found.append(f"{path.relative_to(folder)} -> {target}")
+    return found
+
+
+def unreadable(folder: Path, limit: int = 3, visible: tuple[Path, ...] = ()) -> list[str]:
+    """What under `folder` the worker's user could not read, at most `limit` of them as `path (mode 0600)`:
+    files nobody may not read, folders nobody may not enter (the owner's, group's or others' bits, as the kernel
+    picks them for uid and gid 65534). Empty unless the harness runs as root (the worker is then nobody, who reads
+    only what everyone may: `save_pretrained` writes its safetensors files 0600); as any other user the worker
+    is that user and reads what it can. `visible`: folders the sandbox shows whole (the project root)."""
+    if not privileged() or not folder.exists():
+        return []
+    return [f"{path.relative_to(folder) if folder in path.parents else path} (mode {mode:04o})"
+            for path, mode in _mode_problems(folder, visible)[:limit]]
+
+
+def _chmod_fix(folder: Path, visible: tuple[Path, ...]) -> str:
+    """The commands that let nobody read the folder: each folder above it that nobody may not enter, then the
+    folder itself."""
+    problems = _mode_problems(folder, visible)
+    above = [f"`chmod a+rx {path}`" for path, _ in problems if path in folder.parents]
+    inside = [f"`chmod -R a+rX {folder}`"] if any(p not in folder.parents for p, _ in problems) else []
+    return " and ".join(above + inside)
+
+
+def unreadable_refusal(folder: Path, visible: tuple[Path, ...] = ()) -> str | None:
+    """The refusal for a weights folder the sandboxed workers cannot read, with the exact fix; None when fine."""
+    links = outside_links(folder, visible)
+    if links:
+        return (f"the weights folder {folder} holds links to files outside it ({', '.join(links[:2])}"
+                f"{', ...' if len(links) > 2 else ''}), which the sandboxed workers cannot see (the sandbox shows the "
+                f"folder alone); fix: copy it with the files themselves, `cp -rL {folder} {folder}-files`, and point "
+                "the lane's weights (dit-ar scaffold --pipeline) at the copy")
+    found = unreadable(folder, visible=visible)
     if not found:
         return None
     return (f"the weights folder {folder} holds files the workers cannot read: they run as nobody because "
             f"dit-ar runs as root, and nobody reads only what everyone may ({', '.join(found)}); fix: "
-            f"`chmod -R a+rX {folder}`, or run dit-ar as an ordinary user")
+            f"{_chmod_fix(folder, visible)}, or run dit-ar as an ordinary user")
 
 
 def _isolation(as_root: bool = False) -> list[str]:

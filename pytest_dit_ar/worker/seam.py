@@ -1,7 +1,7 @@
 """The model seam's contract, checked in the caller's process: what `dit-ar scaffold --custom`'s contract test runs
 on a user's own `model_under_test` before the loop ever starts a worker.
 
-The harness calls exactly (DESIGN §2)::
+The harness calls exactly (docs/design/README.md)::
 
     pipe = model_under_test.build_pipeline(spec)
     result = pipe.generate([(prompt, seed), ...])

@@ -13,7 +13,7 @@ A classic BPF program, built here by hand (no libseccomp needed) and handed to b
   back to `clone`), and the 32-bit and x32 system call tables are closed (ENOSYS).
 
 Only x86_64 and aarch64 are covered; elsewhere `program()` returns None and the sandbox runs without it
-(docs/security.md says what that leaves open).
+(docs/design/sandbox-and-security.md says what that leaves open).
 """
 
 from __future__ import annotations

@@ -68,8 +68,11 @@ def import_model(root: Path) -> Any:
 
 
 # Fixed code every worker needs, imported before the hello, so that a worker started ahead of time has
-# paid for its imports before any candidate code runs (module, attribute to resolve in it or "").
-PRELOAD = (("diffusers", "ModelMixin"), ("diffusers", "SchedulerMixin"), ("quality_suite.audit", ""))
+# paid for its imports before any candidate code runs (module, attribute to resolve in it or ""). The compiler
+# (dynamo, inductor) is imported in every worker too: its modules are host memory a side holds whether or not it
+# compiles, so the memory guardrail compares what the sides run, not what they imported (44 MB on the CPU lane).
+PRELOAD = (("diffusers", "ModelMixin"), ("diffusers", "SchedulerMixin"), ("quality_suite.audit", ""),
+           ("torch._dynamo", ""), ("torch._inductor.compile_fx", ""))
 
 
 def preload() -> None:
@@ -96,7 +99,8 @@ class Worker:
             torch.cuda.set_per_process_memory_fraction(min(1.0, cap_gb * 2**30 / total), device)
         self.identity = _device_identity(torch, device)
         self.pipe: Any = None
-        self.rows = 0
+        self.spec: dict[str, Any] = {}
+        self.counter: Any = None  # worker/rows.py's DenoiserRows, set at build
         self.rows_observable = True
 
     # -- ops --------------------------------------------------------------------------------
@@ -105,21 +109,31 @@ class Worker:
 
         module = import_model(self.root)
         start = time.perf_counter()
-        self.pipe = module.build_pipeline(spec)
+        self.pipe, self.spec = module.build_pipeline(spec), dict(spec)
         build_s = time.perf_counter() - start
         components = getattr(self.pipe, "components", None)
         if not isinstance(components, dict) or "transformer" not in components:
-            raise TypeError("the pipeline must expose .components, a dict with a 'transformer' entry (DESIGN §2)")
-        components["transformer"].register_forward_pre_hook(self._count_rows, with_kwargs=True)
+            raise TypeError("the pipeline must expose .components, a dict with a 'transformer' entry "
+                            "(docs/design/README.md)")
+        from .rows import DenoiserRows
+
+        self.counter = DenoiserRows(components["transformer"])  # its call and, whatever the path, its entry modules
         # with several GPUs the pipeline may run denoiser passes in processes it started (CFG-parallel's second
         # rank): this process cannot see them, so no row count is claimed and the audit leaves that test out
         self.rows_observable = int(spec.get("gpus", 1)) == 1
         return {"build_s": build_s, "audit": audit.inspect_pipeline(self.pipe)}
 
-    def _count_rows(self, module: Any, args: tuple, kwargs: dict) -> None:
-        first = args[0] if args else next(iter(kwargs.values()), None)
-        if hasattr(first, "shape") and len(first.shape) > 0:
-            self.rows += int(first.shape[0])
+    @property
+    def rows(self) -> int:
+        """The denoiser's rows since the last reset (0 before a build)."""
+        return self.counter.rows if self.counter is not None else 0
+
+    @rows.setter
+    def rows(self, value: int) -> None:
+        if value != 0:
+            raise ValueError("the row count is only reset (to 0)")
+        if self.counter is not None:
+            self.counter.reset()
 
     def generate(self, requests: list[list[Any]], out: str, perturb: dict[str, Any] | None = None) -> dict[str, Any]:
         """Run the pipeline and write images and latents to `out` for the harness to read and check.
@@ -169,6 +183,13 @@ class Worker:
         from perf_suite import profiling
 
         return profiling.count_flops(self, self._built_requests(requests))
+
+    def replica(self) -> Any:
+        """A second build of the same candidate from the same spec, without the harness's hooks (the profile counts
+        a graphed pipeline's FLOPs on it: perf_suite.profiling.replica_flops)."""
+        if self.pipe is None:
+            raise RuntimeError("build was not called")
+        return import_model(self.root).build_pipeline(dict(self.spec))
 
     def peak(self) -> dict[str, Any]:
         """A measured arithmetic and copy peak of this worker's device (for devices not in the roofline table)."""

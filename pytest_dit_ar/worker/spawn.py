@@ -1,7 +1,8 @@
-"""Starting one worker process for one side: its command line's prelude, the folders it imports from, its
-scratch and staging folders, its compile cache, its cgroup (joined before exec) and its sandbox.
+"""Starting one worker process for one side: its scratch and staging folders, its compile cache, its cgroup
+(joined before exec) and its sandbox (its command line's prelude is worker/bootstrap.py).
 
-`launch` is the one place a worker (or a fork server) is Popen'd; `WorkerHandle._launch` calls it.
+`launch` is the one place a worker (or a fork server) is Popen'd: `WorkerProcess.spawn` and the fork server's
+`Zygote.spawn` call it.
 """
 
 from __future__ import annotations
@@ -11,41 +12,19 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dit_ar_contract.errors import Refused
 
-from . import cgroup, protocol, seccomp
+from . import cgroup, seccomp
 from . import sandbox as sandbox_mod
+from .bootstrap import worker_sys_path
 from .compile_cache import COMPILE_IN_PROCESS, cache_env, tree_digest
 
 if TYPE_CHECKING:
-    from .client import WorkerHandle
-
-HARNESS_ROOT = Path(__file__).resolve().parents[2]  # the folder holding dit_ar_contract/ and pytest_dit_ar/
-PATH_VARIABLE = "DIT_AR_WORKER_PATH"
-# The worker runs isolated (-I: no current folder, no PYTHONPATH, no user site on sys.path), so neither
-# side can import harness code from its own tree; this prelude puts exactly the harness's folders first.
-BOOTSTRAP = ("import os, sys; sys.path[:0] = os.environ.pop('" + PATH_VARIABLE + "').split(os.pathsep); "
-             "from " + protocol.SERVER_MODULE + " import main; sys.exit(main())")
-
-
-def worker_sys_path(root: Path) -> list[str]:
-    """The harness folder, then the folders this process imports its libraries from, minus anything inside
-    the side's tree (a best worktree holds an old copy of the harness) and the current folder."""
-    inside = root.resolve()
-    paths = [str(HARNESS_ROOT)]
-    for entry in sys.path:
-        if not entry or not Path(entry).is_dir():
-            continue
-        resolved = Path(entry).resolve()
-        if resolved == HARNESS_ROOT or (resolved != inside and inside not in resolved.parents):
-            paths.append(str(resolved))
-    return list(dict.fromkeys(paths))
-
+    from .handle import WorkerHandle
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
     try:
@@ -135,7 +114,7 @@ def open_cache(w: WorkerHandle, tree: Path) -> Path | None:
     the tree's folder itself. Every later sandboxed worker, and every fork server, gets a throwaway copy in
     its staging folder (a fork server's is filled just before its first fork, `fill_cache_copy`), so what a
     tree sees in its cache is the same in every later worker: a kept tree cannot count its runs there and
-    tell the experiments where it is the best (docs/security.md, "Compile caches")."""
+    tell the experiments where it is the best (docs/design/sandbox-and-security.md, "Compile caches")."""
     if w.caches is None:
         return None
     w.cache_digest = tree_digest(tree, w.mutable)

@@ -35,14 +35,16 @@ FORK_PRELOAD = (("diffusers", ("AutoencoderKL", "DiTTransformer2DModel", "PixArt
                 ("transformers", ("T5Config", "T5EncoderModel")),
                 ("safetensors.torch", ("save_file", "load_file")),
                 ("torch.nn.attention", ("sdpa_kernel",)))
-# On a GPU lane also torch.compile's own stack (Dynamo and Inductor; ~2 s of imports and ~200 MB here), which
-# a compiled candidate's forked worker would otherwise import in its build. Importing it touches no CUDA.
+# Also torch.compile's own stack (Dynamo and Inductor; ~1-2 s of imports), which a compiled candidate's forked
+# worker would otherwise import in its build, on every lane: every worker imports it before its hello
+# (worker/server.py PRELOAD), so its host memory is the same on both sides and the memory guardrail compares
+# what they run. Importing it touches no CUDA.
 COMPILE_PRELOAD = (("torch._dynamo", ()), ("torch._inductor.compile_fx", ()))
 
 
 def preload_names(device: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """What the prelude imports for a lane on `device` (the compile stack on any lane but the CPU's)."""
-    return FORK_PRELOAD + (COMPILE_PRELOAD if device.split(":")[0] != "cpu" else ())
+    """What the prelude imports for a lane on `device` (the compile stack included on every lane)."""
+    return FORK_PRELOAD + COMPILE_PRELOAD
 
 
 def prelude(device: str = "cpu") -> None:

@@ -1,4 +1,4 @@
-"""Candidates written to cheat, one per class of attack (docs/security.md), on the embedded CPU lane.
+"""Candidates written to cheat, one per class of attack (docs/design/sandbox-and-security.md), on the embedded CPU lane.
 
 Each touches only model_under_test/ and must end in a discard or a crash with the session intact: the
 ledger grew by exactly its own row, the best ref, the branch and the baseline are unchanged, nothing was
@@ -20,6 +20,7 @@ import pytest
 from pytest_dit_ar.loop.patching import wrap_generate
 from pytest_dit_ar.state import runs
 from pytest_dit_ar.state.paths import StatePaths
+from pytest_dit_ar.state.perf_record import PerfRecord
 from tests.helpers.loop import DELAY_LINE, commit_change, experiment, git, last_line, ledger_rows
 
 pytestmark = pytest.mark.slow
@@ -130,7 +131,7 @@ def test_a_daemon_burning_cpu_cannot_slow_the_best_and_dies(loop_repo: Path) -> 
 
     What the daemon does to the candidate's own rounds is the candidate's cost and counts: on this project's
     2-core VM a spinning helper made the candidate about 10% faster (it keeps the cores from idling while
-    the model sleeps and wakes its threads), so either verdict is allowed here (docs/security.md)."""
+    the model sleeps and wakes its threads), so either verdict is allowed here (docs/design/sandbox-and-security.md)."""
     commit_change(loop_repo, "model_under_test/__init__.py", wrap("return _gen(requests)", setup=SPINNER),
                   "start a busy daemon")
     proc = experiment(loop_repo, "exact", "busy daemon")
@@ -139,7 +140,7 @@ def test_a_daemon_burning_cpu_cannot_slow_the_best_and_dies(loop_repo: Path) -> 
     assert survivors() == []
     run = loop_repo / ledger_rows(loop_repo)[-1].run_dir
     baseline = runs.read_baseline(StatePaths(loop_repo).baseline("embedded-cpu") / runs.BASELINE_RECORD)
-    aa = runs.PerfRecord.aa_segment(baseline).segments[0]
+    aa = PerfRecord.aa_segment(baseline).segments[0]
     quiet_ms = 1e3 * statistics.median(aa.cand_s + aa.best_s)
     for segment in runs.read_perf(run).segments:
         best_ms = 1e3 * statistics.median(segment.best_s)
@@ -293,7 +294,7 @@ def test_a_module_never_imported_changes_nothing_but_is_flagged(loop_repo: Path)
     assert {f["rule"] for f in info["pregate"]} >= {"signal", "clock"}
 
 
-# == round 3: one hostile worker at a time (no experiment needed; docs/security.md, "security v3") ==========
+# == round 3: one hostile worker at a time (no experiment needed; docs/design/sandbox-and-security.md) ==
 # Each test starts one sandboxed worker of the embedded model with a hostile addition and asserts what the
 # harness does about it: a recorded crash instead of a hang or a harness error, a freeze that waits for the
 # kernel, memory it counts, nothing it can read or leave behind.
@@ -628,7 +629,8 @@ def test_without_a_cgroup_a_no_op_is_not_kept_and_the_session_is_intact(
     assert memory and all(m["kernel_peak_mb"] is None and (m["peak_rss_mb"] or 0) > 0 for m in memory), memory
 
 
-# -- 7. a channel across experiments through the tree's own compile cache (closed: docs/security.md) ------------
+# -- 7. a channel across experiments through the tree's own compile cache (closed:
+# docs/design/sandbox-and-security.md) --
 
 COUNTER = '''import os, pathlib, time
 _seen = pathlib.Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]).parent / "sandboxes-seen"

@@ -1,4 +1,4 @@
-"""`dit-ar calibrate` end to end on the embedded-cpu lane: real A/A worker pairs (the study engine) with a
+"""`dit-ar calibrate` end to end on the embedded-cpu lane: real A/A worker pairs (loop/aa_pairs.py) with a
 tiny budget, the profile stored in .autoresearch/noise.json, the power lines printed and the figure written."""
 
 from __future__ import annotations
@@ -31,15 +31,16 @@ def test_calibrate_on_the_cpu_lane_stores_a_profile(tmp_path: Path) -> None:
 
 
 def test_the_study_engine_builds_a_pool_of_forked_pairs(tmp_path: Path) -> None:
-    """`--pool 2` forks two pairs before building them. A forked worker's freeze stops its whole side, so the
+    """A pool of 2 forks two pairs before building them. A forked worker's freeze stops its whole side, so the
     first pair's freeze used to stop the second pair's children before their hello: the engine waited 300 s
-    and crashed (found rehearsing docs/device/wave6_calibrate.sh, 2026-12-02)."""
+    and crashed (found rehearsing lab/device/wave6_calibrate.sh, 2026-12-02)."""
     repo = make_project_copy(tmp_path / "repo", slow_s=0.0)
     out = tmp_path / "study.json"
-    proc = subprocess.run([sys.executable, "-m", "pytest_dit_ar.loop.study", "--lane", "embedded-cpu",
-                           "--null-segments", "2", "--speedups", "3", "--segments-per-speedup", "1", "--rounds", "4",
-                           "--old-rounds", "4", "--pool", "2", "--out", str(out)],
-                          cwd=repo, env=env_for(repo), capture_output=True, text=True, timeout=400)
+    engine = ("import sys; from pathlib import Path; from pytest_dit_ar.loop.aa_pairs import StudyPlan, run_study; "
+              "run_study(StudyPlan(Path('config/autoresearch.json'), 'embedded-cpu', null_pairs=2, speedups=(3.0,), "
+              "pairs_per_speedup=1, rounds=4, old_rounds=4, pool=2, out=Path(sys.argv[1])))")
+    proc = subprocess.run([sys.executable, "-c", engine, str(out)], cwd=repo, env=env_for(repo), capture_output=True,
+                          text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = StudyResults.read(out)
     assert len(results.null) == 2 and len(results.arms["3"].pairs) == 1 and results.stopped is None

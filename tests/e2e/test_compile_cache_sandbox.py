@@ -1,4 +1,5 @@
-"""A sandboxed worker writes into its own tree's compile cache and nowhere else (docs/security.md, "Compile
+"""A sandboxed worker writes into its own tree's compile cache and nowhere else (docs/design/sandbox-and-security.md,
+"Compile
 caches"): one worker, no session (the whole-experiment attack is tests/e2e/test_attacks.py, extended tier)."""
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Bring your own DiT, end to end: the wheel installed into a fresh virtual environment, a tiny diffusers
-pipeline saved into a fresh git repository, then the README's commands there (`dit-ar scaffold`, `init`,
+pipeline saved into a fresh git repository, then the own-model guide's commands there (`dit-ar scaffold`, `init`,
 `baseline`, a null experiment that is discarded, an exact speedup that is kept, `pytest -m quality`).
 And the model code the scaffold writes, run on a tiny pipeline of every supported family.
 
-The wheel is built as the README says (`python -m build`), or taken from $DIT_AR_WHEEL (CI builds it once).
+The wheel is built as the guide says (`python -m build`), or taken from $DIT_AR_WHEEL (CI builds it once).
 The new environment sees the test environment's packages (torch, diffusers, ...) through a .pth file, but not
 this checkout: pytest_dit_ar must import from the wheel. The lane is a CPU lane with a fast timing protocol;
 the injected, exactly removable cost is the sleep wrapper the harness study uses.
@@ -27,7 +27,8 @@ from tests.helpers.tiny_pipelines import BUILDERS, RESOLUTION, save_tiny
 from tests.helpers.venv import Venv, build_wheel, make_venv
 
 PROJECT = Path(__file__).resolve().parents[2]
-README_SECTION = "## Use it on your own model"
+GUIDE = PROJECT / "docs" / "guide" / "your-own-model.md"
+GUIDE_SECTION = "## From a diffusers pipeline"
 FAST = {**FAST_PERF, "rounds": 6, "max_segments": 2}  # one decision after two fresh worker pairs
 
 
@@ -45,9 +46,9 @@ def commit_all(repo: Path, message: str) -> str:
     return r.head.commit.hexsha
 
 
-def readme_commands() -> str:
-    text = (PROJECT / "README.md").read_text(encoding="utf-8")
-    return text.split(README_SECTION, 1)[1].split("\n## ", 1)[0]
+def guide_commands() -> str:
+    text = GUIDE.read_text(encoding="utf-8")
+    return text.split(GUIDE_SECTION, 1)[1].split("\n## ", 1)[0]
 
 
 @pytest.mark.extended  # CI's 15-minute budget (design note 42); the full end-to-end tier runs it
@@ -62,10 +63,10 @@ def test_bring_your_own_dit(venv: Venv, tmp_path: Path) -> None:
     save_tiny("DiTPipeline", repo / "weights" / "tiny-dit")
     commit_all(repo, "a tiny DiT")
 
-    # the README's commands, with a CPU lane and a small corpus
-    readme = readme_commands()
+    # the guide's commands, with a CPU lane and a small corpus
+    guide = guide_commands()
     for verb in ("dit-ar scaffold --pipeline", "dit-ar init", "dit-ar baseline", "dit-ar experiment"):
-        assert verb in readme, f"README section {README_SECTION!r} lost {verb!r}"
+        assert verb in guide, f"{GUIDE.name} section {GUIDE_SECTION!r} lost {verb!r}"
     venv.dit_ar(repo, "scaffold", "--pipeline", "weights/tiny-dit", "--device", "cpu", "--steps", "4", "--cases", "4")
     assert "dit-32" in (repo / "AGENTS.md").read_text()
     config_path = repo / "config" / "autoresearch.json"

@@ -1,4 +1,5 @@
-"""Sessions side by side, as the docs say (docs/scale.md §2), with the harness installed as a user installs it.
+"""Sessions side by side, as the docs say (docs/guide/sessions-side-by-side.md), with the harness installed as a user
+installs it.
 
 The exact commands of the issue, in a second git worktree of a project checkout: `git worktree add`, `dit-ar init`,
 `dit-ar baseline`, one no-op commit, `dit-ar experiment`. The harness comes from a wheel, or from an editable
@@ -41,7 +42,7 @@ def installed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
 
 
 def add_worktree(clone: Path, name: str) -> Path:
-    """`git worktree add -b autoresearch/NAME ../NAME` (docs/scale.md §2)."""
+    """`git worktree add -b autoresearch/NAME ../NAME` (docs/guide/sessions-side-by-side.md)."""
     where = clone.parent / name
     if not where.exists():
         git(clone, "worktree", "add", "-q", "-b", f"autoresearch/{name}", str(where))

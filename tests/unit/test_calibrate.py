@@ -145,3 +145,14 @@ def test_the_profile_reports_the_rounds_a_win_needs(tmp_path: Path) -> None:
     assert quiet.rounds_for["10"] <= quiet.rounds_for["5"] <= (quiet.rounds_for["3"] or math.inf)
     assert NoiseProfile.from_dict(json.loads(json.dumps(quiet.as_dict()))) == quiet
     assert noisy.rounds_for["3"] is None or noisy.rounds_for["3"] >= quiet.rounds_for["3"]
+
+
+def test_the_default_budget_holds_long_calibration_pairs_at_the_best_latency() -> None:
+    from dit_ar_contract.config import PerfProtocol
+    from pytest_dit_ar.loop.calibration import budget_s
+
+    p = PerfProtocol(rounds=16, warmup_rounds=3)
+    assert budget_s(p, None, True, 16, 48) == 900.0  # no best measured yet
+    assert budget_s(p, 100.0, True, 8, 16) == 900.0  # short pairs fit the old default
+    long = budget_s(p, 624.0, True, 16, 48)  # the H100's eager generate, 16 pairs of 48 rounds
+    assert long >= 1.3 * 16 * 48 * 2 * 0.624 and long % 100 == 0

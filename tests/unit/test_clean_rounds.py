@@ -13,10 +13,13 @@ import pytest
 import torch
 
 from dit_ar_contract.config import PerfProtocol
+from dit_ar_contract.sides import Role, Sides
 from pytest_dit_ar.loop import clean_rounds
-from pytest_dit_ar.loop.clean_rounds import GpuSample, RoundRecord, SideTiming, balanced_orders
-from pytest_dit_ar.loop.measurement import Pair, run_segment, spare_cores, timed_cores
+from pytest_dit_ar.loop.clean_rounds import balanced_orders
+from pytest_dit_ar.loop.pairs import Pair, spare_cores, timed_cores
 from pytest_dit_ar.loop.pool import pairs_that_fit
+from pytest_dit_ar.loop.segment import run_segment
+from pytest_dit_ar.state.perf_record import GpuSample, RoundRecord, SideTiming, flagged, rounds_summary
 from pytest_dit_ar.worker.client import Generated
 
 
@@ -78,7 +81,7 @@ def fake_pair(cand_s: float = 0.1, best_s: float = 0.2) -> tuple[Pair, list]:
     log: list[tuple[str, str]] = []
     frozen = {"cand": False, "best": False}
     pair = Pair(FakeWorker("cand", log, frozen, cand_s), FakeWorker("best", log, frozen, best_s),  # type: ignore[arg-type]
-                {"cand": 0.5, "best": 0.5})
+                Sides(0.5, 0.5))
     return pair, log
 
 
@@ -104,14 +107,14 @@ def test_a_segment_records_each_round_in_balanced_order() -> None:
     assert seg.orders == [r.order for r in seg.rounds] and len(seg.rounds) == 8
     assert seg.orders.count("CB") == seg.orders.count("BC") == 4
     for record, cand_first in zip(seg.rounds, [o == "CB" for o in seg.orders]):
-        c, b = record.sides["cand"], record.sides["best"]
+        c, b = record.sides.values()
         assert c.start <= c.end and b.start <= b.end
         assert (c.end <= b.start) if cand_first else (b.end <= c.start)  # one side after the other
     timed_log = log[2:]  # after the warm-up round
     for i, order in enumerate(seg.orders):
         assert [s for s, _ in timed_log[2 * i:2 * i + 2]] == (["cand", "best"] if order == "CB" else ["best", "cand"])
     assert seg.cand_s == [0.1] * 8 and seg.best_s == [0.2] * 8
-    d = seg.as_dict()
+    d = seg.to_dict()
     assert d["rounds"][0]["order"] == seg.orders[0] and d["flagged_rounds"] == []
 
 
@@ -121,29 +124,29 @@ def test_a_throttled_side_flags_its_round_and_the_summary_says_so() -> None:
     watch = FakeWatch([[cool], [cool], [cool], [hot]] + [[cool]] * 20)  # warm-up: 2 samples, then round 0: 2
     pair, _ = fake_pair()
     seg = run_segment(pair, 0, ("p",), 1, 4, 1, random.Random(0), watch=watch)
-    assert clean_rounds.flagged(seg.rounds) == [0]
-    side = "best" if seg.orders[0] == "CB" else "cand"  # the second side of round 0 read the hot sample
-    assert seg.rounds[0].throttled == {side: ["hardware thermal"]}
-    line = clean_rounds.summary(seg.rounds)
+    assert flagged(seg.rounds) == [0]
+    side = Role.BEST if seg.orders[0] == "CB" else Role.CANDIDATE  # the second side of round 0 read the hot one
+    assert seg.rounds[0].throttled == Sides.of(lambda r: ["hardware thermal"] if r is side else [])
+    line = rounds_summary(seg.rounds)
     assert line is not None and line.startswith("1 of 4 timed rounds flagged (hardware thermal")
     assert "kept in the verdict" in line
-    assert clean_rounds.summary(seg.rounds[1:]) is None
+    assert rounds_summary(seg.rounds[1:]) is None
 
 
 def test_a_side_timed_with_the_gpu_still_busy_is_flagged() -> None:
     pair, _ = fake_pair()
     watch = FakeWatch([], busy=True)
     seg = run_segment(pair, 0, ("p",), 1, 4, 0, random.Random(0), watch=watch)
-    assert clean_rounds.flagged(seg.rounds) == [0, 1, 2, 3]
+    assert flagged(seg.rounds) == [0, 1, 2, 3]
     assert all(t.idle_wait_s > 0 and not t.idle for r in seg.rounds for t in r.sides.values())
-    assert "GPU busy before timing" in (clean_rounds.summary(seg.rounds) or "")
+    assert "GPU busy before timing" in (rounds_summary(seg.rounds) or "")
     assert {101, 201} == set().union(*watch.asked)  # the frozen side's helpers, never its worker
 
 
 def test_without_a_helper_of_the_frozen_side_nothing_is_waited_for() -> None:
     pair, _ = fake_pair()
     seg = run_segment(pair, 0, ("p",), 1, 4, 0, random.Random(0), watch=FakeWatch([], busy=True, helpers=False))
-    assert clean_rounds.flagged(seg.rounds) == []
+    assert flagged(seg.rounds) == []
     assert all(t.idle_wait_s == 0 and t.idle for r in seg.rounds for t in r.sides.values())
 
 
@@ -197,9 +200,8 @@ def test_the_idle_wait_stops_when_the_gpu_is_idle_or_the_time_is_up(monkeypatch:
 
 
 def test_round_records_serialise() -> None:
-    r = RoundRecord(3, "BC", {"cand": SideTiming(1.0, 2.0, 0.0, True, [GpuSample(1, 2.0, 3, 0x20)]),
-                              "best": SideTiming(0.0, 1.0)})
-    d = r.as_dict()
+    r = RoundRecord(3, "BC", Sides(SideTiming(1.0, 2.0, 0.0, True, [GpuSample(1, 2.0, 3, 0x20)]), SideTiming(0.0, 1.0)))
+    d = r.to_dict()
     assert d["throttled"] == {"cand": ["software thermal"]}
     assert d["sides"]["cand"]["gpu"][0]["sm_clock_mhz"] == 1 and d["sides"]["best"]["gpu"] == []
 
@@ -288,14 +290,15 @@ class PinnableWorker(FakeWorker):
 
 def concurrent_setup(monkeypatch: pytest.MonkeyPatch, protocol: PerfProtocol):
     from dit_ar_contract.config import Guardrails
-    from pytest_dit_ar.loop.measurement import MeasurementPlan, PairSource, Side
+    from pytest_dit_ar.loop.measurement_plan import MeasurementPlan, Side
+    from pytest_dit_ar.loop.pairs import PairSource
 
     log: list[tuple[str, str]] = []
 
     def make(name: str) -> Pair:
         frozen = {"cand": False, "best": False}
         return Pair(PinnableWorker(name, "cand", log, frozen, 0.1),  # type: ignore[arg-type]
-                    PinnableWorker(name, "best", log, frozen, 0.2), {"cand": 0.1, "best": 0.1})  # type: ignore[arg-type]
+                    PinnableWorker(name, "best", log, frozen, 0.2), Sides(0.1, 0.1))  # type: ignore[arg-type]
 
     side = Side("x", Path("."), {})
     plan = MeasurementPlan(side, side, protocol, ("p",), 1, "latency_ms",
@@ -321,14 +324,16 @@ def test_concurrent_pairs_reach_a_verdict_of_the_real_sequential_test(monkeypatc
 
 def test_concurrent_pairs_are_built_first_then_dealt_rounds_round_robin(monkeypatch: pytest.MonkeyPatch) -> None:
     from dit_ar_contract.config import Guardrails
-    from pytest_dit_ar.loop.measurement import MeasurementPlan, PairSource, Side, measure_concurrent
+    from pytest_dit_ar.loop.measurement import measure_concurrent
+    from pytest_dit_ar.loop.measurement_plan import MeasurementPlan, Side
+    from pytest_dit_ar.loop.pairs import PairSource
 
     log: list[tuple[str, str]] = []
 
     def make(name: str) -> Pair:
         frozen = {"cand": False, "best": False}
         return Pair(PinnableWorker(name, "cand", log, frozen, 0.1),  # type: ignore[arg-type]
-                    PinnableWorker(name, "best", log, frozen, 0.2), {"cand": 0.1, "best": 0.1})  # type: ignore[arg-type]
+                    PinnableWorker(name, "best", log, frozen, 0.2), Sides(0.1, 0.1))  # type: ignore[arg-type]
 
     side = Side("x", Path("."), {})
     plan = MeasurementPlan(side, side, replace(PerfProtocol(), warmup_rounds=1), ("p",), 1, "latency_ms",

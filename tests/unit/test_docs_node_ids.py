@@ -1,5 +1,6 @@
-"""Every pytest node id written in the README, program.md and docs/ names a test that collects: the file
-exists, it defines the test function, and a case id in brackets is a case of a corpus the project ships."""
+"""Every pytest node id written in the README, program.md and docs/ (guides and design pages) names a test that
+collects: the file exists, it defines the test function, and a case id in brackets is a case of a corpus the project
+ships."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", ROOT / "program.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "program.md", *sorted((ROOT / "docs").rglob("*.md"))]
 NODE_ID = re.compile(r"([\w./-]+\.py)::(\w+)(?:\[([^\]\s]+)\])?")
 
 

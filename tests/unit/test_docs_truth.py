@@ -38,9 +38,8 @@ from tests.unit.test_links import DOC_FILES, _prose_lines  # noqa: E402
 
 _SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 
-# The design this project started from: it names the protocol it was written with; design-notes.md says
-# where the implementation departs from it (note 1 for the speed test).
-DESIGN_DOC = "docs/DESIGN.md"
+# Every verb, its options and exit codes: one table, in the commands guide.
+COMMANDS_GUIDE = ROOT / "docs" / "guide" / "commands.md"
 
 
 # -- what the code has ----------------------------------------------------------------------------------
@@ -359,6 +358,7 @@ def test_named_lanes_exist_and_lane_lists_are_complete():
 _FLAG = re.compile(r"^(--[a-z][a-z0-9-]*)(?:[ =].*)?$")
 
 # Flags of other tools that the docs name on their own, in a code span, and the tool they belong to.
+STUDY = "python -m lab.studies.measured_study"
 OTHER_TOOLS = {
     "--snapshot-update": "syrupy", "--mpl-generate-path": "pytest-mpl", "--lf": "pytest", "--deselect": "pytest",
     "--fixtures": "pytest", "--durations": "pytest", "--benchmark-skip": "pytest-benchmark",
@@ -366,10 +366,10 @@ OTHER_TOOLS = {
     "--benchmark-compare": "pytest-benchmark", "--benchmark-autosave": "pytest-benchmark",
     "--system-site-packages": "python -m venv", "--nvtx-include": "ncu", "--kernel-name-base": "ncu",
     "--clock-control": "ncu", "--capture-range": "nsys", "--clearenv": "bwrap", "--unshare-all": "bwrap",
-    "--die-with-parent": "bwrap", "--new-session": "bwrap", "--ro-bind": "bwrap", "--cpu-affinity": "loop.study",
-    "--null-segments": "loop.study", "--speedups": "loop.study", "--load": "loop.study", "--nulls": "loop.study",
-    "--segments-per-speedup": "loop.study", "--deadline-s": "loop.study", "--pool": "loop.study",
-    "--trials": "loop.study", "--outdir": "python -m build", "--force-reinstall": "pip", "--dev": "bwrap",
+    "--die-with-parent": "bwrap", "--new-session": "bwrap", "--ro-bind": "bwrap", "--cpu-affinity": STUDY,
+    "--null-segments": STUDY, "--speedups": STUDY, "--load": STUDY, "--nulls": STUDY,
+    "--segments-per-speedup": STUDY, "--deadline-s": STUDY, "--pool": STUDY,
+    "--trials": STUDY, "--outdir": "python -m build", "--force-reinstall": "pip", "--dev": "bwrap",
     "--dev-bind": "bwrap", "--set": "ncu", "--gres": "slurm", "--cpus-per-task": "slurm",
     "--size": "bwrap", "--cap-drop": "bwrap", "--disable-userns": "bwrap", "--seccomp": "bwrap", "--tmpfs": "bwrap",
     "--remount-ro": "bwrap", "--perms": "bwrap", "--unshare-user": "bwrap", "--no-new-privs": "setpriv",
@@ -389,7 +389,7 @@ def flag_problems(doc: Path) -> list[str]:
                 problems.append(f"{rel}:{line}: `{span}` is not an option of the pytest plugin")
     for line, cmd, _argv, args in doc_commands(doc):
         if "[" in cmd:
-            continue  # a usage line with optional parts (the README table, checked below)
+            continue  # a usage line with optional parts (the commands guide's table, checked below)
         if args is None:
             continue  # command_problems reports it
         lane = getattr(args, "lane", None)
@@ -461,41 +461,41 @@ def test_every_dit_ar_command_names_a_verb_and_flags_that_exist():
     assert not problems, "\n".join(problems)
 
 
-def readme_command_rows() -> dict[str, str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Commands", 1)[1].split("\n## ", 1)[0]
+def command_table_rows() -> dict[str, str]:
+    text = COMMANDS_GUIDE.read_text(encoding="utf-8")
+    section = text.split("| command |", 1)[1].split("\n\n", 1)[0]
     rows = {}
     for line in section.splitlines():
         m = re.match(r"^\| `dit-ar ([a-z-]+)([^`]*)` \|", line)
-        if m:
-            rows[m.group(1)] = m.group(2)
+        if m:  # a verb may take several rows (one per mode, e.g. calibrate and calibrate --quality)
+            rows[m.group(1)] = rows.get(m.group(1), "") + m.group(2)
     return rows
 
 
-def test_readme_command_table_matches_the_parser():
-    rows, parsed = readme_command_rows(), verbs()
-    problems = [f"README's command table has no row for `dit-ar {v}`" for v in parsed if v not in rows]
-    problems += [f"README's command table has `dit-ar {v}`, which the CLI does not have"
+def test_the_command_table_matches_the_parser():
+    rows, parsed = command_table_rows(), verbs()
+    problems = [f"the command table has no row for `dit-ar {v}`" for v in parsed if v not in rows]
+    problems += [f"the command table has `dit-ar {v}`, which the CLI does not have"
                  for v in rows if v not in parsed]
     for verb, usage in rows.items():
         if verb not in parsed:
             continue
         shown = set(re.findall(r"--[a-z][a-z0-9-]*", usage))
         options = visible_flags(parsed[verb])
-        problems += [f"README: `dit-ar {verb}` row omits {flag}" for flag in sorted(options - shown)]
-        problems += [f"README: `dit-ar {verb}` row shows {flag}, which the verb does not take"
+        problems += [f"commands guide: `dit-ar {verb}` row omits {flag}" for flag in sorted(options - shown)]
+        problems += [f"commands guide: `dit-ar {verb}` row shows {flag}, which the verb does not take"
                      for flag in sorted(shown - options - {"--config"})]
     assert not problems, "\n".join(problems)
 
 
-def test_readme_says_which_verbs_take_config():
+def test_the_commands_guide_says_which_verbs_take_config():
     without = sorted(v for v, p in verbs().items()
                      if "--config" not in {o for a in p._actions for o in a.option_strings})
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = COMMANDS_GUIDE.read_text(encoding="utf-8")
     sentence = re.search(r"All verbs but ([^.]*?) take `--config PATH`", text.replace("\n", " "))
-    assert sentence, "README no longer says which verbs take --config"
+    assert sentence, f"{COMMANDS_GUIDE.name} no longer says which verbs take --config"
     named = sorted(re.findall(r"`([a-z]+)`", sentence.group(1)))
-    assert named == without, f"README says verbs {named} take no --config; the parser says {without}"
+    assert named == without, f"{COMMANDS_GUIDE.name} says verbs {named} take no --config; the parser says {without}"
 
 
 # -- numbers quoted from the config ---------------------------------------------------------------------
@@ -635,20 +635,21 @@ def test_p95_sample_minimum_quoted_is_the_guardrails():
 
 
 # -- retired protocol terms --------------------------------------------------------------------------------
-RETIRED = re.compile(r"wilcoxon|bootstrap|confirming block|confirmation (?:block|result)|confirm_with_fresh_workers|"
+RETIRED = re.compile(r"wilcoxon|(?<!paired\s)bootstrap(?!_resamples)|confirming block|confirmation (?:block|result)|"
+                     r"confirm_with_fresh_workers|"
                      r"second block|mann[- ]whitney")
 
 
 def retired_problems(doc: Path) -> list[str]:
     rel = _rel(doc)
     return [f"{rel}:{line}: names {RETIRED.search(text.lower()).group(0)!r} as if it were the verdict; the speed "
-            "verdict is the sequential test over segments (docs/perf-harness.md). Mark history as superseded."
+            "verdict is the sequential test over segments (docs/design/speed-verdict.md). Mark history as superseded."
             for line, heading, text in doc_paragraphs(doc)
             if RETIRED.search(text.lower()) and not historical(text, heading)]
 
 
 def test_no_page_claims_a_retired_protocol():
-    problems = [p for doc in DOC_FILES if _rel(doc) != DESIGN_DOC for p in retired_problems(doc)]
+    problems = [p for doc in DOC_FILES for p in retired_problems(doc)]
     assert not problems, "\n".join(problems)
 
 
@@ -657,3 +658,5 @@ def test_retired_terms_are_caught_unless_marked_as_history(tmp_path):
     then = "The superseded protocol used a Wilcoxon test and a confirming block.\n"
     assert len(retired_problems(_page(tmp_path, now))) == 1
     assert retired_problems(_page(tmp_path, then)) == []
+    quality = "A set metric's bound comes from a paired bootstrap over cases (`bootstrap_resamples`).\n"
+    assert retired_problems(_page(tmp_path, quality)) == []

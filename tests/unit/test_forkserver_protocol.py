@@ -154,10 +154,14 @@ def test_a_sides_fork_servers_and_their_children_use_the_trees_compile_cache(tmp
     assert z.child_cache_warm() is True  # the quality worker filled it before
 
 
-def test_the_compile_stack_is_preloaded_on_gpu_lanes_only() -> None:
+def test_the_compile_stack_is_preloaded_on_every_lane() -> None:
+    """As every worker imports it before its hello (server.PRELOAD): its memory is the same on both sides."""
+    from pytest_dit_ar.worker.server import PRELOAD
+
     names = lambda device: [m for m, _ in zygote.preload_names(device)]  # noqa: E731
     assert "torch._dynamo" in names("cuda") and "torch._inductor.compile_fx" in names("cuda:0")
-    assert "torch._dynamo" not in names("cpu") and names("cpu")[0] == "diffusers"
+    assert "torch._dynamo" in names("cpu") and names("cpu")[0] == "diffusers"
+    assert {"torch._dynamo", "torch._inductor.compile_fx"} <= {m for m, _ in PRELOAD}
 
 
 def test_a_worker_whose_cache_is_filled_compiles_in_process() -> None:

@@ -1,18 +1,19 @@
-"""Every relative link in the handbook, docs/, README.md, program.md and the agent entry point resolves.
+"""Every relative link in the handbook, docs/, README.md, program.md, lab/README.md and the agent entry point
+resolves.
 
 Two kinds of reference are checked, outside fenced code blocks:
 
 * markdown links `[text](target)` whose target is not a URL: resolved against the linking file's folder;
 * repository paths written in plain prose (`see docs/quality.md`), under a top-level folder of the project;
-* repository paths written as code spans (`docs/probes/dit_probe.py`, `03_single_gpu/...md`): a span
+* repository paths written as code spans (`lab/probes/dit_probe.py`, `03_single_gpu/...md`): a span
   without spaces whose first segment is a top-level entry of the repository, a handbook section
-  (`00_foundations`, ...), `knowledge`, or `probes` (the old, broken form of `docs/probes/`). It must
+  (`00_foundations`, ...), `knowledge`, `probes` or `tools` (old forms of `lab/probes/` and `lab/tools/`). It must
   exist relative to the repository root, to the file's folder, or (for handbook pages) to `handbook/`.
   Globs and `{a,b}` alternatives must match something.
 
 Paths of other projects are written with their repository name or as URLs, so they are not mistaken
-for ours. A few spans in design notes name a path on purpose *because* it no longer exists (they record
-a move); those are listed in HISTORICAL with the reason.
+for ours. A span that names a path on purpose *because* it no longer exists (it records a move) is listed in
+HISTORICAL with the reason. The dated record in lab/notebook/ is not checked here: it names the paths of its day.
 """
 
 from __future__ import annotations
@@ -26,17 +27,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 DOC_FILES = sorted(
-    {ROOT / "README.md", ROOT / "program.md", ROOT / "SKILL.md", ROOT / "AGENTS.md"}
+    {ROOT / "README.md", ROOT / "program.md", ROOT / "SKILL.md", ROOT / "AGENTS.md", ROOT / "lab" / "README.md"}
     | set((ROOT / "docs").rglob("*.md"))
     | set((ROOT / "handbook").rglob("*.md"))
 )
 DOC_FILES = [p for p in DOC_FILES if p.is_file()]
 
-# (file, path) pairs that mention a former location on purpose.
-HISTORICAL = {
-    ("docs/design-notes.md", "perf_suite/timing.py"): "records that the timing moved to pytest_dit_ar/loop/",
-    ("docs/design-notes.md", "model_under_test/weights/"): "records that the embedded weights moved to assets/",
-}
+# (file, path) pairs that mention a former location on purpose (none in the present-tense documents).
+HISTORICAL: dict[tuple[str, str], str] = {}
 
 _SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 _LINK = re.compile(r"(?<!!)\[[^\]\n]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
@@ -45,7 +43,7 @@ _SUFFIX = re.compile(r"(::[\w.]+|:\d+(-\d+)?|#[\w-]+)$")
 
 
 def _top_level() -> set[str]:
-    return {p.name for p in ROOT.iterdir() if not p.name.startswith(".")} | {"knowledge", "probes"}
+    return {p.name for p in ROOT.iterdir() if not p.name.startswith(".")} | {"knowledge", "probes", "tools"}
 
 
 TOP = _top_level()
@@ -105,7 +103,7 @@ def repo_path(span: str) -> str | None:
 
 
 # A repository path written in plain prose, without backticks (`docs/DESIGN.md §1`, "see docs/quality.md").
-_BARE = re.compile(r"(?<![\w/`.:@~-])((?:docs|handbook|examples|tools|tests|config|quality_suite|perf_suite|"
+_BARE = re.compile(r"(?<![\w/`.:@~-])((?:docs|handbook|examples|lab|tools|tests|config|quality_suite|perf_suite|"
                    r"pytest_dit_ar|dit_ar_contract|model_under_test|assets)/[\w./{},*-]*[\w/}*])")
 
 
@@ -149,7 +147,7 @@ def broken(doc: Path) -> list[str]:
 
 
 def test_the_checker_finds_paths_and_links(tmp_path):
-    assert repo_path("docs/probes/dit_probe.py") == "docs/probes/dit_probe.py"
+    assert repo_path("lab/probes/dit_probe.py") == "lab/probes/dit_probe.py"
     assert repo_path("03_single_gpu/05_cuda_graphs_and_shape_buckets.md") is not None
     assert repo_path("perf_suite/roofline.py::floor_ms") == "perf_suite/roofline.py"
     assert repo_path("config/autoresearch.json:12") == "config/autoresearch.json"
@@ -166,7 +164,7 @@ def test_the_checker_finds_paths_and_links(tmp_path):
 
 
 def test_old_probe_paths_are_gone():
-    """The probes live in docs/probes/; `probes/...` without `docs/` was the broken form."""
+    """The probes live in lab/probes/; `probes/...` without `lab/` is the broken form."""
     offenders = []
     for doc in DOC_FILES:
         for number, line in _prose_lines(doc.read_text(encoding="utf-8")):

@@ -1,5 +1,6 @@
 """The memory plan (loop.memory_plan): what may live at once on the target's card."""
 
+from dit_ar_contract.sides import Role
 from pytest_dit_ar.loop.memory_plan import MemoryBudget, budget, layout, may_prefetch, order
 
 A5500 = budget(True, 24.0, True, None, 24.0)
@@ -18,7 +19,7 @@ def test_two_dit_workers_fit_a_24_gb_card():
 
 
 def test_two_pixart_workers_do_not_fit_and_run_one_at_a_time():
-    # PixArt-Sigma-1024's baseline reserves 18.81 GB per worker (docs/perf-harness.md)
+    # PixArt-Sigma-1024's baseline reserves 18.81 GB per worker (docs/design/speed-verdict.md)
     got = layout(A5500, None, 18.81 * 1024)
     assert got.mode == "alternate" and "one side at a time" in got.reason
 
@@ -49,7 +50,8 @@ def test_the_best_is_prefetched_only_when_two_of_it_fit():
 
 
 def test_alternating_order_swaps_every_segment():
-    assert [order(i, "best") for i in range(3)] == [("best", "cand"), ("cand", "best"), ("best", "cand")]
+    cand, best = Role.CANDIDATE, Role.BEST
+    assert [order(i, best) for i in range(3)] == [(best, cand), (cand, best), (best, cand)]
 
 
 def test_an_experiment_whose_best_cannot_fit_is_refused_before_it_runs():

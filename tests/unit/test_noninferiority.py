@@ -180,6 +180,25 @@ def test_quantization_tests_each_metric_against_the_baseline_and_the_parent_with
     assert task_tests.specs("numerical", QUALITY, base, res, True) == []
 
 
+def test_a_quantization_on_an_approximate_chain_keeps_the_chains_margin_against_the_baseline_only() -> None:
+    base = {"judge_accuracy": 0.9}
+    res = {"judge_accuracy": 3e-5}
+    specs = task_tests.specs("quantization", QUALITY, base, res, against_parent=True, approximate_chain=True)
+    assert {(s.reference, s.margin, s.margin_source) for s in specs} == {
+        ("baseline", 0.025, "approximate margin"), ("parent", 3e-5, "resolution")}
+    # without the parent's outputs the chain's margin is never granted: the baseline test keeps the resolution
+    alone = task_tests.specs("quantization", QUALITY, base, res, against_parent=False, approximate_chain=True)
+    assert [(s.reference, s.margin) for s in alone] == [("baseline", 3e-5)]
+    # an int8-like loss of 4e-4 against the parent fails although the chain is within its budget of the baseline
+    ids = [f"c{i}" for i in range(40)]
+    block = task_tests.Block(scores({c: 0.9 - 0.0013 + wobble(i, 1e-4) for i, c in enumerate(ids)}),
+                             {"baseline": scores({c: 0.9 for c in ids}), "parent": scores({c: 0.9 - 0.0009
+                                                                                        for c in ids})})
+    results = task_tests.run(specs, task_tests.design(QUALITY, 40), block, 40, None)
+    verdict = {r.reference: r.passed for r in results}
+    assert verdict == {"baseline": True, "parent": False}
+
+
 def test_a_test_without_the_parents_scores_fails_and_says_so() -> None:
     specs = task_tests.specs("quantization", QUALITY, {"judge_accuracy": 0.9}, {"judge_accuracy": 3e-5}, True)
     results = task_tests.run(specs, task_tests.design(QUALITY, 40), first_block(0.0, 0.0), 40, None)

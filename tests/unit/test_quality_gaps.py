@@ -1,4 +1,5 @@
-"""The quality run's requests come with the timed rounds' gaps (docs/security.md, the clock gap): a worker
+"""The quality run's requests come with the timed rounds' gaps (docs/design/sandbox-and-security.md, the clock gap):
+a worker
 frozen between requests sees, in its own clock, pairs of requests one right after the other and then a wait
 of about two of the other side's rounds, in the corpus run as in balanced timed rounds."""
 

@@ -239,3 +239,19 @@ def test_the_holdout_is_judged_case_by_case_against_the_baseline_s_outputs(tmp_p
     found = holdout.judge(session, cases, changed, "exact", envelope)
     assert (found.passed, found.ok) == (2, False) and cases[1].id in found.failures[0]
     assert "FAILS 2/3" in found.headline()
+
+
+def test_summary_time_shows_each_experiment_s_phases(state: Path) -> None:
+    """`dit-ar summary --time`: one row per experiment from its run record's phases; a run without them says so."""
+    from pytest_dit_ar.state.phases import PhaseTimes
+
+    phases = PhaseTimes.from_clock({"quality_worker_start": 4.0, "quality_corpus": 6.0, "timing_warmup": 3.0,
+                                    "timing_timed": 9.0}, 25.0, warmup_rounds=5, warmup_reused=4)
+    (state / ".autoresearch" / "runs" / "r-keep" / "experiment.json").write_text(
+        json.dumps({"format_version": 1, "phases": phases.as_dict()}))
+    assert "Where the time went" not in markdown(state)
+    text = markdown(state, time=True)
+    assert "| run | verdict | start up | quality corpus | quality judging | warm up | timed |" in text
+    assert "| r-keep | keep | 4.0 | 6.0 | 0.0 | 3.0 | 9.0 | 0.0 | 0.0 | 3.0 | 25.0 | 5 | 4 generates as warm-up |" \
+        in text
+    assert "| r | discard-quality | - |" in text  # recorded without phases

@@ -13,6 +13,7 @@ import pytest
 from dit_ar_contract.config import load_config
 from dit_ar_contract.errors import Refused
 from pytest_dit_ar.cli import scaffold as sc
+from pytest_dit_ar.cli import scaffold_files
 from pytest_dit_ar.cli.main import build_parser, experiment_pytest_args
 from pytest_dit_ar.loop.selection import selects_suites
 from pytest_dit_ar.loop.suites import suite_files
@@ -173,14 +174,14 @@ def test_bad_flags_are_refused(repo, tmp_path, flags, message):
 
 
 def test_contract_matches_this_repositorys_config():
-    """The scaffold copies this project's contract; tools/sync_scaffold_contract.py refreshes it."""
+    """The scaffold copies this project's contract; lab/tools/sync_scaffold_contract.py refreshes it."""
     config = json.loads((ROOT / "config" / "autoresearch.json").read_text())
-    shipped = sc.contract()
+    shipped = scaffold_files.contract()
     stale = [key for key in ("target", "quality", "performance") if shipped[key] != config[key]]
     lane = config["lanes"]["dit-xl2-256"]
     if shipped["cuda_lane"] != {"guardrails": lane["guardrails"], "performance": lane.get("performance", {})}:
         stale.append("cuda_lane")
-    assert not stale, f"contract.json is stale in {stale}: run python tools/sync_scaffold_contract.py"
+    assert not stale, f"contract.json is stale in {stale}: run python -m lab.tools.sync_scaffold_contract"
 
 
 def test_the_verb_parses():

@@ -13,7 +13,11 @@ import pytest
 
 from pytest_dit_ar.cli import search as verb
 from pytest_dit_ar.search import engine as S
+from pytest_dit_ar.search import index as ix
 from pytest_dit_ar.search import zh
+from pytest_dit_ar.search.index import W_BODY, W_COMMAND, W_EXAMPLE_QUERY, weighted_parts
+from pytest_dit_ar.search.query import correct
+from pytest_dit_ar.search.words import tokens
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -87,7 +91,7 @@ def test_cached_index_matches_and_is_reused(tmp_path, monkeypatch):
 
     def no_rebuild(*_args, **_kwargs):
         raise AssertionError("the cached index was rebuilt although every file hash matched")
-    monkeypatch.setattr(S, "_docs_for_file", no_rebuild)  # speed is a benchmark's business; reuse is checked here
+    monkeypatch.setattr(ix, "_docs_for_file", no_rebuild)  # speed is a benchmark's business; reuse is checked here
     second = S.search("bf16 vs fp32 error tf32", HANDBOOK, top=3, cache_path=cache)
     assert [h.path for h in first] == [h.path for h in second]
     third = S.search("grpahs", HANDBOOK, top=3, cache_path=cache)  # typo correction works from a cached index
@@ -148,9 +152,9 @@ def test_an_example_search_command_counts_less_than_prose(tmp_path):
     _write(tmp_path, "01_a/02_about.md", "# Notes\n\n" + filler + "A warp scheduler stalls when operands are late.\n")
     hits = S.search("warp scheduler stalls", tmp_path, top=2)
     assert [h.path for h in hits][:1] == ["01_a/02_about.md"], [(h.path, h.score) for h in hits]
-    parts = S.weighted_parts('```bash\ndit-ar search "a b" --top 3\nnsys profile x\n```')
-    assert ('"a b"', S.W_EXAMPLE_QUERY) in parts and any(w == S.W_COMMAND for _, w in parts)
-    assert "nsys profile x" in parts[0][0] and parts[0][1] == S.W_BODY
+    parts = weighted_parts('```bash\ndit-ar search "a b" --top 3\nnsys profile x\n```')
+    assert ('"a b"', W_EXAMPLE_QUERY) in parts and any(w == W_COMMAND for _, w in parts)
+    assert "nsys profile x" in parts[0][0] and parts[0][1] == W_BODY
 
 
 def test_the_bibliography_counts_less_than_the_page_it_cites(tmp_path):
@@ -205,16 +209,16 @@ def test_top_limits_results(index):
 
 
 def test_stemming_and_synonyms_meet():
-    assert S.tokens("caching")[0] == S.tokens("caches")[0] == S.tokens("cache")[0]
-    assert S.tokens("bfloat16") == S.tokens("bf16")
-    assert "sm86" in S.tokens("sm_86")
+    assert tokens("caching")[0] == tokens("caches")[0] == tokens("cache")[0]
+    assert tokens("bfloat16") == tokens("bf16")
+    assert "sm86" in tokens("sm_86")
     assert "memory" in S.query_terms("vram")
-    assert S.tokens("8-bit") == S.tokens("int8")[:1] + S.tokens("8-bit")[1:]
+    assert tokens("8-bit") == tokens("int8")[:1] + tokens("8-bit")[1:]
 
 
 def test_chinese_tokens_and_segmentation():
-    assert S.tokens("显存峰值") == ["显存", "存峰", "峰值"]  # index side: character bigrams
-    assert S.tokens("ＣＵＤＡ graphs") == S.tokens("CUDA graphs")  # full-width input is folded
+    assert tokens("显存峰值") == ["显存", "存峰", "峰值"]  # index side: character bigrams
+    assert tokens("ＣＵＤＡ graphs") == tokens("CUDA graphs")  # full-width input is folded
     terms = S.query_terms("显存不够怎么办")
     assert "memory" in terms and "怎么" not in "".join(terms)
     assert zh.segment("图断裂和重新编译") == [("图断裂", "graph breaks"), ("重新编译", "recompiles")]
@@ -227,10 +231,10 @@ def test_typo_correction_on_a_small_handbook(tmp_path):
     _write(tmp_path, "01_a/01_graphs.md", "# CUDA graphs\n\nCapture the forward once and replay it.\n")
     _write(tmp_path, "01_a/02_other.md", "# Memory\n\nThe allocator keeps blocks.\n")
     index = S.build_index(tmp_path)
-    assert S.correct("grpahs", index) == "graphs"
-    assert S.correct("replya", index) == "replay"
-    assert S.correct("xyzzy", index) is None
-    assert S.correct("capturereplay", index) == "capture replay"
+    assert correct("grpahs", index) == "graphs"
+    assert correct("replya", index) == "replay"
+    assert correct("xyzzy", index) is None
+    assert correct("capturereplay", index) == "capture replay"
     report = S.report_index(index, "grpahs", top=1)
     assert report.hits[0].path == "01_a/01_graphs.md" and report.interpreted == ["grpahs -> graphs"]
     # a word the handbook knows is never "corrected"

@@ -1,4 +1,5 @@
-"""Security v3 classes that need no worker (docs/security.md): outputs the harness cannot read are the
+"""Security v3 classes that need no worker (docs/design/sandbox-and-security.md): outputs the harness cannot read are
+the
 candidate's crash, the seccomp filter's shape, the sandbox's command line, the memory sampler, the static
 pre-gate."""
 

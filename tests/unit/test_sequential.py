@@ -121,26 +121,6 @@ def test_improvement_follows_the_primary_metric() -> None:
     assert improvement_pct(math.log(0.8), "images_per_s") == pytest.approx(25.0)
 
 
-def test_the_study_judges_both_protocols_on_the_same_segments() -> None:
-    from dit_ar_contract.config import PerfProtocol
-    from perf_suite.studies import StudyArm, StudyPair
-    from pytest_dit_ar.loop.study import new_protocol, old_protocol, summarize
-
-    rng = np.random.default_rng(8)
-    arms = {}
-    for arm, effect in (("null", 0.0), ("10", 0.10)):
-        arms[arm] = StudyArm(arm, tuple(StudyPair(*map(tuple, segment(rng, effect, n=16))) for _ in range(12)))
-    protocol = PerfProtocol()
-    new = new_protocol(arms["10"].pairs, DESIGN, rounds=8)
-    assert new and all(r.keep and r.rounds == 8 * r.segments for r in new)  # only the first 8 rounds
-    old = old_protocol(arms["10"].pairs, protocol, "latency_ms", rounds=16)
-    assert old and all(r.segments in (1, 2) and r.rounds == 16 * r.segments for r in old)
-    summary = summarize(arms, protocol, "latency_ms", old_rounds=16, orders=50)
-    assert summary["10"].new.keep_rate == 1.0 and summary["null"].new.keeps == 0
-    assert summary["10"].new.resampled.keep_rate == 1.0 and summary["null"].new.resampled.orders == 50
-    assert sum(r.segments for r in new_protocol(arms["null"].pairs, DESIGN, 8)) <= len(arms["null"].pairs)
-
-
 def test_the_pooled_bound_covers_the_between_process_sd_alone() -> None:
     """B bounds sigma_b, not the total spread: with no offset at all and noisy rounds it stays near 0 (the
     shipped floor rule gave the total spread, ~4% here), and with sigma_b = 2% it covers 2% about 90% of the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dit_ar_contract.sides import Role
 from perf_suite.sequential import Look
 from pytest_dit_ar.plugin.summary import speed_lines
 
@@ -15,8 +16,8 @@ class Perf:
     best_ms: float
     reasons: tuple[str, ...] = ()
 
-    def median_ms(self, side: str) -> float:
-        return self.cand_ms if side == "cand" else self.best_ms
+    def median_ms(self, role: Role) -> float:
+        return self.cand_ms if role is Role.CANDIDATE else self.best_ms
 
 
 @dataclass

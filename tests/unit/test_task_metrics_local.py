@@ -124,7 +124,7 @@ def test_missing_classifier_weights_are_refused_naming_the_file_and_how(tmp_path
     text = str(err.value)
     assert str(tmp_path / "weights" / "resnet50_imagenet1k_v2.pth") in text and "does not exist" in text
     assert "never downloaded" in text and "get_model_weights('resnet50')" in text and "state_dict()" in text
-    assert "quality.classifier" in text and "docs/quality.md" in text
+    assert "quality.classifier" in text and "docs/guide/task-metrics.md" in text
     with pytest.raises(Refused, match="names no classifier model"):
         task_metrics.check_available(["classifier_top1"], with_classifier(None, None), tmp_path)
 
@@ -238,7 +238,7 @@ def test_doctor_says_which_task_metrics_are_usable(tmp_path: Path, monkeypatch: 
             and "task metrics judge_accuracy, frechet_distance, classifier_top1 usable" in text)
     assert "  - task metric clip_score is not usable: its weights file" in text
     assert "  - task metric classifier_top1 is not usable: classifier_top1 needs corpus cases with a 'label'" in text
-    assert "docs/quality.md §6" in text
+    assert "docs/guide/task-metrics.md" in text
 
 
 def test_doctor_names_the_missing_classifier_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -54,3 +54,29 @@ def test_steady_needs_a_full_window():
     assert not steady([0.5, 0.5], 3, 5.0)
     assert steady([0.5, 0.5, 0.51], 3, 5.0)
     assert not steady([2.0, 1.0, 0.5], 3, 5.0)
+
+
+# -- a worker that already generated (the candidate's quality run) brings its times as history --------------------
+
+def test_history_of_steady_generates_needs_one_new_round_only():
+    rule = WarmupRule(min_rounds=2, window=3, tolerance_pct=10.0, max_rounds=8)
+    history = [0.30, 0.31, 0.30]
+    assert rule.state_after(history, []) == "warming"  # never zero new rounds: the worker must run after the corpus
+    assert rule.state_after(history, [0.305]) == "steady"
+
+
+def test_history_that_is_still_getting_faster_does_not_end_the_warm_up():
+    rule = WarmupRule(min_rounds=2, window=3, tolerance_pct=5.0, max_rounds=8)
+    history = [0.9, 0.7, 0.5]
+    assert rule.state_after(history, [0.40]) == "warming"
+    assert rule.state_after(history, [0.40, 0.30]) == "warming"
+    assert rule.state_after(history, [0.40, 0.30, 0.30, 0.30]) == "steady"
+
+
+def test_the_cap_counts_new_rounds_only_and_no_history_is_the_plain_rule():
+    rule = WarmupRule(min_rounds=2, window=2, tolerance_pct=1.0, max_rounds=3)
+    history = [float(x) for x in range(20, 0, -1)]  # long and still improving
+    assert rule.state_after(history, [0.9, 0.8]) == "warming"
+    assert rule.state_after(history, [0.9, 0.8, 0.7]) == "capped"
+    for times in ([], [1.0], [1.0, 1.0], [5.0, 1.0, 1.0]):
+        assert rule.state_after([], times) == rule.state(times)

@@ -1,0 +1,59 @@
+"""loop/reuse.py: the best's stored judging is reused only for the best's outputs, evidence and classes bit for bit,
+and only while the lane's `performance.reuse` is on."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+from dit_ar_contract.config import load_config
+from pytest_dit_ar.loop import reuse
+from pytest_dit_ar.loop.candidate import CandidateRun
+from pytest_dit_ar.loop.generation import CorpusOutputs
+from pytest_dit_ar.state.paths import StatePaths
+from quality_suite.assessment import QualityAssessment
+from quality_suite.audit import AuditEvidence
+from tests.helpers.loop import PROJECT
+
+LANE = load_config(PROJECT / "config" / "autoresearch.json").lanes["embedded-cpu"]
+TREE = "a" * 32
+
+
+def session(tmp: Path, lane=LANE) -> SimpleNamespace:
+    started = SimpleNamespace(baselines={}, seed_key="the session's secret")
+    return SimpleNamespace(lane=lane, started=started, record=started, lane_id="embedded-cpu@cpu", root=PROJECT,
+                           paths=StatePaths(tmp), best=lambda: SimpleNamespace(effective_class="exact"))
+
+
+def corpus_run(value: float = 0.5) -> CandidateRun:
+    outputs = CorpusOutputs({"c1": torch.full((3, 4, 4), value)}, {"c1": torch.full((4, 2, 2), value)})
+    return CandidateRun(1.0, outputs, AuditEvidence.from_dict(None))
+
+
+def judging() -> QualityAssessment:
+    return QualityAssessment("exact", "exact", (), {}, (), {"psnr_db": {"worst": 99.0}}, {}, {})
+
+
+def test_the_best_s_judging_is_reused_only_for_the_best_s_outputs_and_classes(tmp_path: Path) -> None:
+    s = session(tmp_path)
+    reuse.store_kept(s, TREE, corpus_run(), judging(), "exact")
+    found, why = reuse.judged_as_best(s, TREE, "exact", "exact", corpus_run())
+    assert found is not None and found.summary == {"psnr_db": {"worst": 99.0}} and "bit for bit" in why
+    assert reuse.judged_as_best(s, TREE, "exact", "exact", corpus_run(0.25))[0] is None  # other outputs
+    assert reuse.judged_as_best(s, TREE, "numerical", "exact", corpus_run())[0] is None  # another declared class
+    assert reuse.judged_as_best(s, TREE, "exact", "numerical", corpus_run())[0] is None  # another inherited class
+    found, why = reuse.judged_as_best(s, "b" * 32, "exact", "exact", corpus_run())  # another best tree
+    assert found is None and "stale" in why and "tree" in why
+
+
+def test_reuse_off_in_the_lane_judges_in_full(tmp_path: Path) -> None:
+    off = session(tmp_path, replace(LANE, performance=replace(LANE.performance, reuse=False)))
+    reuse.store_kept(session(tmp_path), TREE, corpus_run(), judging(), "exact")
+    assert not reuse.enabled(off) and reuse.enabled(session(tmp_path))
+    launcher = SimpleNamespace(tree_digest=lambda root: TREE)
+    assert reuse.best_judging(off, launcher, tmp_path, "exact", corpus_run(), True).assessment is None
+    assert reuse.best_judging(session(tmp_path), launcher, tmp_path, "exact", corpus_run(), False).assessment is None
+    assert reuse.best_judging(session(tmp_path), launcher, tmp_path, "exact", corpus_run(), True).assessment
