@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from .errors import ConfigError, UnknownKeyError
+from .noninferiority_settings import NonInferiorityTest
 
 PRIMARY_METRICS = ("latency_ms", "images_per_s")
 DEFAULT_CONFIG = Path("config/autoresearch.json")
@@ -195,6 +196,7 @@ class QualityContract:
     lpips: LpipsSettings = field(default_factory=LpipsSettings)
     clip: ClipSettings = field(default_factory=ClipSettings)
     classifier: ClassifierSettings = field(default_factory=ClassifierSettings)
+    noninferiority: NonInferiorityTest = field(default_factory=NonInferiorityTest)
 
 
 class WorkloadSpec(TypedDict):
@@ -454,6 +456,9 @@ def _check_quality(r: _Reader, q: QualityContract, where: str) -> None:
         raise r.fail(f"{where}.classifier.crop", q.classifier.crop, f"at most resize ({q.classifier.resize})")
     if q.classifier.interpolation not in ("bilinear", "bicubic"):
         raise r.fail(f"{where}.classifier.interpolation", q.classifier.interpolation, '"bilinear" or "bicubic"')
+    bad = q.noninferiority.invalid()
+    if bad is not None:
+        raise r.fail(f"{where}.noninferiority.{bad[0]}", bad[1], bad[2])
 
 
 def _check_lane(r: _Reader, lane: Lane, root: Path) -> None:

@@ -1,26 +1,31 @@
 """The quality assessment of one candidate against the original baseline (docs/design/quality.md), as a pure function.
 
 `assess` audits the declared class, measures per-case fidelity (and LPIPS where available), computes
-the task metrics and applies the gate of the effective class. It reads nothing from disk but the
-metric weights and writes nothing; the loop decides where its result goes.
+the task metrics, runs the paired task-score tests of the approximate and quantization classes
+(quality_suite/task_tests.py) and applies the gate of the effective class. It reads nothing from disk but the
+metric weights and writes nothing; what the tests compare beyond the corpus (the parent's scores, further cases)
+comes in through `TaskInputs`, and the loop decides where the result goes.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from dit_ar_contract.classes import ChangeClass
 from dit_ar_contract.config import QualityContract
 
-from . import audit, gates, perceptual, sharpness, task_metrics
+from . import audit, gates, perceptual, sharpness, task_metrics, task_tests
 from .artifacts import per_case_fidelity
+from .case_scores import CaseScores
 from .corpora import Case
 from .metrics import summarize
+from .noninferiority import TestResult
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,20 @@ class BaselineReference:
     task_metrics: dict[str, float]
     task_case_pass: dict[str, bool]
     task_envelope: dict[str, float] = field(default_factory=dict)  # a score's benign variation at baseline
+    task_resolution: dict[str, float] = field(default_factory=dict)  # what a harmless change does to each score
+
+
+@dataclass(frozen=True)
+class TaskInputs:
+    """What the paired task-score tests compare beyond the candidate's corpus outputs.
+
+    `baseline`: the baseline's per-case scores of the corpus (None: computed from its stored images);
+    `parent`: called when zero regression must also hold against the current best, returns its per-case scores of
+    the corpus; `supply`: further cases for undecided tests (None: the corpus alone)."""
+
+    baseline: CaseScores | None = None
+    parent: Callable[[], CaseScores] | None = None
+    supply: task_tests.CaseSupply | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +82,7 @@ class QualityAssessment:
     lpips: str = "not measured"
     fidelity: dict[str, dict[str, float]] = field(default_factory=dict)
     approximate_outputs: bool = False  # the outputs may drift like an approximation's (dit_ar_contract.classes)
+    task_tests: tuple[TestResult, ...] = ()  # the paired non-inferiority tests (approximate, quantization)
 
     def case_checks(self, case_id: str) -> tuple[gates.Check, ...]:
         return self.per_case[case_id].checks
@@ -75,18 +95,29 @@ class QualityAssessment:
     def passed(self) -> bool:
         return not self.failures()
 
-    def headline(self) -> str:
-        """One line for the ledger: the class, the worst fidelity and the task scores."""
+    def headline(self, tests: bool = True) -> str:
+        """One line for the ledger: the class, the worst fidelity, the task scores and (with `tests`) each paired
+        task-score test's degradation with its upper bound."""
         parts = [f"class={self.effective_class}"]
         for key in ("psnr_db", "ssim", "latent_rel_l2"):
             if key in self.summary:
                 worst = self.summary[key]["worst"]
                 parts.append(f"worst_{key}={'inf' if math.isinf(worst) else f'{worst:.4g}'}")
         parts += [f"{k}={v:.4g}" for k, v in self.task_candidate.items()]
+        parts += [self.test_text(r) for r in self.task_tests] if tests else []
         failed = self.failures()
         if failed:
             parts.append(f"FAILED {len(failed)} checks, first: {failed[0].describe()}")
         return "; ".join(parts)
+
+    @staticmethod
+    def test_text(r: TestResult) -> str:
+        """'frechet_distance vs parent: degradation -0.19 [bound +0.35] <= 0.00046 over 40 cases: FAIL'."""
+        if not r.looks:
+            return f"{r.metric} vs {r.reference}: {r.reason}"
+        look = r.last
+        return (f"{r.metric} vs {r.reference}: degradation {look.estimate:+.3g} [upper bound {look.upper:+.3g}] "
+                f"vs {r.margin_source} {r.margin:.3g} over {look.n} cases: {r.decision.value.upper()}")
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -97,6 +128,7 @@ class QualityAssessment:
             "per_case": {cid: {"fidelity": v.fidelity, "task_pass": v.task_pass,
                                "checks": [c.as_dict() for c in v.checks]} for cid, v in self.per_case.items()},
             "failures": [c.describe() for c in self.failures()], "approximate_outputs": self.approximate_outputs,
+            "task_tests": [r.as_dict() for r in self.task_tests],
         }
 
     @classmethod
@@ -114,17 +146,43 @@ class QualityAssessment:
                    dict(data.get("summary") or {}),
                    dict(data.get("task_candidate") or {}), dict(data.get("task_baseline") or {}),
                    str(data.get("lpips", "not measured")), {cid: case.fidelity for cid, case in per_case.items()},
-                   bool(data.get("approximate_outputs", False)))
+                   bool(data.get("approximate_outputs", False)),
+                   tuple(TestResult.from_dict(r) for r in data.get("task_tests") or ()))
+
+
+def _tests(effective: str, scores: dict[str, task_metrics.TaskScore], baseline: BaselineReference,
+           cases: list[Case], quality: QualityContract, metric_names: tuple[str, ...], root: Path,
+           inputs: TaskInputs, approximate_chain: bool = False) -> tuple[TestResult, ...]:
+    """The paired task-score tests of the effective class over the corpus, then over further cases if undecided
+    (`approximate_chain`: the outputs build on an approximate keep, task_tests.specs)."""
+    cls = ChangeClass.from_word(effective)
+    if not cls.judged_on_the_task or not baseline.task_metrics:
+        return ()
+    resolution = baseline.task_resolution or task_tests.fallback_resolution(
+        baseline.task_metrics, baseline.task_envelope, quality.exact.envelope_multiple)
+    specs = task_tests.specs(cls, quality, baseline.task_metrics, resolution, inputs.parent is not None,
+                             approximate_chain)
+    base = inputs.baseline
+    if base is None:
+        base = CaseScores.of(task_metrics.compute(metric_names, baseline.outputs.images, cases, root, quality))
+    refs = {task_tests.BASELINE: base.select([c.id for c in cases])}
+    if any(s.reference == task_tests.PARENT for s in specs) and inputs.parent is not None:
+        refs[task_tests.PARENT] = inputs.parent()
+    first = task_tests.Block(CaseScores.of(scores), refs)
+    return task_tests.run(specs, task_tests.design(quality, len(cases)), first, len(cases), inputs.supply)
 
 
 def assess(declared: str, inherited: str, candidate: Outputs, baseline: BaselineReference, cases: list[Case],
            quality: QualityContract, metric_names: tuple[str, ...], root: Path,
-           whole_corpus: bool = True) -> QualityAssessment:
+           whole_corpus: bool = True, inputs: TaskInputs | None = None) -> QualityAssessment:
     """Audit the class, measure fidelity and task quality, and apply the effective class's gate.
 
     A plain run of a few cases (`whole_corpus=False`, an IDE click on one case) is judged case by case:
     corpus-level checks (mean fidelity, task scores over the corpus, a Fréchet distance) mean nothing over
-    a subset, so only per-case task metrics are computed and no aggregate check is made."""
+    a subset, so only per-case task metrics are computed and no aggregate check is made.
+
+    `inputs.parent` is called only when the effective class is quantization; without `inputs` the tests compare
+    the corpus with the baseline's stored outputs alone."""
     fid = per_case_fidelity(candidate.images, candidate.latents, baseline.outputs.images, baseline.outputs.latents)
     # bit-identical latents and images in every case: fewer denoiser rows then removed redundant passes
     same = len(fid) == len(cases) > 0 and all(f["latent_max_abs"] == 0 and f["psnr_db"] == math.inf
@@ -146,9 +204,11 @@ def assess(declared: str, inherited: str, candidate: Outputs, baseline: Baseline
         per_case[case.id] = CaseResult(fid[case.id], tuple(checks), cand_pass.get(case.id))
     summary = summarize(fid)
     task_cand = {k: v.value for k, v in scores.items()}
+    tests = _tests(effective, scores, baseline, cases, quality, metric_names, root,
+                   inputs or TaskInputs(), approx) if whole_corpus else ()
     aggregate = gates.aggregate_checks(effective, summary, quality, task_cand, baseline.task_metrics,
                                        task_metrics.lower_is_better(), approx, baseline.task_envelope,
-                                       sharpness.mean_abs_log_change(candidate.images, baseline.outputs.images)
-                                       ) if whole_corpus else []
+                                       sharpness.mean_abs_log_change(candidate.images, baseline.outputs.images),
+                                       tests) if whole_corpus else []
     return QualityAssessment(declared, effective, tuple(reasons), per_case, tuple(aggregate), summary, task_cand,
-                             dict(baseline.task_metrics), lpips_status, fid, approx)
+                             dict(baseline.task_metrics), lpips_status, fid, approx, tests)

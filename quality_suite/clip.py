@@ -157,8 +157,8 @@ def _preprocess(images: torch.Tensor, cfg: dict[str, Any]) -> torch.Tensor:
     return (x - mean) / std
 
 
-def clip_score(images: torch.Tensor, prompts: list[str], spec: ClipSpec, batch: int = 32) -> float:
-    """Mean over images of max(100 * cosine(image, prompt), 0)."""
+def clip_scores(images: torch.Tensor, prompts: list[str], spec: ClipSpec, batch: int = 32) -> torch.Tensor:
+    """Each image's CLIP score with its prompt: max(100 * cosine(image, prompt), 0), float64 [N]."""
     import torch
     import torch.nn.functional as F  # noqa: N812 - torch's own name
 
@@ -170,4 +170,10 @@ def clip_score(images: torch.Tensor, prompts: list[str], spec: ClipSpec, batch: 
             img = net.encode_image(_preprocess(images[i:i + batch].cpu(), cfg))
             txt = net.encode_text(tokenizer(prompts[i:i + batch]))
             scores.append((100 * F.cosine_similarity(img.float(), txt.float(), dim=-1)).clamp_min(0))
-        return float(torch.cat(scores).mean()) if scores else 0.0
+    return torch.cat(scores).double() if scores else torch.zeros(0, dtype=torch.float64)
+
+
+def clip_score(images: torch.Tensor, prompts: list[str], spec: ClipSpec, batch: int = 32) -> float:
+    """Mean over images of max(100 * cosine(image, prompt), 0)."""
+    scores = clip_scores(images, prompts, spec, batch)
+    return float(scores.mean()) if len(scores) else 0.0

@@ -38,6 +38,22 @@ def keyed_seed(seed: int, key: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{key}:{seed}".encode()).digest()[:4], "big") >> 1
 
 
+def replica_seed(seed: int, replica: int) -> int:
+    """The corpus seed of a case's `replica`-th replica: a fixed 31-bit seed derived from the case's own."""
+    return int.from_bytes(hashlib.sha256(f"replica:{replica}:{seed}".encode()).digest()[:4], "big") >> 1
+
+
+def replicas(cases: list[Case], count: int) -> list[Case]:
+    """`count` further frozen cases: the corpus cases again (same prompt and label) under derived seeds, replica 1
+    of every case first, then replica 2, ...; ids `<case id>-r<k>`. Their requests are keyed like the corpus's."""
+    out: list[Case] = []
+    replica = 1
+    while len(out) < count and cases:
+        out += [Case(f"{c.id}-r{replica}", c.prompt, replica_seed(c.seed, replica), c.label) for c in cases]
+        replica += 1
+    return out[:count]
+
+
 def verify_checksum(path: Path) -> str:
     """Return the corpus file's sha256, refusing when it differs from the recorded checksum."""
     sums_path = path.parent / CHECKSUMS

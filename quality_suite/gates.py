@@ -8,10 +8,12 @@ verdict can say exactly what failed. Thresholds come from the config's quality c
 * numerical    -- per case ``numerical.max_latent_rel_l2 / min_psnr_db / min_ssim [/ max_lpips]`` and over
                   the corpus ``numerical.min_mean_psnr_db / min_mean_ssim``;
 * approximate  -- every task score non-inferior within ``approximate.task_margin[name]`` (absolute for
-                  higher-is-better scores, relative for lower-is-better ones) plus the looser per-case
-                  ``approximate.min_psnr_db / min_ssim [/ max_lpips]``; a lane without task metrics cannot
-                  show non-inferiority, so the gate fails;
-* quantization -- zero regression: every task score at least the baseline's, every case the baseline
+                  higher-is-better scores, relative for lower-is-better ones): a paired non-inferiority test
+                  over the cases (quality_suite/task_tests.py) whose one-sided bound must lie within the margin,
+                  plus the looser per-case ``approximate.min_psnr_db / min_ssim [/ max_lpips]``; a lane without
+                  task metrics cannot show non-inferiority, so the gate fails;
+* quantization -- zero regression: every task score's paired test bound within the metric's resolution (what a
+                  harmless change does to it) against the baseline and the parent, every case the baseline
                   passed still passes, plus the numerical gate (the approximate floors when the outputs are
                   already an approximation's, where a numerical change would get the approximate gate with its
                   margins); a lane without task metrics cannot show zero regression, so the gate fails.
@@ -33,8 +35,8 @@ from dit_ar_contract.classes import ChangeClass
 from dit_ar_contract.config import ApproximateGate, NumericalGate, QualityContract
 
 from .metrics import mse_from_psnr
+from .noninferiority import TestResult
 
-TOLERANCE = 1e-12  # float noise allowed on "no worse than the baseline" comparisons
 # The task-score tolerance of exact and numerical changes never falls below the score's own numerical
 # resolution: RESOLUTION_ULPS float32 ulps of its magnitude (at least of 1.0). The baseline's benign reruns can
 # agree to the last bit by chance (a measured spread of exactly 0), and then a float-level change of an exact
@@ -180,32 +182,39 @@ def _tolerance_checks(task_cand: dict[str, float], task_base: dict[str, float], 
     return _score_checks(task_cand, task_base, check)
 
 
-def _task_checks(task_cand: dict[str, float], task_base: dict[str, float], lower_is_better: set[str],
-                 margins: Mapping[str, float]) -> list[Check]:
-    """Each task score against the baseline's, within its margin (0 = no regression at all)."""
-    def check(name: str, cand: float, base: float) -> Check:
-        margin = margins.get(name, 0.0)
-        if name in lower_is_better:  # relative margin: a distance may grow by this fraction
-            return _le(name, cand, base * (1 + margin) + TOLERANCE, None, f"baseline {base:.4g}")
-        return _ge(name, cand, base - margin - TOLERANCE, None, f"baseline {base:.4g}")
+def test_check(result: TestResult) -> Check:
+    """A paired task-score test as a check: its one-sided upper bound against its margin, and why, in words."""
+    name = result.metric if result.reference == "baseline" else f"{result.metric} vs {result.reference}"
+    if not result.looks:
+        return Check(name, False, None, result.margin, None, result.reason, "<=")
+    look = result.last
+    outcome = "non-inferior" if result.passed else result.reason
+    return Check(name, result.passed, look.upper, result.margin, None,
+                 f"degradation {look.estimate:+.4g} against the {result.reference} over {look.n} cases, one-sided "
+                 f"bound at level {look.alpha:.2g} (look {len(result.looks)}); {result.margin_source} "
+                 f"{result.margin:.3g}: {outcome}", "<=")
 
-    return _score_checks(task_cand, task_base, check)
+
+def _missing_scores(task_cand: dict[str, float], task_base: dict[str, float]) -> list[Check]:
+    """A task score one side lacks fails (the tests then have nothing to compare)."""
+    return [c for c in _score_checks(task_cand, task_base, lambda n, c, b: Check(n, True, c, b)) if not c.passed]
 
 
 def aggregate_checks(cls: ChangeClass | str, summary: dict[str, Any], quality: QualityContract,
                      task_cand: dict[str, float], task_base: dict[str, float],
                      lower_is_better: set[str], approximate_outputs: bool = False,
                      task_envelope: Mapping[str, float] | None = None,
-                     sharpness_change: float | None = None) -> list[Check]:
+                     sharpness_change: float | None = None,
+                     task_tests: tuple[TestResult, ...] = ()) -> list[Check]:
     """Checks over the whole corpus: mean fidelity floors and task quality for every class.
 
     Every task metric the lane declares is checked whatever the class: exact and numerical changes may
     move a score by no more than the baseline's own benign variation (`task_envelope`, measured under the
     envelope's perturbations, times the exact envelope multiple; never less than the score's numerical
-    resolution, `resolution_floor`); approximate changes within their
-    margins; quantization not at all. Approximate outputs must also keep the images' fine detail: the mean
-    |log| change of per-case Laplacian energy is bounded (blur lowers it, leftover noise raises it), so a
-    blur that flatters a Fréchet distance cannot pass."""
+    resolution, `resolution_floor`); approximate and quantization changes by the paired non-inferiority tests
+    `task_tests` (quality_suite/task_tests.py: within the margins, or within the resolution). Approximate
+    outputs must also keep the images' fine detail: the mean |log| change of per-case Laplacian energy is
+    bounded (blur lowers it, leftover noise raises it), so a blur that flatters a Fréchet distance cannot pass."""
     cls = ChangeClass.from_word(cls)
     checks: list[Check] = []
     if cls in (ChangeClass.EXACT, ChangeClass.NUMERICAL):
@@ -224,8 +233,10 @@ def aggregate_checks(cls: ChangeClass | str, summary: dict[str, Any], quality: Q
         checks.append(Check("task_metrics", False, 0.0, 1.0, None, f"the {cls} gate needs task-quality metrics to "
                             f"show {claim}; this lane configures none: set lanes.<lane>.task_metrics, e.g. "
                             "clip_score with quality.clip (dit-ar scaffold --clip-weights PATH)"))
-    if cls is ChangeClass.APPROXIMATE:
-        checks += _task_checks(task_cand, task_base, lower_is_better, quality.approximate.task_margin)
-    if cls is ChangeClass.QUANTIZATION:
-        checks += _task_checks(task_cand, task_base, lower_is_better, {})
+    if cls.judged_on_the_task and (task_base or task_cand):
+        checks += _missing_scores(task_cand, task_base)
+        checks += [test_check(r) for r in task_tests]
+        if not task_tests:
+            checks.append(Check("task_tests", False, None, None, None, f"the {cls} gate's paired task-score tests "
+                                "did not run"))
     return checks

@@ -1,10 +1,19 @@
-"""Task-quality scores (absolute, not relative to the baseline), by name, as the config requires them."""
+"""Task-quality scores (absolute, not relative to the baseline), by name, as the config requires them.
+
+Every metric also gives what its paired non-inferiority test (quality_suite/noninferiority.py) compares case by
+case: a per-case score where one exists (`TaskScore.per_case`: the judge's probability of the labelled digit, each
+image's CLIP score, the classifier's probability margin of the labelled class), or, for a set metric (the Frechet
+distance), each case's feature row (`TaskScore.features`) and the statistic that turns a set of rows into the
+metric (`TaskMetric.statistic`), for the paired bootstrap over cases. A metric plugs in by filling these fields.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
+
+import numpy as np
 
 from dit_ar_contract.config import QualityContract
 from dit_ar_contract.errors import Refused
@@ -19,6 +28,14 @@ if TYPE_CHECKING:  # torch is imported by the metrics that compute, not by the c
 class TaskScore:
     value: float
     per_case_pass: dict[str, bool] | None = None
+    per_case: dict[str, float] | None = None  # each case's score; the paired test compares their mean
+    features: dict[str, np.ndarray] | None = None  # a set metric: each case's feature row, for the paired bootstrap
+
+    def rows(self) -> dict[str, np.ndarray]:
+        """What the paired test compares, per case id: a scalar score or a feature row."""
+        if self.features is not None:
+            return {cid: np.asarray(row, np.float64) for cid, row in self.features.items()}
+        return {cid: np.asarray(value, np.float64) for cid, value in (self.per_case or {}).items()}
 
 
 @dataclass(frozen=True)
@@ -29,6 +46,8 @@ class TaskMetric:
     check: Callable[[Path, QualityContract], None]
     needs_labels: bool = False  # scores agreement with the class written on each corpus case
     docs: str = ""  # where the setup it needs is explained
+    per_case_note: str = ""  # what its per-case score is, in words (the paired test's unit)
+    statistic: Callable[[np.ndarray], np.ndarray] | None = None  # a set metric: rows [B, n, d] -> values [B]
 
 
 def _stack(images: dict[str, torch.Tensor], cases: list[Case]) -> torch.Tensor:
@@ -44,10 +63,32 @@ def _labelled(cases: list[Case], metric: str) -> list[Case]:
     return labelled
 
 
-def _agreement(labelled: list[Case], pred: torch.Tensor) -> TaskScore:
-    """Per case: predicted class == label; the score is the fraction that agree."""
+def _agreement(labelled: list[Case], logits: torch.Tensor, per_case: torch.Tensor) -> TaskScore:
+    """Per case: predicted class == label; the score is the fraction that agree; `per_case` the continuous score."""
+    pred = logits.argmax(dim=1)
     passes = {c.id: int(p) == int(c.label) for c, p in zip(labelled, pred.tolist())}
-    return TaskScore(sum(passes.values()) / len(passes), passes)
+    values = {c.id: float(v) for c, v in zip(labelled, per_case.tolist())}
+    return TaskScore(sum(passes.values()) / len(passes), passes, values)
+
+
+def _label_probability(logits: torch.Tensor, labelled: list[Case]) -> torch.Tensor:
+    import torch
+
+    labels = torch.tensor([int(c.label) for c in labelled])
+    return logits.double().softmax(dim=1)[torch.arange(len(labelled)), labels]
+
+
+def _label_margin(logits: torch.Tensor, labelled: list[Case]) -> torch.Tensor:
+    """Probability of the labelled class minus the largest other class's: positive exactly when top-1 is right."""
+    import torch
+
+    probs = logits.double().softmax(dim=1)
+    labels = torch.tensor([int(c.label) for c in labelled])
+    rows = torch.arange(len(labelled))
+    own = probs[rows, labels]
+    others = probs.clone()
+    others[rows, labels] = -1.0
+    return own - others.max(dim=1).values
 
 
 def judge_accuracy(images: dict[str, torch.Tensor], cases: list[Case], root: Path,
@@ -60,8 +101,8 @@ def judge_accuracy(images: dict[str, torch.Tensor], cases: list[Case], root: Pat
     labelled = _labelled(cases, "judge_accuracy")
     judge = load_judge()
     with torch.inference_mode():
-        pred = judge.predict(_stack(images, labelled))
-    return _agreement(labelled, pred)
+        logits = judge.logits(_stack(images, labelled))
+    return _agreement(labelled, logits, _label_probability(logits, labelled))
 
 
 def classifier_top1(images: dict[str, torch.Tensor], cases: list[Case], root: Path,
@@ -75,26 +116,35 @@ def classifier_top1(images: dict[str, torch.Tensor], cases: list[Case], root: Pa
     if wrong:
         raise Refused(f"classifier_top1: the classifier tells {scores.shape[1]} classes apart but the labels of "
                       f"cases {wrong[:5]} are outside 0..{scores.shape[1] - 1}")
-    return _agreement(labelled, scores.argmax(dim=1))
+    return _agreement(labelled, scores, _label_margin(scores, labelled))
 
 
 def frechet_distance(images: dict[str, torch.Tensor], cases: list[Case], root: Path,
                      quality: QualityContract) -> TaskScore:
     """Fréchet distance between judge features of the generations and of the real digits (torchmetrics FID)."""
-    from .frechet import frechet_metric
+    from .frechet import frechet_metric, judge_features
 
+    stacked = _stack(images, cases)
     fid = frechet_metric()
-    fid.update(_stack(images, cases), real=False)
-    return TaskScore(float(fid.compute()))
+    fid.update(stacked, real=False)
+    rows = judge_features(stacked)
+    return TaskScore(float(fid.compute()), features={c.id: row for c, row in zip(cases, rows)})
+
+
+def _frechet_statistic(rows: np.ndarray) -> np.ndarray:
+    from .frechet import frechet_of_features
+
+    return frechet_of_features(rows)
 
 
 def clip_score(images: dict[str, torch.Tensor], cases: list[Case], root: Path,
                quality: QualityContract) -> TaskScore:
-    """Mean CLIP score of image and prompt with open_clip weights from a local file."""
-    from .clip import clip_score as _clip
-    from .clip import clip_spec
+    """Mean CLIP score of image and prompt with open_clip weights from a local file; per image its own score."""
+    from .clip import clip_scores, clip_spec
 
-    return TaskScore(_clip(_stack(images, cases), [c.prompt for c in cases], clip_spec(quality, root)))
+    per_image = clip_scores(_stack(images, cases), [c.prompt for c in cases], clip_spec(quality, root))
+    values = {c.id: float(v) for c, v in zip(cases, per_image.tolist())}
+    return TaskScore(float(per_image.mean()) if len(values) else 0.0, per_case=values)
 
 
 def _check_judge(root: Path, quality: QualityContract) -> None:
@@ -121,12 +171,22 @@ def _check_classifier(root: Path, quality: QualityContract) -> None:
 LOCAL_WEIGHTS_DOCS = "docs/guide/task-metrics.md; CLIP weights: docs/guide/clip-weights.md"
 
 REGISTRY: dict[str, TaskMetric] = {
-    "judge_accuracy": TaskMetric("judge_accuracy", False, judge_accuracy, _check_judge, needs_labels=True),
-    "frechet_distance": TaskMetric("frechet_distance", True, frechet_distance, _check_judge),
-    "clip_score": TaskMetric("clip_score", False, clip_score, _check_clip, docs=LOCAL_WEIGHTS_DOCS),
+    "judge_accuracy": TaskMetric("judge_accuracy", False, judge_accuracy, _check_judge, needs_labels=True,
+                                 per_case_note="the judge's probability of the labelled digit"),
+    "frechet_distance": TaskMetric("frechet_distance", True, frechet_distance, _check_judge,
+                                   per_case_note="set metric: paired bootstrap over the cases' judge features",
+                                   statistic=_frechet_statistic),
+    "clip_score": TaskMetric("clip_score", False, clip_score, _check_clip, docs=LOCAL_WEIGHTS_DOCS,
+                             per_case_note="each image's CLIP score"),
     "classifier_top1": TaskMetric("classifier_top1", False, classifier_top1, _check_classifier, needs_labels=True,
-                                  docs=LOCAL_WEIGHTS_DOCS),
+                                  docs=LOCAL_WEIGHTS_DOCS,
+                                  per_case_note="the classifier's probability of the label minus the top other's"),
 }
+
+
+def metric(name: str) -> TaskMetric:
+    """The registered metric `name` (a setup error naming the known ones when unknown)."""
+    return _metric(name)
 
 
 def lower_is_better() -> set[str]:

@@ -35,6 +35,7 @@ class DemoRun:
     load_at_start: float
     exit_code: int
     verdicts: list[str] = field(default_factory=list)
+    quality_tests: dict[int, list[str]] = field(default_factory=dict)  # candidate -> its task-score test lines
 
     def as_documented(self, expected: list[tuple[str, ...]]) -> bool:
         return self.exit_code == 0 and all(v in e for v, e in zip(self.verdicts, expected, strict=True))
@@ -52,6 +53,18 @@ def verdicts_in(output: str, count: int) -> list[str]:
     return [found.get(i, "?") for i in range(1, count + 1)]
 
 
+def quality_tests_in(output: str) -> dict[int, list[str]]:
+    """Each candidate's paired task-score test lines (degradation, bound, margin, cases, decision)."""
+    found: dict[int, list[str]] = {}
+    current = None
+    for line in output.splitlines():
+        if (m := CANDIDATE.search(line)) is not None:
+            current = int(m.group(1))
+        elif "quality test:" in line and current is not None:
+            found.setdefault(current, []).append(line.split("quality test:", 1)[1].strip())
+    return found
+
+
 def one_demo(index: int, config: Path, scratch: Path, log: Path) -> DemoRun:
     """One fresh demo; its output goes to `log` as it is written (an interrupted series keeps what it saw)."""
     load = os.getloadavg()[0]
@@ -61,7 +74,8 @@ def one_demo(index: int, config: Path, scratch: Path, log: Path) -> DemoRun:
                                "--dir", str(scratch)], cwd=ROOT, text=True, stdout=out, stderr=subprocess.STDOUT,
                               env={**os.environ, "PYTHONPATH": str(ROOT)}).returncode
     seconds = time.perf_counter() - started
-    return DemoRun(index, round(seconds, 1), load, code, verdicts_in(log.read_text(encoding="utf-8"), len(DOCUMENTED)))
+    text = log.read_text(encoding="utf-8")
+    return DemoRun(index, round(seconds, 1), load, code, verdicts_in(text, len(DOCUMENTED)), quality_tests_in(text))
 
 
 def main(argv: list[str] | None = None) -> int:

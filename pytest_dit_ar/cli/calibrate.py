@@ -1,7 +1,9 @@
 """`dit-ar calibrate`: measure this machine's noise on the session's lane (A/A pairs of the best against
 itself in fresh pairs, loop/aa_pairs.py, on the experiment's launcher and pair code; optionally
 injected speedups), store it as the statistics' prior (.autoresearch/noise.json, only after a complete run)
-and print the power it implies, with a figure."""
+and print the power it implies, with a figure. With --quality: the task-score tests' pass rates for known
+degradations and harmless changes the harness applies to a pool of the lane's outputs
+(loop/quality_calibration.py)."""
 
 from __future__ import annotations
 
@@ -31,6 +33,14 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--unsandboxed", action="store_true", help="workers without the bubblewrap sandbox")
     p.add_argument("--judge-only", action="store_true", help=argparse.SUPPRESS)  # a fleet's judge (loop/fleet/)
     p.add_argument("--run-id", default="", help=argparse.SUPPRESS)
+    q = p.add_argument_group("quality", "the task-score tests' error rates instead of the timing noise")
+    q.add_argument("--quality", action="store_true", help="measure how often the quality tests pass known "
+                   "degradations (0.5, 1, 2, 5 x the margin or the resolution) and harmless changes")
+    q.add_argument("--blocks", type=int, default=20, help="pool size in corpus-sized blocks, fresh seeds (default "
+                   "20; a session draws the case budget's worth)")
+    q.add_argument("--sessions", type=int, default=200, help="simulated sessions per change (default 200)")
+    q.add_argument("--sizes", default="0.5,1,2,5", help="degradations as multiples of the margin (default "
+                   "0.5,1,2,5)")
     p.set_defaults(func=run)
     return p
 
@@ -62,6 +72,13 @@ def _speedups(text: str) -> list[float]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.quality:
+        from ..loop.quality_calibration import run_quality_calibration, sizes_of
+
+        if args.sessions < 20:
+            raise Refused(f"--sessions {args.sessions}: a pass rate needs at least 20 simulated sessions")
+        return run_quality_calibration(args.config, args.blocks, args.sessions, sizes_of(args.sizes),
+                                       sandboxed=not args.unsandboxed)
     from perf_suite.sequential import Design
 
     from ..loop.aa_pairs import StudyPlan

@@ -23,15 +23,17 @@ from dit_ar_contract.errors import Refused
 
 PATCHES = Path(__file__).resolve().parent / "demo_patches"
 # the verdicts the README documents for each candidate (lab/tools/demo_repeat.py counts how often a fresh demo gives
-# them). The int8 candidate is discarded either way, but which gate decides depends on the session's keyed seeds:
-# its Fréchet distance moves by chance in either direction (zero regression fails when it rises); when it falls,
-# the speed gate discards it (dynamic int8 is not faster on the embedded lane's CPU). The bf16 cast likewise:
-# its corpus passes the numerical gate, and it is discarded on speed (not faster on this CPU) unless its timed
-# cases leave the numerical gate more often than the timed-round check allows (loop/timing.py `round_check`).
+# them). The int8 candidate comes after the half-step keep: its paired task-score tests must show zero regression
+# against that parent (within the metrics' resolution) and stay within the approximate margin of the baseline; the
+# judge's probability of the labelled digit falls by about 0.0004 for int8 alone, ten times the resolution (4e-5;
+# lab/notebook/quality-verdict.md), so it is
+# refused on quality with the interval printed. The bf16 cast: its corpus passes the numerical gate, and it is
+# discarded on speed (not faster on this CPU) unless its timed cases leave the numerical gate more often than
+# allowed (loop/timing.py `round_check`).
 DOCUMENTED: dict[str, tuple[str, ...]] = {
     "01-exact-batch-cfg": ("KEEP",), "02-exact-bf16": ("DISCARD-PERFORMANCE", "DISCARD-QUALITY"),
     "03-approximate-half-steps": ("KEEP",),
-    "04-quantization-int8-dynamic": ("DISCARD-QUALITY", "DISCARD-PERFORMANCE"),
+    "04-quantization-int8-dynamic": ("DISCARD-QUALITY",),
     "05-exact-wasted-pass": ("DISCARD-PERFORMANCE",)}
 
 
@@ -123,7 +125,7 @@ def run_demo(source: Path, scratch: Path, lane: str = "embedded-cpu") -> int:
         proc = _run(cli + ["experiment", "--classification", cand.classification, "--description", cand.description],
                     repo, env, echo=False)
         lines = proc.stdout.strip().splitlines()
-        summary = [ln for ln in lines if ln.startswith(("class:", "quality:", "speed:", "- "))][:5]
+        summary = [ln for ln in lines if ln.startswith(("class:", "quality:", "quality test:", "speed:", "- "))][:8]
         for line in summary + lines[-1:]:
             print("    " + line[:200], flush=True)
         if proc.returncode == 2:

@@ -20,6 +20,7 @@ from perf_suite import profiling
 from perf_suite.busy import MachineLoad, busy_warning
 from quality_suite import metrics, task_metrics
 from quality_suite.artifacts import envelope_of, per_case_fidelity, save_case
+from quality_suite.case_scores import CaseScores
 from quality_suite.corpora import Case, load_corpus
 
 from ..state import gitops, integrity, records
@@ -31,7 +32,7 @@ from ..state.perf_record import PerfRecord
 from ..state.runs import RunPaths
 from ..state.session import Session, open_session, verify_integrity
 from ..worker.client import WorkerLauncher, WorkerProcess
-from . import conclusion, gpu_locks, holdout, memory_plan
+from . import conclusion, gpu_locks, holdout, memory_plan, quality_cases
 from .generation import CorpusOutputs, audit_evidence, generate_corpus
 from .launch import launcher_for, memory_budget
 from .live import Live
@@ -68,10 +69,11 @@ def _check_preconditions(session: Session) -> git.Repo:
 
 
 def _envelope_runs(session: Session, worker: WorkerProcess, cases: list[Case], default: CorpusOutputs,
-                   live: Live | None) -> tuple[dict[str, Any], dict[str, float]]:
-    """Per-case fidelity of each benign rerun to the default run, and the largest change each task score
-    showed across the reruns (the task metrics' own noise, which exact and numerical changes may use)."""
-    runs, task_spread = {}, {}
+                   live: Live | None) -> tuple[dict[str, Any], dict[str, float], list[CaseScores]]:
+    """Per-case fidelity of each benign rerun to the default run, the largest change each task score
+    showed across the reruns (the task metrics' own noise, which exact and numerical changes may use), and
+    each rerun's per-case task scores (for the metrics' resolution, loop/quality_cases.py)."""
+    runs, task_spread, rerun_scores = {}, {}, []
     names, quality = session.lane.task_metrics, session.lane.quality
     reference = {k: v.value for k, v in task_metrics.compute(names, default.images, cases, session.root,
                                                                quality).items()}
@@ -81,9 +83,11 @@ def _envelope_runs(session: Session, worker: WorkerProcess, cases: list[Case], d
         alt = generate_corpus(worker, order, how.get("batch", lane.batch), key, lane.resolution,
                               perturb=how.get("perturb"), live=live, desc=f"noise envelope: rerun {name}")
         runs[name] = per_case_fidelity(alt.images, alt.latents, default.images, default.latents)
-        for metric, score in task_metrics.compute(names, alt.images, cases, session.root, quality).items():
+        alt_scores = task_metrics.compute(names, alt.images, cases, session.root, quality)
+        for metric, score in alt_scores.items():
             task_spread[metric] = max(task_spread.get(metric, 0.0), abs(score.value - reference[metric]))
-    return runs, task_spread
+        rerun_scores.append(CaseScores.of(alt_scores))
+    return runs, task_spread, rerun_scores
 
 
 def _aa_timing(session: Session, launcher: WorkerLauncher, run_dir: Path, prompts: tuple[str, ...],
@@ -145,9 +149,11 @@ def _baseline(session: Session, out: Callable[[str], None], progress: bool, sand
         default = generate_corpus(worker, cases, lane.batch, key, lane.resolution, live=live,
                                   desc="baseline corpus")
         evidence = audit_evidence(worker, build, default, cases, lane.batch, key)
-        envelope_runs, task_envelope = _envelope_runs(session, worker, cases, default, live)
-        held_out = holdout.holdout_cases(session)  # generated now, judged only by `dit-ar revalidate`
+        envelope_runs, task_envelope, rerun_scores = _envelope_runs(session, worker, cases, default, live)
+        held_out = holdout.holdout_cases(session)  # generated now, judged by `dit-ar revalidate` and the tests
         held_outputs = holdout.generate(worker, session, held_out, live=live) if held_out else None
+        quality_cases.store_baseline_scores(session, worker, cases, default,
+                                            (held_out, held_outputs) if held_out and held_outputs else None, live)
         roof = profiling.roofline_evidence(worker, [list(c.keyed_request(key)) for c in cases[:lane.batch]])
         identity = dict(worker.identity)
         worker.note_start(build["build_s"] + default.first_s)
@@ -187,7 +193,7 @@ def _baseline(session: Session, out: Callable[[str], None], progress: bool, sand
         environment={**versions.collect(), "device": identity, "python": platform.python_version()},
         evidence=evidence.as_dict(), envelope=envelope, envelope_runs=envelope_runs,
         task_metrics={k: v.value for k, v in scores.items()}, task_case_pass=task_metrics.case_passes(scores),
-        task_envelope=task_envelope,
+        task_envelope=task_envelope, task_resolution=quality_cases.resolution(session, cases, default, rerun_scores),
         timing=BaselineTiming(median_ms=median_ms, p95_ms=p95_ms, noise_floor_pct=abs(aa.estimate_pct),
                               noise_interval_pct=(aa.lower_pct, aa.upper_pct), seconds=perf.seconds,
                               aa_segment=perf.segments[0].to_dict()),

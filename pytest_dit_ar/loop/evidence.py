@@ -25,7 +25,7 @@ from ..state.files import write_record
 from ..state.perf_record import PerfRecord
 from ..state.runs import RunPaths
 from ..state.session import Session
-from . import quality, reuse, timing
+from . import quality, quality_cases, reuse, timing
 from .candidate import CandidateRun, CandidateWorkers, PhaseClock
 from .launch import launcher_for, memory_budget
 from .live import Live
@@ -143,11 +143,11 @@ class Evidence:
         ref = quality.reference(self.session, self.baseline(), cases)
         run = self.candidate()
         self._phase("quality: metrics and gates against the baseline")
-        t = time.perf_counter()
-        whole = self.case_ids is None
+        t, whole = time.perf_counter(), self.case_ids is None
         self.reuse = reuse.best_judging(self.session, self.launcher, self.best_root, self.declared_class, run, whole)
-        result = quality.assess_run(self.session, self.declared_class, run, ref, cases, self.run, whole,
-                                    reused=self.reuse.assessment)
+        with quality_cases.further_inputs(self.workers, cases, self.live, self.reuse.assessment is None) as inputs:
+            result = quality.assess_run(self.session, self.declared_class, run, ref, cases, self.run, whole,
+                                        inputs=inputs, reused=self.reuse.assessment)
         self.clock.spent("quality_metrics", t)
         return result
 

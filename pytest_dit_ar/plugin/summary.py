@@ -39,7 +39,9 @@ def verdict_section(tr: Any, exp: Experiment) -> None:
     if quality is not None:
         tr.write_line(f"class: declared {quality.declared_class}, effective {quality.effective_class}"
                       + (f" ({'; '.join(quality.audit_reasons)})" if quality.audit_reasons else ""))
-        tr.write_line(f"quality: {quality.headline()}")
+        tr.write_line(f"quality: {quality.headline(tests=False)}")
+        for test in quality.task_tests:
+            tr.write_line(f"quality test: {quality.test_text(test)}")
     perf = exp.evidence.performance_result if exp.evidence else None
     if perf is not None and perf.look is not None:
         for line in speed_lines(perf, exp.session.lane):

@@ -250,6 +250,17 @@ def _worst_table(worst: list[tuple[str, CaseResult]]) -> Table:
     return _table(["worst case"] + list(FIDELITY_COLUMNS) + ["failed checks"], rows)
 
 
+def _tests_table(quality: QualityAssessment) -> Table | None:
+    """One row per paired task-score test: the degradation, its one-sided bounds, the margin, cases, decision."""
+    rows = [[r.metric, r.reference, r.last.estimate, r.last.lower, r.last.upper, r.margin, r.margin_source,
+             r.last.n, len(r.looks), r.decision.value + (f" ({r.reason})" if r.reason else "")]
+            for r in quality.task_tests if r.looks]
+    if not rows:
+        return None
+    return _table(["task score", "against", "degradation", "lower bound", "upper bound", "margin", "margin is",
+                   "cases", "looks", "decision"], rows)
+
+
 def _quality(run: RunPaths, lane_id: str, paths: StatePaths, assets: Path, shown: tuple[str, ...]) -> QualityView:
     """Class audit, failed checks not already in `shown`, the worst cases' fidelity and their images."""
     quality = runs.read_quality(run.dir)
@@ -263,7 +274,7 @@ def _quality(run: RunPaths, lane_id: str, paths: StatePaths, assets: Path, shown
     return QualityView(found=True, declared=fmt(quality.declared_class), effective=fmt(quality.effective_class),
                        audit="; ".join(quality.audit_reasons), failed_count=len(failures),
                        more_failures=tuple(f for f in failures if f not in shown)[:10],
-                       worst=_worst_table(worst) if worst else None, images=images)
+                       worst=_worst_table(worst) if worst else None, images=images, tests=_tests_table(quality))
 
 
 def _case_images(run: RunPaths, case_ids: list[str], baseline_cases: Path, assets: Path) -> CaseImages:

@@ -103,6 +103,7 @@ class QualityView:
     more_failures: tuple[str, ...] = ()
     worst: Table | None = None
     images: CaseImages | None = None
+    tests: Table | None = None  # the paired task-score tests: each estimate with its one-sided bound
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,7 @@ class BaselineSummary:
     roofline: Roofline = field(default_factory=Roofline)
     generation_seconds: float = 0.0
     task_envelope: dict[str, float] = field(default_factory=dict)
+    task_resolution: dict[str, float] = field(default_factory=dict)  # what a harmless change does to each score
 
     @property
     def device(self) -> DeviceIdentity:

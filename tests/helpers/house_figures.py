@@ -42,6 +42,7 @@ RAW_READERS = frozenset({"read_json", "read_json_object", "load_record", "as_dic
 OTHER_JSON = {  # the shipped modules outside state/ that call json.load(s), and what they read
     "dit_ar_contract/config.py": "the session's config (config/autoresearch.json)",
     "perf_suite/studies.py": "a study's result file",
+    "quality_suite/case_scores.py": "the case ids in a task-scores file's metadata",
     "pytest_dit_ar/cli/scaffold_files.py": "a diffusers pipeline's configs and the scaffold's contract template",
     "pytest_dit_ar/loop/fleet/index.py": "the fleet's index of judged candidates (judged.jsonl)",
     "pytest_dit_ar/loop/fleet/judging.py": "a judge's live.json bytes, read into LiveState",

@@ -115,6 +115,13 @@ def test_renaming_guardrails_no_longer_drops_them_silently(tmp_path: Path) -> No
     ({"lanes__dit-xl2-256__performance__calibration_rounds": 3}, "lanes.dit-xl2-256.performance.calibration_rounds",
      "at least 4"),
     ({"performance__offset_bound_pct": -1.0}, "performance.offset_bound_pct", "positive"),
+    ({"quality__noninferiority__alpha_q": 0.5}, "quality.noninferiority.alpha_q", "false-pass rate in (0, 0.5)"),
+    ({"quality__noninferiority__alpha_q": 0}, "quality.noninferiority.alpha_q", "false-pass rate"),
+    ({"quality__noninferiority__case_budget_multiple": 0.5}, "quality.noninferiority.case_budget_multiple",
+     "at least 1"),
+    ({"quality__noninferiority__bootstrap_resamples": 10}, "quality.noninferiority.bootstrap_resamples",
+     "at least 50"),
+    ({"quality__noninferiority__spending_gamma": 50.0}, "quality.noninferiority.spending_gamma", "[-10, 10]"),
 ])
 def test_bad_values_name_the_key_and_what_was_expected(tmp_path: Path, change: dict, key: str,
                                                         expected: str) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from dit_ar_contract.config import load_config
 from quality_suite import audit, gates
+from quality_suite import noninferiority as ni
 from quality_suite.audit import AuditEvidence
 from tests.helpers.loop import PROJECT
 
@@ -24,6 +25,14 @@ def fid(rel: float = 0.0, mx: float = 0.0, psnr: float = math.inf, ssim: float =
 
 def failed(checks: list[gates.Check]) -> list[str]:
     return [c.name for c in checks if not c.passed]
+
+
+def result_of(metric: str, estimate: float, margin: float, reference: str = "baseline", se: float = 0.005,
+           source: str = "approximate margin") -> ni.TestResult:
+    """A paired test's result after one last look over 40 cases (bound = estimate + 2 se)."""
+    look = ni.Look(40, estimate, se, 2.0, 0.05)
+    decision, why = ni.decide(look, margin, last=True)
+    return ni.TestResult(metric, reference, margin, source, (look,), decision, why)
 
 
 # -- gates: exact ------------------------------------------------------------------------------
@@ -67,24 +76,32 @@ def test_lpips_is_gated_only_where_it_was_measured() -> None:
 
 def test_approximate_is_non_inferiority_within_the_margin() -> None:
     base = {"judge_accuracy": 0.95, "frechet_distance": 10.0}
-    close = {"judge_accuracy": 0.93, "frechet_distance": 11.4}  # margins 0.025 absolute, 15 % relative
-    assert failed(gates.aggregate_checks("approximate", {}, QUALITY, close, base, LOWER)) == []
-    worse = {"judge_accuracy": 0.90, "frechet_distance": 12.0}
-    agg = gates.aggregate_checks("approximate", {}, QUALITY, worse, base, LOWER)
-    assert failed(agg) == ["frechet_distance", "judge_accuracy"]
-    assert "judge_accuracy: 0.9 (needs >= 0.925)" in [c.describe() for c in agg][1]
+    cand = {"judge_accuracy": 0.93, "frechet_distance": 11.4}
+    close = (result_of("judge_accuracy", 0.01, 0.025), result_of("frechet_distance", 1.0, 1.5, se=0.2))
+    assert failed(gates.aggregate_checks("approximate", {}, QUALITY, cand, base, LOWER, task_tests=close)) == []
+    worse = (result_of("judge_accuracy", 0.03, 0.025), result_of("frechet_distance", 1.4, 1.5, se=0.2))
+    agg = gates.aggregate_checks("approximate", {}, QUALITY, cand, base, LOWER, task_tests=worse)
+    assert failed(agg) == ["judge_accuracy", "frechet_distance"]
+    text = [c.describe() for c in agg if not c.passed][0]
+    assert text.startswith("judge_accuracy: 0.04 (needs <= 0.025)") and "degradation +0.03" in text
+    assert "over 40 cases" in text and "not shown" in text  # the bound, its margin, the cases: the interval
     assert failed(gates.case_checks("approximate", "c", fid(0.3, 1.0, 20.0, 0.8), QUALITY, ENVELOPE)) == []
     none = gates.aggregate_checks("approximate", {}, QUALITY, {}, {}, LOWER)
     assert failed(none) == ["task_metrics"]  # nothing to show non-inferiority with
+    untested = gates.aggregate_checks("approximate", {}, QUALITY, cand, base, LOWER)
+    assert failed(untested) == ["task_tests"]  # task scores but no test: nothing is kept on missing evidence
 
 
 def test_quantization_is_zero_regression_plus_numerical_floors() -> None:
     base = {"judge_accuracy": 0.95, "frechet_distance": 10.0}
     summary = {"psnr_db": {"mean": 45.0}, "ssim": {"mean": 0.999}}
-    same = gates.aggregate_checks("quantization", summary, QUALITY, dict(base), base, LOWER)
+    exact = (result_of("judge_accuracy", 0.0, 3e-5, se=0.0, source="resolution"),
+             result_of("frechet_distance", 0.0, 5e-4, se=0.0, source="resolution"))
+    same = gates.aggregate_checks("quantization", summary, QUALITY, dict(base), base, LOWER, task_tests=exact)
     assert failed(same) == [] and {"mean_psnr_db", "judge_accuracy", "frechet_distance"} <= {c.name for c in same}
-    tiny = {"judge_accuracy": 0.95, "frechet_distance": 10.001}
-    assert failed(gates.aggregate_checks("quantization", summary, QUALITY, tiny, base, LOWER)) == ["frechet_distance"]
+    tiny = (exact[0], result_of("frechet_distance", 0.001, 5e-4, se=0.0, source="resolution"))
+    assert failed(gates.aggregate_checks("quantization", summary, QUALITY, dict(base), base, LOWER,
+                                         task_tests=tiny)) == ["frechet_distance"]
     lost = gates.case_checks("quantization", "c7", fid(0.01, 0.1, 40.0, 0.99), QUALITY, ENVELOPE,
                              base_pass=True, cand_pass=False)
     assert failed(lost) == ["task_case_pass"]
@@ -135,10 +152,14 @@ def test_quantization_on_top_of_an_approximate_best_gets_approximate_fidelity_fl
     assert not all(c.passed for c in failing_case)  # the baseline passed the case: it must still pass
 
 
-def test_quantization_task_gate_stays_zero_regression_on_an_approximate_best() -> None:
-    checks = gates.aggregate_checks("quantization", {}, QUALITY, {"judge_accuracy": 0.975},
-                                    {"judge_accuracy": 1.0}, set(), approximate_outputs=True)
-    assert [c.name for c in checks if not c.passed] == ["judge_accuracy"]
+def test_quantization_task_gate_stays_zero_regression_against_the_baseline_and_the_parent() -> None:
+    """On an approximate best that improved a score, a quantization that gives some of it back still fails:
+    it is no worse than the baseline but worse than its parent."""
+    tests = (result_of("judge_accuracy", -0.02, 3e-5, se=0.002, source="resolution"),
+             result_of("judge_accuracy", 0.01, 3e-5, reference="parent", se=0.002, source="resolution"))
+    checks = gates.aggregate_checks("quantization", {}, QUALITY, {"judge_accuracy": 0.98},
+                                    {"judge_accuracy": 0.96}, set(), approximate_outputs=True, task_tests=tests)
+    assert [c.name for c in checks if not c.passed] == ["judge_accuracy vs parent"]
 
 
 # -- every task metric for every class; the blur guard -----------------------------------------------
@@ -165,8 +186,11 @@ def test_a_case_the_baseline_passed_must_still_pass_in_exact_numerical_and_quant
 
 def test_the_approximate_gate_bounds_the_change_of_fine_detail() -> None:
     base = {"judge_accuracy": 1.0}
-    ok = gates.aggregate_checks("approximate", {}, QUALITY, dict(base), base, LOWER, sharpness_change=0.08)
-    blurred = gates.aggregate_checks("approximate", {}, QUALITY, dict(base), base, LOWER, sharpness_change=0.45)
+    tests = (result_of("judge_accuracy", 0.0, 0.025),)
+    ok = gates.aggregate_checks("approximate", {}, QUALITY, dict(base), base, LOWER, sharpness_change=0.08,
+                                task_tests=tests)
+    blurred = gates.aggregate_checks("approximate", {}, QUALITY, dict(base), base, LOWER, sharpness_change=0.45,
+                                     task_tests=tests)
     assert failed(ok) == [] and failed(blurred) == ["sharpness_change"]
 
 
