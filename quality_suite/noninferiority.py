@@ -4,11 +4,21 @@ The baseline (or the parent) and the candidate are scored on the same frozen cas
 Per metric, the *degradation* is how much worse the candidate is, in the score's own units (positive = worse):
 
 * a per-case score (the judge's probability of the labelled digit, a CLIP score, a classifier's margin of the
-  labelled class): the mean over cases of the paired differences; its standard error is the differences'
-  sample standard deviation over sqrt(n), and the one-sided bound uses Student's t with n - 1 degrees of freedom;
+  labelled class): the mean over cases of the paired differences; its standard error is the larger of the
+  differences' sample standard deviation and the test's *spread floor*, over sqrt(n), and the one-sided bound
+  uses Student's t with n - 1 degrees of freedom;
 * a set metric (a Frechet distance, a function of all cases together): the metric of the candidate's cases minus
-  the metric of the reference's; its standard error is the paired bootstrap's (cases resampled with replacement,
-  the same resample on both sides, scipy.stats.bootstrap), and the bound uses the normal quantile.
+  the metric of the reference's; its standard error is the larger of the paired bootstrap's (cases resampled
+  with replacement, the same resample on both sides, scipy.stats.bootstrap) and the spread floor over sqrt(n),
+  and the bound uses the normal quantile.
+
+The spread floor (`TestSpec.spread`) is the per-case spread of a degradation exactly at the margin, measured by
+the harness at baseline (quality_suite/margin_spread.py): under the null hypothesis (true degradation = margin)
+the mean's sampling spread is at least spread / sqrt(n). Per-case degradations are right-skewed (most cases lose
+nothing, a few lose much); a sample that misses the few heavy cases has a small mean *and* a small standard
+deviation, so a bound from the sample's own spread passes it far more often than its level says. A right-skewed
+mean has a lighter lower tail than the normal, so with the floor the bound passes an at-margin change at most
+about the level spent; the sample's own spread still governs when it is larger.
 
 At a look with n cases the test spends alpha(t) - alpha(t_previous) of its false-pass rate `alpha`, with
 t = n / max_cases and the Hwang-Shih-DeCani spending function alpha(t) = alpha (1 - e^(-gamma t)) / (1 - e^(-gamma)).
@@ -75,6 +85,7 @@ class Look:
     se: float
     quantile: float
     alpha: float  # the level this look spent
+    floor_se: float = 0.0  # the spread floor's standard error at n cases (se is never below it)
 
     @property
     def upper(self) -> float:
@@ -88,6 +99,11 @@ class Look:
     def confidence(self) -> float:
         return 1 - self.alpha
 
+    @property
+    def floored(self) -> bool:
+        """The spread floor, not the sample's own spread, set the standard error."""
+        return self.floor_se > 0 and self.se <= self.floor_se
+
 
 @dataclass(frozen=True)
 class TestSpec:
@@ -99,6 +115,7 @@ class TestSpec:
     margin_source: str  # where the margin comes from, in words ("approximate margin", "resolution")
     lower_is_better: bool = False
     statistic: SetStatistic | None = None  # None: a per-case score (the mean of the paired differences)
+    spread: float = 0.0  # the spread floor: per-case spread of a degradation at the margin (standard error >= it/sqrt n)
 
 
 @dataclass(frozen=True)
@@ -146,8 +163,8 @@ class TestResult:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TestResult:
-        looks = tuple(Look(**{k: look[k] for k in ("n", "estimate", "se", "quantile", "alpha")})
-                      for look in data.get("looks") or ())
+        looks = tuple(Look(**{k: look[k] for k in ("n", "estimate", "se", "quantile", "alpha")},
+                           floor_se=float(look.get("floor_se", 0.0))) for look in data.get("looks") or ())
         return cls(str(data.get("metric", "")), str(data.get("reference", "")), float(data.get("margin", 0.0)),
                    str(data.get("margin_source", "")), looks, Decision(data.get("decision", "fail")),
                    str(data.get("reason", "")))
@@ -158,20 +175,28 @@ def degradation(base: np.ndarray, cand: np.ndarray, lower_is_better: bool) -> np
     return cand - base if lower_is_better else base - cand
 
 
-def mean_look(base: np.ndarray, cand: np.ndarray, lower_is_better: bool, alpha: float) -> Look:
-    """The paired mean difference of per-case scores, with Student's t bound."""
+def floor_se(spread: float, n: int) -> float:
+    """The standard error the spread floor allows at n cases: spread / sqrt(n) (0 without a floor)."""
+    return spread / math.sqrt(n) if spread > 0 and n > 0 else 0.0
+
+
+def mean_look(base: np.ndarray, cand: np.ndarray, lower_is_better: bool, alpha: float, spread: float = 0.0) -> Look:
+    """The paired mean difference of per-case scores, with Student's t bound on the larger of the sample's
+    standard error and the spread floor's."""
     from scipy import stats
 
     d = degradation(np.asarray(base, np.float64), np.asarray(cand, np.float64), lower_is_better)
     n = len(d)
-    se = float(d.std(ddof=1) / math.sqrt(n)) if n > 1 else math.inf
+    floor = floor_se(spread, n)
+    se = max(float(d.std(ddof=1) / math.sqrt(n)), floor) if n > 1 else math.inf
     q = float(stats.t.ppf(1 - alpha, max(n - 1, 1))) if alpha > 0 else math.inf
-    return Look(n, float(d.mean()), se, q, alpha)
+    return Look(n, float(d.mean()), se, q, alpha, floor)
 
 
 def set_look(base: np.ndarray, cand: np.ndarray, statistic: SetStatistic, lower_is_better: bool, alpha: float,
-             resamples: int, seed: int) -> Look:
-    """The difference of a set metric between the two sides, with the paired bootstrap's standard error."""
+             resamples: int, seed: int, spread: float = 0.0) -> Look:
+    """The difference of a set metric between the two sides, with the larger of the paired bootstrap's standard
+    error and the spread floor's."""
     from scipy import stats
 
     base, cand = np.asarray(base, np.float64), np.asarray(cand, np.float64)
@@ -185,7 +210,8 @@ def set_look(base: np.ndarray, cand: np.ndarray, statistic: SetStatistic, lower_
     boot = stats.bootstrap((np.arange(n),), diff, vectorized=True, n_resamples=resamples, method="percentile",
                            rng=np.random.default_rng(seed))
     q = float(stats.norm.ppf(1 - alpha)) if alpha > 0 else math.inf
-    return Look(n, estimate, float(boot.standard_error), q, alpha)
+    floor = floor_se(spread, n)
+    return Look(n, estimate, max(float(boot.standard_error), floor), q, alpha, floor)
 
 
 def decide(look: Look, margin: float, last: bool) -> tuple[Decision, str]:
@@ -223,10 +249,10 @@ class SequentialTest:
             alpha = max(self.design.alpha - sum(look.alpha for look in self.looks), 0.0)
         s = self.spec
         if s.statistic is None:
-            result = mean_look(base, cand, s.lower_is_better, alpha)
+            result = mean_look(base, cand, s.lower_is_better, alpha, s.spread)
         else:
             result = set_look(base, cand, s.statistic, s.lower_is_better, alpha, self.design.resamples,
-                              seed_of(s, n))
+                              seed_of(s, n), s.spread)
         self.looks.append(result)
         self.decision, self.reason = decide(result, s.margin, last)
         return self.decision
