@@ -19,6 +19,7 @@ import torch
 
 from dit_ar_contract.classes import ChangeClass
 from dit_ar_contract.config import QualityContract
+from dit_ar_contract.errors import Refused
 
 from . import audit, gates, perceptual, sharpness, task_metrics, task_tests
 from .artifacts import per_case_fidelity
@@ -37,6 +38,11 @@ class Outputs:
     evidence: audit.AuditEvidence
 
 
+NO_SPREAD = ("the baseline stores no spread of a degradation at the margin (taken before the task-score tests "
+             "had their spread floor), so an approximate or quantization change cannot be judged against it; take "
+             "a fresh baseline: `dit-ar init --tag NEW` then `dit-ar baseline` (docs/design/quality-verdict.md)")
+
+
 @dataclass(frozen=True)
 class BaselineReference:
     """What the baseline recorded that a candidate is judged against."""
@@ -47,6 +53,7 @@ class BaselineReference:
     task_case_pass: dict[str, bool]
     task_envelope: dict[str, float] = field(default_factory=dict)  # a score's benign variation at baseline
     task_resolution: dict[str, float] = field(default_factory=dict)  # what a harmless change does to each score
+    task_spread: dict[str, dict[str, float]] | None = None  # the tests' spread floors (None: the baseline has none)
 
 
 @dataclass(frozen=True)
@@ -112,12 +119,14 @@ class QualityAssessment:
 
     @staticmethod
     def test_text(r: TestResult) -> str:
-        """'frechet_distance vs parent: degradation -0.19 [bound +0.35] <= 0.00046 over 40 cases: FAIL'."""
+        """'judge_accuracy vs baseline: degradation +0.0012 [upper bound +0.019; se 0.0071, at-margin floor 0.0071]
+        vs approximate margin 0.025 over 40 cases: MORE' (the se is the larger of the sample's and the floor)."""
         if not r.looks:
             return f"{r.metric} vs {r.reference}: {r.reason}"
         look = r.last
-        return (f"{r.metric} vs {r.reference}: degradation {look.estimate:+.3g} [upper bound {look.upper:+.3g}] "
-                f"vs {r.margin_source} {r.margin:.3g} over {look.n} cases: {r.decision.value.upper()}")
+        return (f"{r.metric} vs {r.reference}: degradation {look.estimate:+.3g} [upper bound {look.upper:+.3g}; "
+                f"se {look.se:.2g}, at-margin floor {look.floor_se:.2g}] vs {r.margin_source} {r.margin:.3g} "
+                f"over {look.n} cases: {r.decision.value.upper()}")
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -158,10 +167,12 @@ def _tests(effective: str, scores: dict[str, task_metrics.TaskScore], baseline: 
     cls = ChangeClass.from_word(effective)
     if not cls.judged_on_the_task or not baseline.task_metrics:
         return ()
+    if baseline.task_spread is None:
+        raise Refused(NO_SPREAD)
     resolution = baseline.task_resolution or task_tests.fallback_resolution(
         baseline.task_metrics, baseline.task_envelope, quality.exact.envelope_multiple)
     specs = task_tests.specs(cls, quality, baseline.task_metrics, resolution, inputs.parent is not None,
-                             approximate_chain)
+                             approximate_chain, baseline.task_spread)
     base = inputs.baseline
     if base is None:
         base = CaseScores.of(task_metrics.compute(metric_names, baseline.outputs.images, cases, root, quality))

@@ -72,8 +72,10 @@ def measure(images: dict[str, torch.Tensor], cases: Sequence[Case], block: int, 
     out: dict[str, dict[str, MarginSpread]] = {}
     for source, per_metric in margins.items():
         for name, margin in per_metric.items():
-            w = calibration.weight_for(lambda x: calibration.block_degradation(name, base, scored(x), blocks),
-                                       margin, grid=11, steps=8)
+            def degraded(x: float, name: str = name) -> float:
+                return calibration.block_degradation(name, base, scored(x), blocks)
+
+            w = calibration.weight_for(degraded, margin, grid=11, steps=8)
             measured = calibration.block_degradation(name, base, scored(w), blocks)
             b, c = base.paired(scored(w), name)
             out.setdefault(source, {})[name] = MarginSpread(margin, w, measured,

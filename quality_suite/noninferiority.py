@@ -115,7 +115,7 @@ class TestSpec:
     margin_source: str  # where the margin comes from, in words ("approximate margin", "resolution")
     lower_is_better: bool = False
     statistic: SetStatistic | None = None  # None: a per-case score (the mean of the paired differences)
-    spread: float = 0.0  # the spread floor: per-case spread of a degradation at the margin (standard error >= it/sqrt n)
+    spread: float = 0.0  # the spread floor: per-case spread of a degradation at the margin (se >= spread / sqrt n)
 
 
 @dataclass(frozen=True)

@@ -111,11 +111,14 @@ def fallback_resolution(task_base: Mapping[str, float], task_envelope: Mapping[s
 
 
 def specs(cls: ChangeClass | str, quality: QualityContract, task_base: Mapping[str, float],
-          resolutions: Mapping[str, float], against_parent: bool, approximate_chain: bool = False) -> list[TestSpec]:
+          resolutions: Mapping[str, float], against_parent: bool, approximate_chain: bool = False,
+          spreads: Mapping[str, Mapping[str, float]] | None = None) -> list[TestSpec]:
     """The tests of a class: each metric against the baseline (and the parent, for a quantization after a
     keep whose outputs are not the baseline's). A quantization is held to the resolution against its parent;
     against the original baseline too, unless the chain it builds on holds an approximate keep
-    (`approximate_chain`): then the baseline test keeps the approximate margin, the budget of the whole chain."""
+    (`approximate_chain`): then the baseline test keeps the approximate margin, the budget of the whole chain.
+    `spreads` (margin source -> metric -> floor, measured at baseline: quality_suite/margin_spread.py) sets each
+    test's spread floor by where its margin comes from."""
     cls = ChangeClass.from_word(cls)
     if not cls.judged_on_the_task:
         return []
@@ -128,8 +131,8 @@ def specs(cls: ChangeClass | str, quality: QualityContract, task_base: Mapping[s
     out = []
     for name in task_base:
         metric = task_metrics.metric(name)
-        out += [TestSpec(name, ref, m[name][0], m[name][1], metric.lower_is_better, metric.statistic)
-                for ref, m in refs.items()]
+        out += [TestSpec(name, ref, m[name][0], m[name][1], metric.lower_is_better, metric.statistic,
+                         (spreads or {}).get(m[name][1], {}).get(name, 0.0)) for ref, m in refs.items()]
     return out
 
 

@@ -152,8 +152,10 @@ def _baseline(session: Session, out: Callable[[str], None], progress: bool, sand
         envelope_runs, task_envelope, rerun_scores = _envelope_runs(session, worker, cases, default, live)
         held_out = holdout.holdout_cases(session)  # generated now, judged by `dit-ar revalidate` and the tests
         held_outputs = holdout.generate(worker, session, held_out, live=live) if held_out else None
-        quality_cases.store_baseline_scores(session, worker, cases, default,
-                                            (held_out, held_outputs) if held_out and held_outputs else None, live)
+        resolution = quality_cases.resolution(session, cases, default, rerun_scores)
+        spread = quality_cases.store_baseline_scores(session, worker, cases, default,
+                                                     (held_out, held_outputs) if held_out and held_outputs else None,
+                                                     live, resolution)
         roof = profiling.roofline_evidence(worker, [list(c.keyed_request(key)) for c in cases[:lane.batch]])
         identity = dict(worker.identity)
         worker.note_start(build["build_s"] + default.first_s)
@@ -193,7 +195,7 @@ def _baseline(session: Session, out: Callable[[str], None], progress: bool, sand
         environment={**versions.collect(), "device": identity, "python": platform.python_version()},
         evidence=evidence.as_dict(), envelope=envelope, envelope_runs=envelope_runs,
         task_metrics={k: v.value for k, v in scores.items()}, task_case_pass=task_metrics.case_passes(scores),
-        task_envelope=task_envelope, task_resolution=quality_cases.resolution(session, cases, default, rerun_scores),
+        task_envelope=task_envelope, task_resolution=resolution, task_spread=spread,
         timing=BaselineTiming(median_ms=median_ms, p95_ms=p95_ms, noise_floor_pct=abs(aa.estimate_pct),
                               noise_interval_pct=(aa.lower_pct, aa.upper_pct), seconds=perf.seconds,
                               aa_segment=perf.segments[0].to_dict()),

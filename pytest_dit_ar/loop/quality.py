@@ -5,7 +5,7 @@ cases in the run folder."""
 from __future__ import annotations
 
 from dit_ar_contract.classes import MILDEST
-from quality_suite import diff_images
+from quality_suite import diff_images, margin_spread
 from quality_suite.artifacts import load_cases
 from quality_suite.assessment import BaselineReference, Outputs, QualityAssessment, TaskInputs, assess
 from quality_suite.audit import AuditEvidence
@@ -21,7 +21,8 @@ def reference(session: Session, base: BaselineSummary, cases: list[Case]) -> Bas
     """The verified baseline's outputs of `cases`, with its envelope and task figures."""
     images, latents = load_cases(cases_dir(session.baseline_dir), cases)
     return BaselineReference(Outputs(images, latents, AuditEvidence.from_dict(base.evidence)), base.envelope,
-                             base.task_metrics, base.task_case_pass, base.task_envelope, base.task_resolution)
+                             base.task_metrics, base.task_case_pass, base.task_envelope, base.task_resolution,
+                             margin_spread.floors(base.task_spread))
 
 
 def assess_run(session: Session, declared_class: str, run: CandidateRun, ref: BaselineReference, cases: list[Case],

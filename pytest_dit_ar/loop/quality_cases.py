@@ -21,7 +21,7 @@ import torch
 
 from dit_ar_contract.classes import ChangeClass
 from dit_ar_contract.config import WorkloadSpec
-from quality_suite import task_metrics, task_tests
+from quality_suite import margin_spread, task_metrics, task_tests
 from quality_suite.assessment import TaskInputs
 from quality_suite.case_scores import CASE_SCORES, CaseScores
 from quality_suite.corpora import Case, replicas
@@ -76,11 +76,13 @@ def resolution(session: Session, cases: list[Case], default: CorpusOutputs,
 
 
 def store_baseline_scores(session: Session, worker: WorkerProcess, corpus: list[Case], default: CorpusOutputs,
-                          held: tuple[list[Case], CorpusOutputs] | None, live: Live | None) -> None:
-    """Generate the baseline's replicas, score every case the tests may use and store the scores."""
+                          held: tuple[list[Case], CorpusOutputs] | None, live: Live | None,
+                          resolutions: dict[str, float]) -> dict[str, dict[str, dict[str, float]]]:
+    """Generate the baseline's replicas, score every case the tests may use and store the scores; return the
+    spread floors measured on the same images (at_margin_spread)."""
+    if not session.lane.task_metrics:
+        return {}
     extra = extension_cases(session, corpus)
-    if not extra:
-        return
     held_cases, held_outputs = held if held else ([], CorpusOutputs())
     held_ids = {c.id for c in held_cases}
     more = [c for c in extra if c.id not in held_ids]
@@ -91,7 +93,28 @@ def store_baseline_scores(session: Session, worker: WorkerProcess, corpus: list[
     scores = scores.plus(scores_of(session, held_outputs.images, [c for c in extra if c.id in held_ids]))
     scores = scores.plus(scores_of(session, outputs.images, more))
     session.baseline_dir.mkdir(parents=True, exist_ok=True)
-    scores.save(session.baseline_dir / CASE_SCORES)
+    if extra:
+        scores.save(session.baseline_dir / CASE_SCORES)
+    images = {**default.images, **held_outputs.images, **outputs.images}
+    return at_margin_spread(session, images, corpus + extra, len(corpus), resolutions, live)
+
+
+def at_margin_spread(session: Session, images: dict[str, torch.Tensor], cases: list[Case], corpus_size: int,
+                     resolutions: dict[str, float], live: Live | None) -> dict[str, dict[str, dict[str, float]]]:
+    """Per margin source (approximate margin, resolution), per metric: the spread of the degradation of the
+    baseline's images blended at that margin (quality_suite/margin_spread.py): the tests' spread floor."""
+    lane = session.lane
+    task_base = {k: v.value for k, v in task_metrics.compute(lane.task_metrics, images, cases[:corpus_size],
+                                                              session.root, lane.quality).items()}
+    targets: dict[str, dict[str, float]] = {}
+    for cls in (ChangeClass.APPROXIMATE, ChangeClass.QUANTIZATION):
+        for name, (margin, source) in task_tests.margins(cls, lane.quality, task_base, resolutions).items():
+            targets.setdefault(source, {})[name] = margin
+    if live is not None:
+        live.phase("the spread of a degradation at the margin (blends of the baseline's images)")
+    spreads = margin_spread.measure(images, cases, corpus_size, lambda imgs: scores_of(session, imgs, cases),
+                                    targets, lane.quality.noninferiority.bootstrap_resamples)
+    return margin_spread.as_record(spreads)
 
 
 def stored_baseline_scores(session: Session) -> CaseScores | None:

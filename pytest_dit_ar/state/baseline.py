@@ -73,6 +73,8 @@ class BaselineSummary:
     generation_seconds: float = 0.0
     task_envelope: dict[str, float] = field(default_factory=dict)
     task_resolution: dict[str, float] = field(default_factory=dict)  # what a harmless change does to each score
+    # margin source -> metric -> the spread of a degradation at that margin (quality_suite/margin_spread.py)
+    task_spread: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
 
     @property
     def device(self) -> DeviceIdentity:
