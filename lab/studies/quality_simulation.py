@@ -11,6 +11,12 @@ an undecided test adds (looks at 40, 80, 160 and 200 cases, as the gate's). Each
 against the baseline, with the product's statistics (quality_suite/noninferiority.py) and the lane's design
 (config/autoresearch.json, `quality.noninferiority`), and counts the sessions that pass.
 
+The tests' spread floor (quality_suite/margin_spread.py) is measured per session as the baseline measures it:
+on the session's own cases (its 5 blocks, the corpus and the cases a test may add), from the pool's blend at 1 x
+the margin (or the resolution) of that row's class, scaled to the margin (`--floor none`: without the floor, the
+rule before it). The pool's blends have one weight each; the baseline sets its weight on its own cases, which the
+scaling to the margin stands in for.
+
 One shortcut keeps 10,000 sessions of a bootstrap affordable on a laptop: within a look the cases are taken in a
 fixed order (sorted blocks), so the look of a given set of blocks is computed once and reused. A statistic over a
 set does not depend on the order of its cases; only the bootstrap's random resamples do, and any fixed seed is an
@@ -32,8 +38,8 @@ import numpy as np
 
 from dit_ar_contract.classes import ChangeClass
 from dit_ar_contract.config import load_config
+from quality_suite import margin_spread, task_metrics, task_tests
 from quality_suite import noninferiority as ni
-from quality_suite import task_metrics, task_tests
 from quality_suite.calibration import PassRate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,12 +66,36 @@ class Engine:
     base: np.ndarray  # rows of every pool case, [P] or [P, d]
     cand: np.ndarray
     blocks: np.ndarray  # [B, cases per block] row indices
+    at_margin: np.ndarray | None = None  # the blend at 1 x this row's margin: the spread floor's rows (None: no floor)
+    spreads: dict[tuple[int, ...], float] = field(default_factory=dict)  # per session's blocks (shared by rows)
     cache: dict[tuple[int, tuple[int, ...]], ni.Look] = field(default_factory=dict)
 
     def looks(self) -> list[int]:
         return schedule(self.blocks.shape[1], self.design.max_cases, self.blocks.shape[1])
 
-    def _look(self, k: int, chosen: tuple[int, ...], alpha: float) -> ni.Look:
+    def spread(self, blocks: tuple[int, ...]) -> float:
+        """The spread floor the baseline of a session with these blocks measures (margin_spread.spread_of)."""
+        if self.at_margin is None:
+            return 0.0
+        if blocks not in self.spreads:
+            m = self.spec.metric
+            per_block = [task_tests.statistic_degradation(m, self.base[b].astype(np.float64),
+                                                          self.at_margin[b].astype(np.float64))
+                         for b in self.blocks[list(blocks)]]
+            idx = self.blocks[list(blocks)].reshape(-1)
+            self.spreads[blocks] = margin_spread.spread_of(
+                m, self.base[idx].astype(np.float64), self.at_margin[idx].astype(np.float64), self.spec.margin,
+                float(np.mean(per_block)), self.design.resamples)
+        return self.spreads[blocks]
+
+    def _look(self, k: int, chosen: tuple[int, ...], alpha: float, spread: float) -> ni.Look:
+        """The look without the floor (cached: the bootstrap is the costly part), then the floor applied as
+        noninferiority.mean_look / set_look apply it."""
+        look = self._raw(k, chosen, alpha)
+        floor = ni.floor_se(spread, look.n)
+        return dataclasses.replace(look, se=max(look.se, floor), floor_se=floor)
+
+    def _raw(self, k: int, chosen: tuple[int, ...], alpha: float) -> ni.Look:
         key = (k, chosen)
         if key not in self.cache:
             idx = self.blocks[list(chosen)].reshape(-1)[:self.design.max_cases]
@@ -81,12 +111,13 @@ class Engine:
     def session(self, order: np.ndarray) -> tuple[bool, int]:
         """Whether a session with blocks in `order` passes, and the cases at its decision."""
         sched = self.looks()
+        spread = self.spread(tuple(sorted(int(b) for b in order[:sched[-1]])))
         spent, before = 0.0, 0
         for k, nb in enumerate(sched):
             n = min(nb * self.blocks.shape[1], self.design.max_cases)
             last = k == len(sched) - 1
             alpha = max(self.design.alpha - spent, 0.0) if last else self.design.look_alpha(before, n)
-            look = self._look(k, tuple(sorted(int(b) for b in order[:nb])), alpha)
+            look = self._look(k, tuple(sorted(int(b) for b in order[:nb])), alpha, spread)
             decision, _ = ni.decide(look, self.spec.margin, last)
             if decision is not ni.Decision.MORE:
                 return decision is ni.Decision.PASS, n
@@ -106,7 +137,7 @@ def load(path: Path) -> tuple[dict[str, np.ndarray], dict]:
 
 
 def rows_of(arrays: dict[str, np.ndarray], meta: dict, alpha: float | None,
-            metrics: tuple[str, ...] = METRICS) -> list[tuple[str, str, str, float | None, Engine]]:
+            metrics: tuple[str, ...] = METRICS, floor: bool = True) -> list[tuple[str, str, str, float | None, Engine]]:
     """(metric, class, change, size, engine) for every row of the table."""
     quality = load_config(ROOT / "config" / "autoresearch.json").lanes["embedded-cpu"].quality
     if alpha is not None:
@@ -121,11 +152,14 @@ def rows_of(arrays: dict[str, np.ndarray], meta: dict, alpha: float | None,
         for cls in (ChangeClass.APPROXIMATE, ChangeClass.QUANTIZATION):
             margin, source = task_tests.margins(cls, quality, meta["task_base"], meta["resolution"])[m]
             spec = ni.TestSpec(m, task_tests.BASELINE, margin, source, metric.lower_is_better, metric.statistic)
+            at_margin = arrays[f"blend-{m}-{cls.word}-1|{m}"] if floor else None
+            spreads: dict[tuple[int, ...], float] = {}  # the class's floor per session, shared by its rows
             changes = [("harmless: reversed batches", "rerun", None), ("harmless: 8-bit images", "8bit", None),
                        ("demo int8", "int8", None), ("demo half steps", "half", None)]
             changes += [(f"blend {k:g} x", f"blend-{m}-{cls.word}-{k:g}", k) for k in SIZES]
             for label, variant, k in changes:
-                engine = Engine(spec, design, arrays[f"base|{m}"], arrays[f"{variant}|{m}"], blocks)
+                engine = Engine(spec, design, arrays[f"base|{m}"], arrays[f"{variant}|{m}"], blocks, at_margin,
+                                spreads)
                 out.append((m, cls.word, label, k, engine))
     return out
 
@@ -138,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--metrics", default=",".join(METRICS), help="the metrics' rows to run (default all)")
+    ap.add_argument("--floor", choices=("session", "none"), default="session",
+                    help="the tests' spread floor: measured on each session's cases (the product's), or none")
     args = ap.parse_args(argv)
     metrics = tuple(args.metrics.split(","))
     arrays, meta = load(args.data)
@@ -146,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     table = []
     print(f"{'metric':<17} {'class':<12} {'change':<27} {'degradation':>11} {'margin':>9} {'passed':>7} "
           f"{'[95% CI]':<14} cases")
-    for m, cls, label, k, engine in rows_of(arrays, meta, args.alpha, metrics):
+    for m, cls, label, k, engine in rows_of(arrays, meta, args.alpha, metrics, args.floor == "session"):
         rate = engine.rate(args.sessions, rng)
         idx = engine.blocks.reshape(-1)
         per_block = [task_tests.statistic_degradation(m, engine.base[b].astype(np.float64),
@@ -157,9 +193,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{100 * rate.rate:6.2f}% [{100 * lo:5.2f}, {100 * hi:5.2f}] {rate.mean_cases:5.0f}", flush=True)
         table.append({"metric": m, "class": cls, "change": label, "size": k, "degradation": degradation,
                       "margin": engine.spec.margin, "passes": rate.passes, "sessions": rate.sessions,
-                      "interval": [lo, hi], "mean_cases": rate.mean_cases})
+                      "interval": [lo, hi], "mean_cases": rate.mean_cases,
+                      "mean_spread": float(np.mean(list(engine.spreads.values()))) if engine.spreads else 0.0})
     design = rows_of(arrays, meta, args.alpha, metrics)[0][4].design
-    summary = {"sessions": args.sessions, "alpha_q": design.alpha, "max_cases": design.max_cases,
+    summary = {"sessions": args.sessions, "floor": args.floor, "alpha_q": design.alpha, "max_cases": design.max_cases,
                "spending_gamma": design.spending_gamma, "resamples": design.resamples, "data": str(args.data),
                "data_meta": {k: meta[k] for k in ("command", "machine", "date", "blocks", "resolution", "task_base")},
                "command": "python -m lab.studies.quality_simulation " + " ".join(argv or sys.argv[1:]),

@@ -22,7 +22,8 @@ import torch
 
 from dit_ar_contract.classes import ChangeClass
 from dit_ar_contract.errors import Refused
-from quality_suite import calibration, task_metrics, task_tests
+from quality_suite import calibration, margin_spread, task_metrics, task_tests
+from quality_suite.assessment import NO_SPREAD
 from quality_suite.case_scores import CaseScores
 from quality_suite.corpora import Case, load_corpus, replicas
 from quality_suite.noninferiority import TestSpec
@@ -106,8 +107,10 @@ def _rows(session: Session, name: str, cases: list[Case], blocks: list[list[str]
     metric = task_metrics.metric(name)
     rows = []
     for cls in (ChangeClass.APPROXIMATE, ChangeClass.QUANTIZATION):
-        margin, _ = task_tests.margins(cls, lane.quality, base_summary.task_metrics, resolution)[name]
-        spec = [TestSpec(name, task_tests.BASELINE, margin, cls.word, metric.lower_is_better, metric.statistic)]
+        margin, source = task_tests.margins(cls, lane.quality, base_summary.task_metrics, resolution)[name]
+        floor = (margin_spread.floors(base_summary.task_spread) or {}).get(source, {}).get(name, 0.0)
+        spec = [TestSpec(name, task_tests.BASELINE, margin, cls.word, metric.lower_is_better, metric.statistic,
+                         floor)]
         changes = {label: (None, None, _scores(session, imgs, cases, (name,))) for label, imgs in harmless.items()}
         for k in sizes:
             def degraded(w: float) -> float:
@@ -133,7 +136,8 @@ def run_quality_calibration(config_path: Path, blocks: int, sessions: int, sizes
     if blocks < 5:
         raise Refused(f"--blocks {blocks}: a quality calibration needs at least 5 blocks (the case budget's worth)")
     task_metrics.check_available(lane.task_metrics, lane.quality, session.root)
-    session.verified_baseline()  # margins and resolution come from it
+    if not session.verified_baseline().task_spread:  # margins, resolution and spread floors come from it
+        raise Refused(NO_SPREAD)
     cases, block_ids = _pool(session, blocks)
     images, rerun = _generate(session, cases, sandboxed, out)
     harmless = {"harmless: split batches": rerun, "harmless: 8-bit images": rounded_to_8_bits(images)}
