@@ -21,8 +21,8 @@ def pool(drop: float, sd: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]
     return base, base - drop + rng.normal(0.0, sd, base.shape)
 
 
-def as_scores(values: np.ndarray) -> CaseScores:
-    return CaseScores({"m": {f"c{i}": np.asarray(v) for i, v in enumerate(values)}})
+def as_scores(values: np.ndarray, metric: str = "m") -> CaseScores:
+    return CaseScores({metric: {f"c{i}": np.asarray(v) for i, v in enumerate(values)}})
 
 
 def test_the_schedule_is_the_gates_doubling_looks() -> None:
@@ -58,3 +58,24 @@ def test_a_change_exactly_at_the_margin_passes_at_most_alpha() -> None:
     assert worse.rate <= rate.rate and worse.mean_cases < rate.mean_cases  # twice the margin: refused sooner
     harmless = Engine(spec, engine.design, base, cand + 0.025, engine.blocks).rate(2000, np.random.default_rng(4))
     assert harmless.rate >= 0.9, harmless  # no degradation on average: shown non-inferior
+
+
+def test_sessions_with_the_spread_floor_decide_as_the_products_test_with_that_floor() -> None:
+    import dataclasses
+
+    base, cand = pool(0.01, 0.02)
+    _, at_margin = pool(0.025, 0.1, seed=5)
+    spec = ni.TestSpec("judge_accuracy", "baseline", 0.025, "approximate margin")
+    design = ni.Design(alpha=0.05, max_cases=200)
+    blocks = np.arange(BLOCKS * CASES).reshape(BLOCKS, CASES)
+    engine = Engine(spec, design, base, cand, blocks, at_margin)
+    ids = [[f"c{i}" for i in row] for row in blocks]
+    rng = np.random.default_rng(9)
+    for _ in range(20):
+        order = rng.permutation(BLOCKS)[:5]
+        floor = engine.spread(tuple(sorted(int(b) for b in order)))
+        assert floor > 0.05
+        floored = dataclasses.replace(spec, spread=floor)
+        product = calibration.session([floored], design, as_scores(base, "judge_accuracy"),
+                                      as_scores(cand, "judge_accuracy"), ids, list(order))
+        assert engine.session(order) == product, order
