@@ -5,8 +5,9 @@ For each margin a test may use (the approximate margin, the resolution) and each
 of all its cases (corpus, holdout, replicas) are blended with another case's image (`calibration.blend`) at the
 weight where the metric's degradation, averaged over corpus-size blocks, equals the margin (`calibration.weight_for`).
 The spread of that blend's degradation is the floor: for a per-case score the standard deviation of the per-case
-degradations; for a set metric the paired bootstrap's standard error times sqrt(n). Both are scaled to the margin
-(spread x margin / the blend's degradation), i.e. the blend's coefficient of variation times the margin.
+degradations, scaled to the margin (spread x margin / the blend's degradation), i.e. the blend's coefficient of
+variation times the margin. Set metrics (a Frechet distance) get none (`measure`); `spread_of` still computes a
+set metric's (the paired bootstrap's standard error times sqrt(n)) for the studies.
 """
 
 from __future__ import annotations
@@ -57,8 +58,10 @@ def spread_of(name: str, base: np.ndarray, cand: np.ndarray, margin: float, meas
 
 def measure(images: dict[str, torch.Tensor], cases: Sequence[Case], block: int, score: Scorer,
             margins: Mapping[str, Mapping[str, float]], resamples: int = 200) -> dict[str, dict[str, MarginSpread]]:
-    """Per margin source, per metric: the spread of the blend at that margin, on `images` of `cases` (blocks of
-    `block` cases for the degradation the blend is set to; `score` scores images of all cases)."""
+    """Per margin source, per per-case metric: the spread of the blend at that margin, on `images` of `cases`
+    (blocks of `block` cases for the degradation the blend is set to; `score` scores images of all cases). Set
+    metrics get no floor: their paired bootstrap keeps its level at the margin, and a floor from the blend's
+    bootstrap refuses every harmless change within the case budget (the simulation measured both)."""
     ids = [c.id for c in cases]
     blocks = [ids[i:i + block] for i in range(0, len(ids), block)]
     memo: dict[float, CaseScores] = {}
@@ -69,9 +72,11 @@ def measure(images: dict[str, torch.Tensor], cases: Sequence[Case], block: int, 
         return memo[w]
 
     base = scored(0.0)
-    out: dict[str, dict[str, MarginSpread]] = {}
+    out: dict[str, dict[str, MarginSpread]] = {source: {} for source in margins}
     for source, per_metric in margins.items():
         for name, margin in per_metric.items():
+            if task_metrics.metric(name).statistic is not None:
+                continue  # a set metric's bootstrap needs no floor (lab/notebook/quality-verdict.md)
             def degraded(x: float, name: str = name) -> float:
                 return calibration.block_degradation(name, base, scored(x), blocks)
 
@@ -88,7 +93,8 @@ def as_record(spreads: Mapping[str, Mapping[str, MarginSpread]]) -> dict[str, di
 
 
 def floors(record: Mapping[str, Mapping[str, Mapping[str, Any]]] | None) -> dict[str, dict[str, float]] | None:
-    """Per margin source, per metric: the floor a baseline stored (None: the baseline stored none)."""
+    """Per margin source, per metric: the floor a baseline stored (None: the baseline stored none, i.e. it was
+    taken before the floor existed; a lane without per-case metrics stores its margin sources with no metric)."""
     if not record:
         return None
     return {source: {name: MarginSpread.from_dict(s).spread for name, s in per.items()}

@@ -14,8 +14,9 @@ against the baseline, with the product's statistics (quality_suite/noninferiorit
 The tests' spread floor (quality_suite/margin_spread.py) is measured per session as the baseline measures it:
 on the session's own cases (its 5 blocks, the corpus and the cases a test may add), from the pool's blend at 1 x
 the margin (or the resolution) of that row's class, scaled to the margin (`--floor none`: without the floor, the
-rule before it). The pool's blends have one weight each; the baseline sets its weight on its own cases, which the
-scaling to the margin stands in for.
+rule before it). Set metrics get no floor, as in the product (`--floor set` gives them the blend's bootstrap
+standard error as one, the variant measured and not shipped). The pool's blends have one weight each; the
+baseline sets its weight on its own cases, which the scaling to the margin stands in for.
 
 One shortcut keeps 10,000 sessions of a bootstrap affordable on a laptop: within a look the cases are taken in a
 fixed order (sorted blocks), so the look of a given set of blocks is computed once and reused. A statistic over a
@@ -137,7 +138,8 @@ def load(path: Path) -> tuple[dict[str, np.ndarray], dict]:
 
 
 def rows_of(arrays: dict[str, np.ndarray], meta: dict, alpha: float | None,
-            metrics: tuple[str, ...] = METRICS, floor: bool = True) -> list[tuple[str, str, str, float | None, Engine]]:
+            metrics: tuple[str, ...] = METRICS, floor: bool = True,
+            set_floor: bool = False) -> list[tuple[str, str, str, float | None, Engine]]:
     """(metric, class, change, size, engine) for every row of the table."""
     quality = load_config(ROOT / "config" / "autoresearch.json").lanes["embedded-cpu"].quality
     if alpha is not None:
@@ -152,7 +154,8 @@ def rows_of(arrays: dict[str, np.ndarray], meta: dict, alpha: float | None,
         for cls in (ChangeClass.APPROXIMATE, ChangeClass.QUANTIZATION):
             margin, source = task_tests.margins(cls, quality, meta["task_base"], meta["resolution"])[m]
             spec = ni.TestSpec(m, task_tests.BASELINE, margin, source, metric.lower_is_better, metric.statistic)
-            at_margin = arrays[f"blend-{m}-{cls.word}-1|{m}"] if floor else None
+            floored = floor and (set_floor or metric.statistic is None)
+            at_margin = arrays[f"blend-{m}-{cls.word}-1|{m}"] if floored else None
             spreads: dict[tuple[int, ...], float] = {}  # the class's floor per session, shared by its rows
             changes = [("harmless: reversed batches", "rerun", None), ("harmless: 8-bit images", "8bit", None),
                        ("demo int8", "int8", None), ("demo half steps", "half", None)]
@@ -172,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--metrics", default=",".join(METRICS), help="the metrics' rows to run (default all)")
-    ap.add_argument("--floor", choices=("session", "none"), default="session",
+    ap.add_argument("--floor", choices=("session", "none", "set"), default="session",
                     help="the tests' spread floor: measured on each session's cases (the product's), or none")
     args = ap.parse_args(argv)
     metrics = tuple(args.metrics.split(","))
@@ -182,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     table = []
     print(f"{'metric':<17} {'class':<12} {'change':<27} {'degradation':>11} {'margin':>9} {'passed':>7} "
           f"{'[95% CI]':<14} cases")
-    for m, cls, label, k, engine in rows_of(arrays, meta, args.alpha, metrics, args.floor == "session"):
+    for m, cls, label, k, engine in rows_of(arrays, meta, args.alpha, metrics, args.floor != "none",
+                                            args.floor == "set"):
         rate = engine.rate(args.sessions, rng)
         idx = engine.blocks.reshape(-1)
         per_block = [task_tests.statistic_degradation(m, engine.base[b].astype(np.float64),

@@ -176,3 +176,18 @@ def test_the_baseline_summary_stores_the_spread_and_an_old_one_reads_as_none() -
     old = summary.as_dict()
     del old["task_spread"]
     assert margin_spread.floors(BaselineSummary.from_dict(old).task_spread) is None
+
+
+def test_a_set_metric_gets_no_floor_but_the_record_still_says_the_floor_was_measured() -> None:
+    cases, images = pool()
+
+    def score(imgs: dict[str, torch.Tensor]) -> CaseScores:
+        return CaseScores({"frechet_distance": {c: i.reshape(-1)[:3].double().numpy() for c, i in imgs.items()}})
+
+    record = margin_spread.as_record(margin_spread.measure(images, cases, 40, score,
+                                                           {"resolution": {"frechet_distance": 0.1}}))
+    assert record == {"resolution": {}}
+    assert margin_spread.floors(record) == {"resolution": {}}  # not None: this baseline is not refused
+    spec = task_tests.specs("quantization", QUALITY, {"frechet_distance": 15.0}, {"frechet_distance": 0.03}, False,
+                            spreads=margin_spread.floors(record))
+    assert [s.spread for s in spec] == [0.0]
