@@ -110,10 +110,18 @@ def at_margin_spread(session: Session, images: dict[str, torch.Tensor], cases: l
     for cls in (ChangeClass.APPROXIMATE, ChangeClass.QUANTIZATION):
         for name, (margin, source) in task_tests.margins(cls, lane.quality, task_base, resolutions).items():
             targets.setdefault(source, {})[name] = margin
+    per_case = task_metrics.per_case_only(lane.task_metrics)  # set metrics get no floor (margin_spread.measure)
+    if not per_case:
+        return {source: {} for source in targets}
     if live is not None:
         live.phase("the spread of a degradation at the margin (blends of the baseline's images)")
-    spreads = margin_spread.measure(images, cases, corpus_size, lambda imgs: scores_of(session, imgs, cases),
-                                    targets, lane.quality.noninferiority.bootstrap_resamples)
+
+    def score(imgs: dict[str, torch.Tensor]) -> CaseScores:
+        return CaseScores.of(task_metrics.compute(per_case, imgs, cases, session.root, lane.quality))
+
+    spreads = margin_spread.measure(images, cases, corpus_size, score,
+                                    {src: {k: v for k, v in m.items() if k in per_case} for src, m in targets.items()},
+                                    lane.quality.noninferiority.bootstrap_resamples)
     return margin_spread.as_record(spreads)
 
 
