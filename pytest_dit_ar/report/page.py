@@ -251,14 +251,16 @@ def _worst_table(worst: list[tuple[str, CaseResult]]) -> Table:
 
 
 def _tests_table(quality: QualityAssessment) -> Table | None:
-    """One row per paired task-score test: the degradation, its one-sided bounds, the margin, cases, decision."""
-    rows = [[r.metric, r.reference, r.last.estimate, r.last.lower, r.last.upper, r.margin, r.margin_source,
-             r.last.n, len(r.looks), r.decision.value + (f" ({r.reason})" if r.reason else "")]
+    """One row per paired task-score test: the degradation, its one-sided bounds, the standard error and the spread
+    floor's, the margin, cases, decision."""
+    rows = [[r.metric, r.reference, r.last.estimate, r.last.lower, r.last.upper, r.last.se, r.last.floor_se,
+             r.margin, r.margin_source, r.last.n, len(r.looks),
+             r.decision.value + (f" ({r.reason})" if r.reason else "")]
             for r in quality.task_tests if r.looks]
     if not rows:
         return None
-    return _table(["task score", "against", "degradation", "lower bound", "upper bound", "margin", "margin is",
-                   "cases", "looks", "decision"], rows)
+    return _table(["task score", "against", "degradation", "lower bound", "upper bound", "se", "at-margin floor",
+                   "margin", "margin is", "cases", "looks", "decision"], rows)
 
 
 def _quality(run: RunPaths, lane_id: str, paths: StatePaths, assets: Path, shown: tuple[str, ...]) -> QualityView:

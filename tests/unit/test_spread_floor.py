@@ -191,3 +191,16 @@ def test_a_set_metric_gets_no_floor_but_the_record_still_says_the_floor_was_meas
     spec = task_tests.specs("quantization", QUALITY, {"frechet_distance": 15.0}, {"frechet_distance": 0.03}, False,
                             spreads=margin_spread.floors(record))
     assert [s.spread for s in spec] == [0.0]
+
+
+def test_the_reports_test_table_shows_the_standard_error_and_the_floor() -> None:
+    from pytest_dit_ar.report.page import _tests_table
+
+    spec = ni.TestSpec("judge_accuracy", "baseline", 0.025, "approximate margin", spread=0.05)
+    test = ni.SequentialTest(spec, ni.Design(alpha=0.05, max_cases=200))
+    test.look(*skewed(), last=True)
+    quality = QualityAssessment("approximate", "approximate", (), {}, (), {}, {}, {}, task_tests=(test.result(),))
+    table = _tests_table(quality)
+    assert table is not None and table.header[5:7] == ("se", "at-margin floor")
+    se, floor = table.rows[0].cells[5:7]
+    assert se == floor != ""
