@@ -112,10 +112,34 @@ class PassRate:
         return lo, hi
 
 
+def floored(specs: Sequence[TestSpec], base: CaseScores, at_margin: CaseScores,
+            blocks: Sequence[Sequence[str]]) -> list[TestSpec]:
+    """The specs with the spread floor a baseline of these blocks' cases would measure (margin_spread.spread_of
+    of `at_margin`, a blend at 1 x each spec's margin); set metrics keep none."""
+    from dataclasses import replace
+
+    from .margin_spread import spread_of
+
+    ids = [cid for block in blocks for cid in block]
+    out = []
+    for s in specs:
+        if s.statistic is not None:
+            out.append(s)
+            continue
+        b, c = base.select(ids).paired(at_margin.select(ids), s.metric)
+        measured = block_degradation(s.metric, base, at_margin, blocks)
+        out.append(replace(s, spread=spread_of(s.metric, b, c, s.margin, measured)))
+    return out
+
+
 def session(specs: Sequence[TestSpec], design: Design, base: CaseScores, cand: CaseScores,
-            blocks: Sequence[Sequence[str]], order: Sequence[int]) -> tuple[bool, int]:
+            blocks: Sequence[Sequence[str]], order: Sequence[int], at_margin: CaseScores | None = None
+            ) -> tuple[bool, int]:
     """One simulated session over the blocks in `order` (the first as the corpus): whether every test passed,
-    and the cases the last decision saw."""
+    and the cases the last decision saw. With `at_margin` (a blend at 1 x the margin) each per-case test gets
+    the spread floor measured on the session's own cases, as its baseline would measure it."""
+    if at_margin is not None:
+        specs = floored(specs, base, at_margin, [blocks[k] for k in order])
     ids = [cid for k in order for cid in blocks[k]][:design.max_cases]
     first = list(blocks[order[0]])
     supply = PoolSupply(ids[len(first):], cand, {task_tests.BASELINE: base})
@@ -125,13 +149,14 @@ def session(specs: Sequence[TestSpec], design: Design, base: CaseScores, cand: C
 
 
 def pass_rate(specs: Sequence[TestSpec], design: Design, base: CaseScores, cand: CaseScores,
-              blocks: Sequence[Sequence[str]], sessions: int, rng: np.random.Generator) -> PassRate:
+              blocks: Sequence[Sequence[str]], sessions: int, rng: np.random.Generator,
+              at_margin: CaseScores | None = None) -> PassRate:
     """Sessions drawn from the pool: blocks in a random order, the first as the corpus, the rest as further cases
     up to the budget; a session passes when every test in `specs` passes (against the baseline)."""
     per_session = max(1, -(-design.max_cases // len(blocks[0])))
     passes, cases = 0, 0
     for _ in range(sessions):
-        passed, n = session(specs, design, base, cand, blocks, rng.permutation(len(blocks))[:per_session])
+        passed, n = session(specs, design, base, cand, blocks, rng.permutation(len(blocks))[:per_session], at_margin)
         passes += passed
         cases += n
     return PassRate(passes, sessions, cases / max(sessions, 1))

@@ -22,7 +22,7 @@ import torch
 
 from dit_ar_contract.classes import ChangeClass
 from dit_ar_contract.errors import Refused
-from quality_suite import calibration, margin_spread, task_metrics, task_tests
+from quality_suite import calibration, task_metrics, task_tests
 from quality_suite.assessment import NO_SPREAD
 from quality_suite.case_scores import CaseScores
 from quality_suite.corpora import Case, load_corpus, replicas
@@ -108,19 +108,23 @@ def _rows(session: Session, name: str, cases: list[Case], blocks: list[list[str]
     rows = []
     for cls in (ChangeClass.APPROXIMATE, ChangeClass.QUANTIZATION):
         margin, source = task_tests.margins(cls, lane.quality, base_summary.task_metrics, resolution)[name]
-        floor = (margin_spread.floors(base_summary.task_spread) or {}).get(source, {}).get(name, 0.0)
-        spec = [TestSpec(name, task_tests.BASELINE, margin, cls.word, metric.lower_is_better, metric.statistic,
-                         floor)]
+        spec = [TestSpec(name, task_tests.BASELINE, margin, cls.word, metric.lower_is_better, metric.statistic)]
         changes = {label: (None, None, _scores(session, imgs, cases, (name,))) for label, imgs in harmless.items()}
-        for k in sizes:
-            def degraded(w: float) -> float:
-                blended = _scores(session, calibration.blend(images, cases, w), cases, (name,))
-                return calibration.block_degradation(name, base, blended, blocks)
 
+        def degraded(w: float) -> float:
+            blended = _scores(session, calibration.blend(images, cases, w), cases, (name,))
+            return calibration.block_degradation(name, base, blended, blocks)
+
+        for k in sizes:
             w = calibration.weight_for(degraded, k * margin)
             changes[f"blend w={w:.4g}"] = (k, w, _scores(session, calibration.blend(images, cases, w), cases, (name,)))
+        # the spread floor each simulated session's baseline would measure on its own cases (a blend at the margin)
+        at_margin = next((c for k, _, c in changes.values() if k == 1.0), None) if metric.statistic is None else None
+        if at_margin is None and metric.statistic is None:
+            w = calibration.weight_for(degraded, margin)
+            at_margin = _scores(session, calibration.blend(images, cases, w), cases, (name,))
         for label, (k, w, cand) in changes.items():
-            rate = calibration.pass_rate(spec, design, base, cand, blocks, sessions, rng)
+            rate = calibration.pass_rate(spec, design, base, cand, blocks, sessions, rng, at_margin)
             rows.append(Row(name, cls.word, label, k, w, calibration.block_degradation(name, base, cand, blocks),
                             margin, rate.passes, rate.sessions, rate.mean_cases))
     return rows

@@ -204,3 +204,22 @@ def test_the_reports_test_table_shows_the_standard_error_and_the_floor() -> None
     assert table is not None and table.header[5:7] == ("se", "at-margin floor")
     se, floor = table.rows[0].cells[5:7]
     assert se == floor != ""
+
+
+def test_a_calibration_session_takes_the_floor_its_own_cases_give() -> None:
+    rng = np.random.default_rng(3)
+    ids = [f"c{i}" for i in range(200)]
+    base = rng.uniform(0.9, 1.0, 200)
+    heavy = np.where(rng.random(200) < 0.05, 0.4, 0.002)  # a skewed loss, about 0.022 on average
+    as_scores = lambda v: CaseScores({"judge_accuracy": dict(zip(ids, (np.asarray(x) for x in v)))})  # noqa: E731
+    blocks = [ids[i:i + 40] for i in range(0, 200, 40)]
+    spec = ni.TestSpec("judge_accuracy", "baseline", 0.025, "approximate margin")
+    at_margin = as_scores(base - heavy)
+    [with_floor] = calibration.floored([spec], as_scores(base), at_margin, blocks)
+    measured = calibration.block_degradation("judge_accuracy", as_scores(base), at_margin, blocks)
+    assert with_floor.spread == pytest.approx(heavy.std(ddof=1) * 0.025 / measured)
+    design = ni.Design(alpha=0.05, max_cases=200)
+    cand = as_scores(base - 0.001)
+    order = [2, 0, 4, 1, 3]
+    assert calibration.session([spec], design, as_scores(base), cand, blocks, order, at_margin) == \
+        calibration.session([with_floor], design, as_scores(base), cand, blocks, order)
