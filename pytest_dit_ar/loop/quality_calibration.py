@@ -117,7 +117,8 @@ def _rows(session: Session, name: str, cases: list[Case], blocks: list[list[str]
 
         for k in sizes:
             w = calibration.weight_for(degraded, k * margin)
-            changes[f"blend {k:g} x, w={w:.4g}"] = (k, w, _scores(session, calibration.blend(images, cases, w), cases, (name,)))
+            blended = _scores(session, calibration.blend(images, cases, w), cases, (name,))
+            changes[f"blend {k:g} x, w={w:.4g}"] = (k, w, blended)
         # the spread floor each simulated session's baseline would measure on its own cases (a blend at the margin)
         at_margin = next((c for k, _, c in changes.values() if k == 1.0), None) if metric.statistic is None else None
         if at_margin is None and metric.statistic is None:
