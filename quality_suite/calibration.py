@@ -16,16 +16,17 @@ lab/studies/quality_simulation.py replays recorded pools over many more sessions
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from . import task_tests
+from . import task_metrics, task_tests
 from .case_scores import CaseScores
 from .corpora import Case
-from .noninferiority import Design, TestSpec
+from .noninferiority import Design, TestSpec, degradation, set_look
 
 
 def other_case(cases: Sequence[Case], i: int) -> int:
@@ -112,13 +113,23 @@ class PassRate:
         return lo, hi
 
 
+def spread_of(name: str, base: np.ndarray, cand: np.ndarray, margin: float, measured: float,
+              resamples: int = 200) -> float:
+    """The spread of the degradation of paired rows, scaled to `margin` (`measured`: the rows' degradation)."""
+    metric = task_metrics.metric(name)
+    if metric.statistic is None:
+        raw = float(degradation(base, cand, metric.lower_is_better).std(ddof=1))
+    else:
+        look = set_look(base, cand, metric.statistic, metric.lower_is_better, 0.05, resamples, 0)
+        raw = look.se * math.sqrt(len(base))
+    return raw * margin / measured if measured > 0 else raw
+
+
 def floored(specs: Sequence[TestSpec], base: CaseScores, at_margin: CaseScores,
             blocks: Sequence[Sequence[str]]) -> list[TestSpec]:
-    """The specs with the spread floor a baseline of these blocks' cases would measure (margin_spread.spread_of
+    """The specs with the spread floor a baseline of these blocks' cases would measure (`spread_of`
     of `at_margin`, a blend at 1 x each spec's margin); set metrics keep none."""
     from dataclasses import replace
-
-    from .margin_spread import spread_of
 
     ids = [cid for block in blocks for cid in block]
     out = []

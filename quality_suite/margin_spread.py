@@ -6,24 +6,22 @@ of all its cases (corpus, holdout, replicas) are blended with another case's ima
 weight where the metric's degradation, averaged over corpus-size blocks, equals the margin (`calibration.weight_for`).
 The spread of that blend's degradation is the floor: for a per-case score the standard deviation of the per-case
 degradations, scaled to the margin (spread x margin / the blend's degradation), i.e. the blend's coefficient of
-variation times the margin. Set metrics (a Frechet distance) get none (`measure`); `spread_of` still computes a
-set metric's (the paired bootstrap's standard error times sqrt(n)) for the studies.
+variation times the margin. Set metrics (a Frechet distance) get none (`measure`); `calibration.spread_of` still
+computes a set metric's (the paired bootstrap's standard error times sqrt(n)) for the studies.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
 from . import calibration, task_metrics
+from .calibration import spread_of
 from .case_scores import CaseScores
 from .corpora import Case
-from .noninferiority import degradation, set_look
 
 APPROXIMATE, RESOLUTION = "approximate margin", "resolution"  # the margin sources a spread is measured for
 Scorer = Callable[[dict[str, torch.Tensor]], CaseScores]
@@ -42,18 +40,6 @@ class MarginSpread:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MarginSpread:
         return cls(*(float(data[k]) for k in ("margin", "weight", "degradation", "spread")), int(data["cases"]))
-
-
-def spread_of(name: str, base: np.ndarray, cand: np.ndarray, margin: float, measured: float,
-              resamples: int = 200) -> float:
-    """The spread of the degradation of paired rows, scaled to `margin` (`measured`: the rows' degradation)."""
-    metric = task_metrics.metric(name)
-    if metric.statistic is None:
-        raw = float(degradation(base, cand, metric.lower_is_better).std(ddof=1))
-    else:
-        look = set_look(base, cand, metric.statistic, metric.lower_is_better, 0.05, resamples, 0)
-        raw = look.se * math.sqrt(len(base))
-    return raw * margin / measured if measured > 0 else raw
 
 
 def measure(images: dict[str, torch.Tensor], cases: Sequence[Case], block: int, score: Scorer,
