@@ -22,6 +22,7 @@ from pytest_dit_ar.state import runs
 from pytest_dit_ar.state.paths import StatePaths
 from pytest_dit_ar.state.perf_record import PerfRecord
 from tests.helpers.loop import DELAY_LINE, commit_change, experiment, git, last_line, ledger_rows
+from tests.helpers.sandbox_required import require_sandbox
 
 pytestmark = pytest.mark.slow
 TOKEN = "dit-ar-attack-token"
@@ -312,8 +313,7 @@ def hostile_worker(tmp_path: Path, addition: str, timeout_s: float = 300.0) -> W
     """A started and built sandboxed worker whose model_under_test/__init__.py ends with `addition`."""
     import shutil
 
-    if sandbox.available() is not None:
-        pytest.skip(f"no sandbox here: {sandbox.available()}")
+    require_sandbox()
     tree = tmp_path / "side"
     shutil.copytree(ROOT / "model_under_test", tree / "model_under_test",
                     ignore=shutil.ignore_patterns("__pycache__"))

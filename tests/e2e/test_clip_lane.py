@@ -20,6 +20,7 @@ from pytest_dit_ar.loop.patching import wrap_build
 from pytest_dit_ar.state import runs
 from pytest_dit_ar.worker import sandbox
 from tests.helpers.loop import FAST_PERF, experiment, git, last_line, ledger_rows, run
+from tests.helpers.sandbox_required import require_sandbox
 from tests.helpers.tiny_clip import REPO, hub_cache
 from tests.helpers.tiny_pipelines import save_tiny
 
@@ -40,10 +41,10 @@ def commit(repo: Path, message: str) -> None:
     git(repo, "commit", "-qm", message)
 
 
-@pytest.mark.skipif(sandbox.available() is not None, reason="bubblewrap cannot make a sandbox here")
 @pytest.mark.extended
 @pytest.mark.slow
 def test_an_approximate_change_on_a_users_text_to_image_lane_is_judged_on_clip_score(tmp_path: Path) -> None:
+    require_sandbox()
     repo = new_repo(tmp_path / "my-t2i")
     pipeline = save_tiny("PixArtSigmaPipeline", repo / "weights" / "tiny")
     checkpoint = hub_cache(tmp_path / "clip-cache")

@@ -7,12 +7,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import pytest
-
 from dit_ar_contract.device import DeviceIdentity, LaneTarget
-from pytest_dit_ar.worker import sandbox
 from pytest_dit_ar.worker.client import SandboxPolicy, WorkerLauncher
 from pytest_dit_ar.worker.compile_cache import CompileCaches
+from tests.helpers.sandbox_required import require_sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,8 +28,8 @@ for _target in TARGETS:
 '''
 
 
-@pytest.mark.skipif(sandbox.available() is not None, reason="bubblewrap cannot make a sandbox here")
 def test_a_sandboxed_worker_writes_only_into_its_own_trees_cache(tmp_path: Path) -> None:
+    require_sandbox()
     state = tmp_path / "project" / ".autoresearch"
     caches = CompileCaches(state / "compile-cache")
     best, _ = caches.open("b" * 32)  # the best's cache folder, filled by its workers earlier

@@ -19,6 +19,7 @@ from dit_ar_contract.device import DeviceIdentity, LaneTarget
 from pytest_dit_ar.loop.patching import wrap_generate
 from pytest_dit_ar.worker import sandbox
 from pytest_dit_ar.worker.client import SandboxPolicy, WorkerProcess
+from tests.helpers.sandbox_required import require_sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 HONEST, QUEUE, QUEUE_PATCHED = 1, 910001, 910002
@@ -64,8 +65,7 @@ def queued_work_s() -> float:
 def gpu_worker(tmp_path_factory: pytest.TempPathFactory):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU (run on the device machine)")
-    if sandbox.available() is not None:
-        pytest.skip(f"no sandbox here: {sandbox.available()}")
+    require_sandbox()
     tmp = tmp_path_factory.mktemp("gpu-hostile")
     tree = tmp / "side"
     shutil.copytree(ROOT / "model_under_test", tree / "model_under_test", ignore=shutil.ignore_patterns("__pycache__"))

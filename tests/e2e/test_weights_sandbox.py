@@ -10,9 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from pytest_dit_ar.worker import sandbox
+from tests.helpers.sandbox_required import require_sandbox
 
 READER = """
 import json, pathlib, sys
@@ -44,8 +43,8 @@ def worker_cannot_read(tmp_path: Path, folder: Path, names: list[str], expose: t
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.skipif(sandbox.available() is not None, reason="bubblewrap cannot make a sandbox here")
 def test_the_prediction_matches_a_real_sandbox(tmp_path: Path) -> None:
+    require_sandbox()
     root = tmp_path / "project"
     folder = root / "weights" / "pipe"
     (folder / "vae").mkdir(parents=True)
