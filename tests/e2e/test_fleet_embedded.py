@@ -5,7 +5,8 @@ the candidate may not touch are intact.
 
 A session here is a copy of the e2e tests' prepared session (its baseline taken locally: the nodes are this
 machine, so its CPU is the slot's device) bound to a CPU slot of its own, as `init --executor ray` binds one.
-`fleet up` with baselines taken in the slots is the extended test at the end.
+CI runs the crash (a real judging in a slot, recorded and reset by the session); the attack candidates, the
+unsandboxed tamper and `fleet up` with baselines taken in the slots are in the extended tier.
 """
 
 from __future__ import annotations
@@ -85,9 +86,9 @@ out = _gen(requests)
 out.images = torch.nn.functional.adaptive_avg_pool2d(out.images, 4)
 return out''', setup="import torch"), "exact", ("VERDICT: CRASH",), id="tiny-images"),
     pytest.param("quality_suite/gates.py", "\n# loosen the gate\n", "exact", ("VERDICT: DISCARD-SCOPE",),
-                 id="fixed-path", marks=pytest.mark.extended),
+                 id="fixed-path"),
     pytest.param("model_under_test/__init__.py", wrap("return _gen(requests)", setup=VANDAL), "exact",
-                 ("VERDICT: DISCARD-PERFORMANCE",), id="vandal", marks=pytest.mark.extended),
+                 ("VERDICT: DISCARD-PERFORMANCE",), id="vandal"),
     pytest.param("model_under_test/__init__.py", wrap('''
 calls[0] += 1
 if calls[0] <= 21:
@@ -97,10 +98,11 @@ try:
     return _gen(requests)
 finally:
     pipe.steps = steps''', setup="calls = [0]\nsteps = pipe.steps"), "exact", ("VERDICT: DISCARD-QUALITY",),
-                 id="cheap-when-timed", marks=pytest.mark.extended),
+                 id="cheap-when-timed"),
 ]
 
 
+@pytest.mark.extended  # CI's time budget: the crash above is the real judging in a slot that CI runs
 @pytest.mark.parametrize("path,text,cls,verdicts", ATTACKS)
 def test_attacks_through_the_ray_executor_get_the_same_verdicts(fleet_repo: Path, path: str, text: str, cls: str,
                                                                 verdicts: tuple[str, ...]) -> None:

@@ -14,7 +14,8 @@ from tests.helpers.loop import git, ledger_rows, make_project_copy
 from tests.helpers.ray_required import require_ray
 
 require_ray()
-pytestmark = pytest.mark.ray
+# extended: CI's time budget; test_fleet_embedded.py's crash judged in a slot is the fleet's test in CI
+pytestmark = [pytest.mark.ray, pytest.mark.extended]
 
 from pytest_dit_ar.cli.main import main  # noqa: E402
 from pytest_dit_ar.loop.fleet import ray_executor, registry  # noqa: E402 - after the skip: needs Ray
