@@ -97,19 +97,25 @@ class PerfProtocol:
     # None: 2 on CUDA lanes (their imports run in parallel beside the quality run), 1 on CPU lanes
     pair_cores: str = "auto"  # "one": both workers of a timed pair on one core; "affinity": cpu_affinity as is;
     # "auto": "one" on CUDA lanes (H200: pair spread 3.4% vs 9-12% on two cores), "affinity" on CPU lanes
+    time_quality_pair: str = "auto"  # "yes": the quality run's workers time segment 1; "no": every pair is fresh;
+    # "auto": "no" on CUDA lanes (there it timed slower than fresh forks: lab/notebook/gpu-ladder.md)
     # `dit-ar calibrate`: A/A pairs and rounds per pair (None: `rounds`); B is a chi-square bound over the pairs,
     # and each pair's round noise leaks into it, so longer pairs give a smaller B (lab/notebook/eager-power.md)
     calibration_pairs: int = 8
     calibration_rounds: int | None = None
 
     def fork_servers(self, is_cuda: bool) -> int:
-        """Fork servers per side: two on CUDA lanes (each later segment forks from one of two independent
-        layouts, the fork servers' imports run in parallel beside the quality run), one on CPU lanes (a
-        prelude competes with the quality run for the same few cores)."""
+        """Fork servers per side: two on CUDA lanes (two layouts; imports beside the quality run), one on CPU
+        lanes (a prelude competes with the quality run for the same few cores)."""
         return self.fork_servers_per_side or (2 if is_cuda else 1)
+
+    def times_quality_pair(self, is_cuda: bool) -> bool:
+        """Whether the quality run's two workers time the first segment (else every timed pair is fresh)."""
+        return self.time_quality_pair == "yes" or (self.time_quality_pair == "auto" and not is_cuda)
 
 
 PAIR_CORES = ("auto", "one", "affinity")
+TIME_QUALITY_PAIR = ("auto", "yes", "no")
 
 
 @dataclass(frozen=True)
@@ -166,9 +172,8 @@ class LpipsSettings:
 
 @dataclass(frozen=True)
 class ClipSettings:
-    """open_clip weights for `clip_score`: a checkpoint file, a folder holding one or a Hugging Face hub cache folder
-    (`weights`, relative to the repository or absolute), and the architecture (`model`; optional where the folder
-    says it: quality_suite/clip.py)."""
+    """open_clip weights for `clip_score` (`weights`: a checkpoint file, a folder holding one or a hub cache folder,
+    relative to the repository or absolute) and the architecture (`model`; optional where the folder says it)."""
 
     model: str | None = None
     weights: str | None = None
@@ -200,9 +205,8 @@ class QualityContract:
 
 
 class WorkloadSpec(TypedDict):
-    """What `model_under_test.build_pipeline(spec)` receives (docs/design/README.md), made by `Lane.workload`. A plain
-    dict at run time, so the mutable side imports nothing of the harness; `model_under_test/__init__.py` names every
-    key (a unit test holds it to this list)."""
+    """What `model_under_test.build_pipeline(spec)` receives, made by `Lane.workload`: a plain dict at run time, so
+    the mutable side imports nothing of the harness (model_under_test/__init__.py names every key; a test checks)."""
 
     root: str  # the side's tree, as its worker sees it
     lane: str
@@ -245,9 +249,8 @@ class Lane:
         return self.device.startswith("cuda")
 
     def workload(self, root: Path, project: Path | None = None) -> WorkloadSpec:
-        """The spec handed to model_under_test.build_pipeline (docs/design/README.md): a plain dict, by design.
-        `root` is the side's tree; relative weights resolve against `project` (the session's repository, default
-        `root`), so both sides of an A/B build from the same fixed files."""
+        """The spec for model_under_test.build_pipeline: `root` is the side's tree; relative weights resolve against
+        `project` (the session's repository, default `root`), so both sides build from the same fixed files."""
         return WorkloadSpec(root=str(root), lane=self.name, preset=self.preset,
                             weights=self.weights_path(project or root), device=self.device,
                             resolution=self.resolution, steps=self.steps, guidance=self.guidance, batch=self.batch,
@@ -438,8 +441,9 @@ def _check_perf(r: _Reader, p: PerfProtocol, where: str) -> None:
                      "automatic re-validations")
     if p.cpu_affinity is not None and (not p.cpu_affinity or min(p.cpu_affinity) < 0):
         raise r.fail(f"{where}.cpu_affinity", list(p.cpu_affinity), "null or a non-empty list of CPU core numbers")
-    if p.pair_cores not in PAIR_CORES:
-        raise r.fail(f"{where}.pair_cores", p.pair_cores, " or ".join(f'"{c}"' for c in PAIR_CORES))
+    for key, allowed in (("pair_cores", PAIR_CORES), ("time_quality_pair", TIME_QUALITY_PAIR)):
+        if getattr(p, key) not in allowed:
+            raise r.fail(f"{where}.{key}", getattr(p, key), " or ".join(f'"{c}"' for c in allowed))
     _positive(r, where, fork_servers_per_side=p.fork_servers_per_side)
     if p.calibration_pairs < 3:
         raise r.fail(f"{where}.calibration_pairs", p.calibration_pairs, "at least 3 A/A pairs")

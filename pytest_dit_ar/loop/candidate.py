@@ -165,8 +165,8 @@ class CandidateWorkers:
     def measure(self, plan: MeasurementPlan, progress: TimingProgress | None, clock: PhaseClock) -> PerfRecord:
         """Time the plan on the first pair (if kept up) and the fork servers; they are closed afterwards."""
         try:
-            on_round = progress.on_round if progress else None
-            on_look = progress.on_look if progress else None
+            on_round, on_look = (progress.on_round, progress.on_look) if progress else (None, None)
+            untimed_quality_pair(self, plan)
             perf = measure(plan, self.launcher, first_pair=self.first_pair, on_round=on_round, on_look=on_look,
                            forks=self.forks)
             self.first_pair = None  # measure() closed it
@@ -223,3 +223,11 @@ class CandidateWorkers:
             self.first_pair.close()
             self.first_pair = None
         self.close_forks()
+
+
+def untimed_quality_pair(workers: CandidateWorkers, plan: MeasurementPlan) -> None:
+    """Close the quality run's pair unless the lane times it (`performance.time_quality_pair`): its candidate
+    worker has generated the corpus, the audit and the further cases, which a fresh pair has not."""
+    if workers.first_pair is not None and not plan.protocol.times_quality_pair(plan.is_cuda):
+        workers.first_pair.close()
+        workers.first_pair, workers.warmup_reused = None, 0

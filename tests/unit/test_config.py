@@ -105,6 +105,7 @@ def test_renaming_guardrails_no_longer_drops_them_silently(tmp_path: Path) -> No
     ({"lanes__embedded-cpu__holdout_corpus": "quality_suite/corpus/embedded_digits.jsonl"},
      "lanes.embedded-cpu.holdout_corpus", "other than the lane's corpus"),
     ({"performance__pair_cores": "two"}, "performance.pair_cores", '"one"'),
+    ({"performance__time_quality_pair": "maybe"}, "performance.time_quality_pair", '"no"'),
     ({"performance__fork_servers_per_side": 0}, "performance.fork_servers_per_side", "positive"),
     ({"performance__offset_floor_pct": 3.4}, "performance.offset_floor_pct", "offset_bound_pct"),
     ({"lanes__dit-xl2-256__performance__offset_floor_pct": 7.0}, "lanes.dit-xl2-256.performance.offset_floor_pct",
