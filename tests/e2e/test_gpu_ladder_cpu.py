@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers.fidelity import numerical_gate_failures
+
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = sorted((ROOT / "examples" / "gpu-ladder" / "patches").glob("*.patch"))
 EMBEDDED = {"root": str(ROOT), "lane": "embedded-cpu", "preset": "embedded-digits",
@@ -153,19 +155,6 @@ def test_the_stand_in_refuses_a_graph_whose_input_was_freed(trees) -> None:
 
 def rel_l2(got: torch.Tensor, want: torch.Tensor) -> float:
     return ((got - want).norm() / want.norm()).item()
-
-
-def numerical_gate_failures(got, want) -> list[str]:
-    """The numerical gate's checks (config/autoresearch.json) of `got` against `want`, one case an image: failed."""
-    from dit_ar_contract.config import load_config
-    from quality_suite import gates, metrics
-
-    quality = load_config(ROOT / "config" / "autoresearch.json").lanes["dit-xl2-256"].quality
-    fids = metrics.fidelity_batch(list(got.images), list(want.images), list(got.latents), list(want.latents))
-    per_case = {f"image {i}": fid for i, fid in enumerate(fids)}
-    checks = [c for case, fid in per_case.items() for c in gates.case_checks("numerical", case, fid, quality, {})]
-    checks += gates.aggregate_checks("numerical", metrics.summarize(per_case), quality, {}, {}, set())
-    return [f"{c.name} {c.value} {c.op} {c.threshold} ({c.case})" for c in checks if not c.passed]
 
 
 # the same seeds twice, fresh seeds of the same classes, fresh classes (one unconditional: the null class only)
