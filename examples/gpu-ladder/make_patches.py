@@ -6,7 +6,8 @@ The steps are applied in order to a scratch repository holding the committed mod
 HEAD), committed one by one, and each patch is the diff of its step (one line of context). Every GPU idea
 is guarded by the pipeline's device (`cuda`), so the embedded CPU lane runs the code it ran before.
 Step 04 is the hand-made CUDA graphs candidate of examples/cuda-graphs/ (its edits and module, reused);
-step 05 adds examples/gpu-ladder/sampling_graph.py as model_under_test/sampling_graph.py.
+step 05 adds examples/gpu-ladder/sampling_graph.py as model_under_test/sampling_graph.py, step 08
+examples/gpu-ladder/hoisted_adaln.py as model_under_test/hoisted_adaln.py.
 """
 from __future__ import annotations
 
@@ -105,6 +106,20 @@ def steps(tree: pathlib.Path) -> list[tuple[str, str, Callable[[], None]]]:
               "                block.attn1.fuse_projections()\n"
               "                block.attn1.set_processor(FusedAttnProcessor2_0())\n")
 
+    def hoisted_adaln() -> None:
+        shutil.copy(HERE / "hoisted_adaln.py", tree / "model_under_test" / "hoisted_adaln.py")
+        after(P, "        self.label_fn = label_fn\n",
+              "        # every block's adaLN modulation for all the loop's timesteps, once a generate (hoisted_adaln.py)\n"
+              "        self.hoisted_adaln = None\n"
+              "        if self.device.type == \"cuda\" or (self.spec.get(\"options\") or {}).get(\"cuda_graphs_on_cpu\"):\n"
+              "            from .hoisted_adaln import HoistedAdaLN\n"
+              "\n"
+              "            self.hoisted_adaln = HoistedAdaLN.for_pipeline(transformer, scheduler, self.steps,\n"
+              "                                                           int(self.spec.get(\"batch\") or 1))\n")
+        after(P, "        ids = [self.null_class if i is None else int(i) for i in ids]\n",
+              "        if self.hoisted_adaln is not None:  # this batch's classes and the null class, at every step\n"
+              "            self.hoisted_adaln.prepare(ids + [self.null_class])\n")
+
     return [
         ("01-exact-batch-cfg", "run the two classifier-free guidance passes as one batched forward", batch_cfg),
         ("02-exact-regional-compile",
@@ -118,6 +133,8 @@ def steps(tree: pathlib.Path) -> list[tuple[str, str, Callable[[], None]]]:
          "the VAE decoder in bfloat16 and compiled: its GroupNorms as split reductions fused with the SiLUs and adds",
          compiled_bf16_decode),
         ("07-exact-fused-qkv", "fuse the q, k and v projections of every self-attention into one GEMM", fused_qkv),
+        ("08-numerical-hoisted-adaln", "every DiT block's adaLN modulation for all the sampling loop's timesteps, one "
+                                   "batched GEMM a generate, each pass reading its rows", hoisted_adaln),
     ]
 
 

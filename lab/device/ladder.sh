@@ -25,9 +25,10 @@
 # experiment's phases, the HTML report),
 # clocks.csv (SM clock, its maximum, power; this call), env.txt (this call's machine and software).
 #
-# Knobs: CHECK=1 first runs tests/e2e/test_gpu_ladder_cuda.py (about a minute: patch 05's sampling graph against
-# the hand-graphed best of 01-04, for fresh seeds and between allocations, the profile's clock and replica FLOP
-# count on this GPU; once per session); PROBE=1 then runs lab/probes/vae_decode_gpu.py (about 90 s: the decode as
+# Knobs: CHECK=1 first runs tests/e2e/test_gpu_ladder_cuda.py (patch 05's sampling graph against the hand-graphed
+# best of 01-04, for fresh seeds and between allocations, the profile's clock and replica FLOP count on this GPU;
+# patch 08 against the best of 01-07 under the numerical gate, for fresh seeds and classes; at most 420 s, once per
+# session); PROBE=1 then runs lab/probes/vae_decode_gpu.py (about 90 s: the decode as
 # fp32, bf16, bf16 channels-last and bf16 compiled, eager and graphed, against fp32; $OUT/vae_decode.txt; once per
 # session); ONLY="04,05" judges only those steps; NOOP=1 then judges a commit that changes one comment against the
 # best (once a session: a no-op DISCARD's phases);
@@ -171,7 +172,7 @@ noop_step() {  # NOOP=1: a commit that changes one comment, judged against the b
 setup_machine
 stamp "machine ready (wheels, sandbox check)"
 if [ -n "${CHECK:-}" ] && [ ! -f "$keep/check.done" ]; then  # the sampling graph and the profile on this GPU first
-  (cd "$src" && timeout 300 python3 -m pytest -q -s -p no:cacheprovider -m cuda tests/e2e/test_gpu_ladder_cuda.py) \
+  (cd "$src" && timeout 420 python3 -m pytest -q -s -p no:cacheprovider -m cuda tests/e2e/test_gpu_ladder_cuda.py) \
     >> "$log" 2>&1 && touch "$keep/check.done"
   stamp "check (tests/e2e/test_gpu_ladder_cuda.py): $([ -f "$keep/check.done" ] && echo passed || echo FAILED, see session.txt)"
 fi

@@ -4,6 +4,7 @@ model on the CPU)."""
 
 from __future__ import annotations
 
+import itertools
 import py_compile
 import re
 import shutil
@@ -65,10 +66,23 @@ def test_the_series_applies_in_order_and_compiles(scratch: Path) -> None:
     _apply(scratch, PATCHES)
     for source in (scratch / "model_under_test").glob("*.py"):
         py_compile.compile(str(source), doraise=True)
-    assert (scratch / "model_under_test" / "sampling_graph.py").read_text() == \
-        (LADDER / "sampling_graph.py").read_text()
+    for module in ("sampling_graph.py", "hoisted_adaln.py"):
+        assert (scratch / "model_under_test" / module).read_text() == (LADDER / module).read_text()
 
 
 def test_a_discarded_step_does_not_stop_the_later_ones(scratch: Path) -> None:
     for left_out in range(len(PATCHES)):
         _apply(scratch, [p for i, p in enumerate(PATCHES) if i != left_out])
+
+
+def test_the_hoisted_adaln_applies_after_any_subset_of_the_steps_before_it(scratch: Path) -> None:
+    """Step 08 edits pipeline.py where none of 01-07 does, and adds its own module: whichever of them were kept."""
+    *earlier, hoisted = PATCHES[:8]
+    assert hoisted.name.startswith("08-") and "hoisted-adaln" in hoisted.name
+    for size in range(len(earlier) + 1):
+        for kept in itertools.combinations(earlier, size):
+            _git(scratch, "reset", "-q", "--hard")
+            _git(scratch, "clean", "-qfd")
+            done = _git(scratch, "apply", *(str(p) for p in (*kept, hoisted)))  # in order, one after the other
+            assert done.returncode == 0, f"08 after {[p.name[:2] for p in kept]}: {done.stderr}"
+            assert (scratch / "model_under_test" / "hoisted_adaln.py").is_file()
