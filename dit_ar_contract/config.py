@@ -91,6 +91,9 @@ class PerfProtocol:
     compile_cache_gb: float = 20.0
     compile_cache_keep: int = 4
     fork_server: bool = True  # pairs after the quality run's are forked from each side's fork servers
+    # a fork server per side started at the end of the previous experiment (or baseline) forks the quality run's
+    # pair when every check passes (docs/design/speed-verdict.md, "What reaches the bar"; worker/warm.py)
+    warm_servers: bool = False
     # the quality run's requests are paced like the timed rounds' (docs/design/sandbox-and-security.md)
     quality_gaps: bool = True
     fork_servers_per_side: int | None = None  # exec'd fork servers per side, dealt round-robin (layouts);
