@@ -95,7 +95,11 @@ def stop(paths: StatePaths, wait_s: float = 15.0) -> str | None:
         while keeper_alive(record) and time.monotonic() < deadline:
             time.sleep(0.05)
         if keeper_alive(record):
-            os.kill(record.keeper_pid, signal.SIGKILL)
+            os.kill(record.keeper_pid, signal.SIGKILL)  # its sandboxes die with it (bubblewrap's die-with-parent)
+    for server in record.servers:  # a keeper killed outright leaves its servers' empty cgroups behind
+        group = server.cgroup()
+        if group is not None and not keeper_alive(record):
+            group.remove()
     record_path(paths).unlink(missing_ok=True)
     return stopped
 
