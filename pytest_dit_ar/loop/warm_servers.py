@@ -31,7 +31,7 @@ from ..worker.forkserver import ForkedWorker, SideZygotes, Zygote
 from ..worker.warm import WarmRecord, check, fingerprint, keeper_alive, record_refusal, start_ticks, take_over
 
 IDLE_S = 3600.0  # a keeper nobody adopted ends itself (and its servers) after this long
-READY_WAIT_S = 300.0  # how long an experiment waits for servers still importing their prelude
+READY_WAIT_S = 120.0  # how long an experiment waits for servers still importing their prelude
 
 
 def record_path(paths: StatePaths) -> Path:
@@ -39,10 +39,16 @@ def record_path(paths: StatePaths) -> Path:
 
 
 def read(paths: StatePaths) -> WarmRecord | None:
+    """The record of this state folder's keeper; a record copied from another folder (a copied project) is
+    dropped, never acted on: its keeper serves the other folder."""
     try:
-        return WarmRecord.from_json(record_path(paths).read_text())
+        record = WarmRecord.from_json(record_path(paths).read_text())
     except (OSError, ValueError, TypeError, KeyError):
         return None
+    if record.state_dir != str(paths.dir.resolve()):
+        record_path(paths).unlink(missing_ok=True)
+        return None
+    return record
 
 
 def write(paths: StatePaths, record: WarmRecord, first: bool = False) -> None:
@@ -63,7 +69,8 @@ def write(paths: StatePaths, record: WarmRecord, first: bool = False) -> None:
 def start_next(session: Session | None, config_path: Path, judged: bool = True) -> int | None:
     """Start the keeper of the next experiment's servers, detached (it outlives this process); its PID. Only after
     a judged, sandboxed run of this machine's own (`judged`)."""
-    if session is None or not judged or not session.lane.performance.warm_servers:
+    if session is None or not judged or not (session.lane.performance.warm_servers and
+                                             session.lane.performance.fork_server):
         return None
     if session.target.device.startswith(SLOT_DEVICE):
         return None  # a fleet session's workers run in its slot, never beside its driver
@@ -78,7 +85,8 @@ def start_next(session: Session | None, config_path: Path, judged: bool = True) 
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     ticks = start_ticks(proc.pid)
     if ticks is not None:  # a record at once, so that `stop` finds a keeper still starting its servers
-        write(paths, WarmRecord(proc.pid, ticks, "", "", session.lane_id, 0.0), first=True)
+        write(paths, WarmRecord(proc.pid, ticks, "", "", session.lane_id, 0.0, [], str(paths.dir.resolve())),
+              first=True)
     return proc.pid
 
 
@@ -155,7 +163,8 @@ class WarmStart:
         """Adopt the servers for an experiment on these (candidate, best) trees, a sandboxed one with the best
         prefetched; the time it took is start-up (`warm_servers_adopt`)."""
         cand_root, best_root = roots
-        if not session.lane.performance.warm_servers or launcher.sandbox is None or best_root is None or \
+        p = session.lane.performance
+        if not (p.warm_servers and p.fork_server) or launcher.sandbox is None or best_root is None or \
                 not prefetch_best:
             return
         t = time.perf_counter()
@@ -218,7 +227,7 @@ def adopt(session: Session, launcher: WorkerLauncher, cand_root: Path, best_root
     cand, best = _sides(launcher, cand_root, best_root, log_dir)
     zygotes = [cand.zygotes[0], best.zygotes[0]]
     problem = record_refusal(record, fingerprint(zygotes, paths.integrity.read_bytes()), session.lane_id,
-                             keeper_alive(record)) if record.servers else "their keeper ended before they were ready"
+                             keeper_alive(record))
     if problem is not None:
         stop(paths)
         return None, problem
@@ -330,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
 
         me = os.getpid()
         write(paths, WarmRecord(me, start_ticks(me) or 0, address, before, session.lane_id, time.time(),
-                                [ServerRecord.of(z) for z in zygotes]))
+                                [ServerRecord.of(z) for z in zygotes], str(paths.dir.resolve())))
         print(f"ready: {', '.join(f'{z.side} pid {z.host_pid}' for z in zygotes)}", flush=True)
         _hand_over(listener, zygotes, paths)
         return 0

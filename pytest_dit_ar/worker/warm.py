@@ -114,6 +114,7 @@ class WarmRecord:
     lane_id: str
     started: float  # time.time() when its servers said hello
     servers: list[ServerRecord] = field(default_factory=list)
+    state_dir: str = ""  # the state folder it serves (a copied folder's record names another: never acted on)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -142,6 +143,8 @@ def keeper_alive(record: WarmRecord) -> bool:
 
 def record_refusal(record: WarmRecord, fingerprint_now: str, lane_id: str, alive: bool) -> str | None:
     """Why the recorded servers cannot be adopted as a whole (None: they may be, server checks aside)."""
+    if not record.servers:
+        return "their keeper ended before they were ready"
     if not alive:
         return f"their keeper (pid {record.keeper_pid}) is gone"
     if record.lane_id != lane_id:

@@ -90,9 +90,9 @@ def test_the_fingerprint_follows_the_prelude_integrity_and_start(tmp_path: Path,
     assert warm.fingerprint([Start()], b"integrity 1") != first  # type: ignore[list-item]
 
 
-def record(**kw) -> warm.WarmRecord:
+def record(state: Path | None = None, **kw) -> warm.WarmRecord:
     values = dict(keeper_pid=1, keeper_start=5, address="a", fingerprint="f" * 64, lane_id="cpu-x", started=1.0,
-                  servers=[server()])
+                  servers=[server()], state_dir=str((state / ".autoresearch").resolve()) if state else "")
     values.update(kw)
     return warm.WarmRecord(**values)  # type: ignore[arg-type]
 
@@ -102,6 +102,7 @@ def test_a_prelude_mismatch_a_dead_keeper_or_another_lane_is_refused() -> None:
     assert "no longer matches" in (warm.record_refusal(record(), "e" * 64, "cpu-x", True) or "")
     assert "gone" in (warm.record_refusal(record(), "f" * 64, "cpu-x", False) or "")
     assert "lane cpu-x, not gpu" in (warm.record_refusal(record(), "f" * 64, "gpu", True) or "")
+    assert "before they were ready" in (warm.record_refusal(record(servers=[]), "f" * 64, "cpu-x", True) or "")
 
 
 def test_the_record_round_trips_with_its_cgroup() -> None:
@@ -153,7 +154,7 @@ def test_without_started_servers_the_experiment_falls_back_and_says_why(tmp_path
 def test_a_gone_keeper_s_servers_are_refused_and_forgotten(tmp_path: Path) -> None:
     s = session(tmp_path)
     me = os.getpid()  # a PID that lives, with another start time: the recorded keeper is gone, its PID reused
-    warm_servers.write(s.paths, record(keeper_pid=me, keeper_start=(warm.start_ticks(me) or 0) + 1))
+    warm_servers.write(s.paths, record(tmp_path, keeper_pid=me, keeper_start=(warm.start_ticks(me) or 0) + 1))
     adopted, why = warm_servers.adopt(s, WorkerLauncher(target(), 1, 30.0), tmp_path, tmp_path, tmp_path)  # type: ignore[arg-type]
     assert adopted is None and "gone" in why
     assert not warm_servers.record_path(s.paths).exists()  # and `stop` signalled nothing: this process lives
@@ -162,16 +163,24 @@ def test_a_gone_keeper_s_servers_are_refused_and_forgotten(tmp_path: Path) -> No
 def test_a_status_line_names_the_keeper_and_its_servers(tmp_path: Path) -> None:
     s = session(tmp_path)
     me = os.getpid()
-    warm_servers.write(s.paths, record(keeper_pid=me, keeper_start=warm.start_ticks(me) or 0, servers=[]))
+    warm_servers.write(s.paths, record(tmp_path, keeper_pid=me, keeper_start=warm.start_ticks(me) or 0, servers=[]))
     assert warm_servers.describe(s.paths) == f"warm servers: starting (keeper pid {me})"
-    warm_servers.write(s.paths, record(keeper_pid=me, keeper_start=warm.start_ticks(me) or 0))
+    warm_servers.write(s.paths, record(tmp_path, keeper_pid=me, keeper_start=warm.start_ticks(me) or 0))
     line = warm_servers.describe(s.paths) or ""
     assert line.startswith("warm servers: ready since ") and f"candidate pid 12; keeper pid {me}" in line
 
 
 def test_a_first_record_never_overwrites_a_keeper_s_own(tmp_path: Path) -> None:
     s = session(tmp_path)
-    warm_servers.write(s.paths, record(address="the keeper's"))
-    warm_servers.write(s.paths, record(address="", servers=[]), first=True)
+    warm_servers.write(s.paths, record(tmp_path, address="the keeper's"))
+    warm_servers.write(s.paths, record(tmp_path, address="", servers=[]), first=True)
     back = warm_servers.read(s.paths)
     assert back is not None and back.address == "the keeper's"
+
+
+def test_a_record_copied_from_another_project_is_dropped_never_acted_on(tmp_path: Path) -> None:
+    s = session(tmp_path)
+    me = os.getpid()  # alive, with its true start time: were the record this folder's, `stop` would signal it
+    warm_servers.write(s.paths, record(tmp_path / "elsewhere", keeper_pid=me, keeper_start=warm.start_ticks(me) or 0))
+    assert warm_servers.stop(s.paths) is None
+    assert not warm_servers.record_path(s.paths).exists()
