@@ -91,10 +91,9 @@ class PerfProtocol:
     compile_cache_gb: float = 20.0
     compile_cache_keep: int = 4
     fork_server: bool = True  # pairs after the quality run's are forked from each side's fork servers
-    # the quality run's requests are paced like the timed rounds' (docs/design/sandbox-and-security.md)
-    quality_gaps: bool = True
-    fork_servers_per_side: int | None = None  # exec'd fork servers per side, dealt round-robin (layouts);
-    # None: 2 on CUDA lanes (their imports run in parallel beside the quality run), 1 on CPU lanes
+    warm_servers: bool = False  # fork servers kept from the last experiment fork the quality pair (worker/warm.py)
+    quality_gaps: bool = True  # the quality run's requests paced like the timed rounds' (sandbox-and-security.md)
+    fork_servers_per_side: int | None = None  # exec'd fork servers per side (None: 2 on CUDA lanes, 1 on CPU)
     pair_cores: str = "auto"  # "one": both workers of a timed pair on one core; "affinity": cpu_affinity as is;
     # "auto": "one" on CUDA lanes (H200: pair spread 3.4% vs 9-12% on two cores), "affinity" on CPU lanes
     time_quality_pair: str = "auto"  # "yes": the quality run's workers time segment 1; "no": every pair is fresh;

@@ -31,7 +31,8 @@
 # session); PROBE=1 then runs lab/probes/vae_decode_gpu.py (about 90 s: the decode as
 # fp32, bf16, bf16 channels-last and bf16 compiled, eager and graphed, against fp32; $OUT/vae_decode.txt; once per
 # session); ONLY="04,05" judges only those steps; NOOP=1 then judges a commit that changes one comment against the
-# best (once a session: a no-op DISCARD's phases);
+# best (once a session: a no-op DISCARD's phases); WARM=1 turns the lane's performance.warm_servers on and waits,
+# before each step, until the servers the previous run started are ready (the time an agent spends between runs);
 # START="01,02" folds those patches into the starting commit (a session that starts later in the ladder, e.g. on
 # a fresh machine; its chain starts there); PROFILE_AFTER; STEPS; ROUNDS; SCRATCH (default /tmp/ladder); FRESH=1
 # discards an earlier session in SCRATCH; LANE=embedded-cpu rehearses the whole flow on this machine's CPU (no
@@ -55,6 +56,17 @@ left() { echo $(( deadline - $(date +%s) )); }
 stamp() { echo "$(date -u +%H:%M:%S) +$(( $(date +%s) - start )) s  $*" | tee -a "$times"; }
 dit() { python3 -m pytest_dit_ar.cli --config config/autoresearch.json "$@"; }
 picked() { case ",${1// /,}," in *",${2%%-*},"*) return 0;; esac; return 1; }  # picked LIST NN-name
+wait_warm() {  # WARM=1: wait (at most 150 s) until the warm fork servers the last run started said hello
+  [ -n "${WARM:-}" ] || return 0
+  local t0; t0=$(date +%s)
+  while [ $(( $(date +%s) - t0 )) -lt 150 ]; do
+    python3 -c 'import json, sys; sys.exit(0 if json.load(open(".autoresearch/warm-servers.json"))["servers"] else 1)' \
+      2>/dev/null && { stamp "warm servers ready after $(( $(date +%s) - t0 )) s of waiting"; return 0; }
+    [ -f .autoresearch/warm-servers.json ] || { stamp "no warm servers (see .autoresearch/warm/keeper.log)"; return 0; }
+    sleep 1
+  done
+  stamp "warm servers not ready after 150 s"
+}
 echo "=== call at $(date -u '+%Y-%m-%d %H:%M:%S') UTC, lane $lane, deadline in $(left) s" >> "$log"
 stamp "call starts (lane $lane, scratch $scratch)"
 
@@ -91,7 +103,7 @@ setup_project() {  # a fresh repository holding the source tree, the lane's step
     --exclude=./docs/data --exclude=./lab/data .) | (cd "$project" && tar xf -)
   cd "$project" || exit 2
   git init -q -b main; git config user.name "dit-ar gpu ladder"; git config user.email "ladder@dit-ar.invalid"
-  python3 - "$lane" "$steps" "$rounds" <<'PY'
+  python3 - "$lane" "$steps" "$rounds" "${WARM:-}" <<'PY'
 import json, sys
 path = "config/autoresearch.json"
 cfg = json.load(open(path))
@@ -99,6 +111,8 @@ lane = cfg["lanes"][sys.argv[1]]
 if sys.argv[2]:
     lane["steps"] = int(sys.argv[2])
 lane.setdefault("performance", {})["rounds"] = int(sys.argv[3])
+if sys.argv[4]:  # WARM=1: the quality run's pair is forked from the servers the last run started
+    lane["performance"]["warm_servers"] = True
 json.dump(cfg, open(path, "w"), indent=2)
 PY
   for patch in "$src"/examples/gpu-ladder/patches/*.patch; do
@@ -160,6 +174,7 @@ noop_step() {  # NOOP=1: a commit that changes one comment, judged against the b
   [ "$(left)" -ge "$min_left" ] || { stamp "no-op: not started ($(left) s left)"; return 0; }
   printf '\n# a comment: nothing changes\n' >> model_under_test/__init__.py
   git commit -qam "$desc"
+  wait_warm
   echo "=== no-op: $desc  [$(date -u +%H:%M:%S)]" >> "$log"
   t0=$(date +%s)
   timeout $(( $(left) - 15 )) python3 -m pytest_dit_ar.cli --config config/autoresearch.json experiment \
@@ -210,6 +225,7 @@ for patch in "$src"/examples/gpu-ladder/patches/*.patch; do
   fi
   git apply "$patch" || { stamp "$name: the patch does not apply to the best"; continue; }
   git add -A model_under_test && git commit -qm "$desc"
+  wait_warm
   echo "=== $name ($cls): $desc  [$(date -u +%H:%M:%S)]" >> "$log"
   t0=$(date +%s)
   timeout $(( $(left) - 15 )) python3 -m pytest_dit_ar.cli --config config/autoresearch.json experiment \
@@ -228,5 +244,8 @@ done
 [ -z "${stopped:-}" ] && case " ${PROFILE_AFTER-04 end} " in *" end "*) profile_best end;; esac
 finish
 [ -n "${smi:-}" ] && kill "$smi" 2>/dev/null
+[ -n "${WARM:-}" ] && python3 -c 'from pathlib import Path; from pytest_dit_ar.loop.warm_servers import stop
+from pytest_dit_ar.state.paths import StatePaths; print(stop(StatePaths(Path.cwd())) or "none")' 2>&1 | \
+  sed 's/^/warm servers stopped: /' >> "$log"  # nothing of the session outlives the call
 stamp "call ends"
 cp "$log" "$OUT/session.txt"; cp "$times" "$OUT/timing.txt"

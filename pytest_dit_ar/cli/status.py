@@ -235,10 +235,15 @@ def status(config_path: Path, as_json: bool = False, rows: int = 10, every_workt
     settle(config_path)  # a fleet session: a judging a killed driver left is recorded first
     session = open_session(config_path)
     info = collect(session, rows)
+    from ..loop.warm_servers import describe
+
+    warm = describe(session.paths)  # the fork servers started for the next experiment, if any
     if as_json:
-        print(json.dumps(info.as_dict(session.root), indent=2, default=str))
+        print(json.dumps({**info.as_dict(session.root), "warm_servers": warm}, indent=2, default=str))
     else:
         _print(info, session.root)
+        if warm:
+            print(warm)
     return 0
 
 

@@ -32,7 +32,7 @@ from ..state.perf_record import PerfRecord
 from ..state.runs import RunPaths
 from ..state.session import Session, open_session, verify_integrity
 from ..worker.client import WorkerLauncher, WorkerProcess
-from . import conclusion, gpu_locks, holdout, memory_plan, quality_cases
+from . import conclusion, gpu_locks, holdout, memory_plan, quality_cases, warm_servers
 from .generation import CorpusOutputs, audit_evidence, generate_corpus
 from .launch import launcher_for, memory_budget
 from .live import Live
@@ -122,9 +122,12 @@ def run_baseline(config_path: Path, out: Callable[[str], None] = print, progress
     session = open_session(config_path)
     held = gpu_locks.acquire_lane(session.target)
     try:
-        return _baseline(session, out, progress, sandboxed, judge_only, run_id)
+        code = _baseline(session, out, progress, sandboxed, judge_only, run_id)
     finally:
         gpu_locks.release(held)
+    if sandboxed and not judge_only:
+        warm_servers.start_next(session, config_path)  # the first experiment's, detached
+    return code
 
 
 def _baseline(session: Session, out: Callable[[str], None], progress: bool, sandboxed: bool,

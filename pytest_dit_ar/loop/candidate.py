@@ -26,7 +26,7 @@ from ..state.runs import RunPaths
 from ..state.session import Session
 from ..worker.client import WorkerLauncher, WorkerProcess
 from ..worker.forkserver import ForkServers
-from . import memory_plan
+from . import memory_plan, warm_servers
 from .generation import CorpusOutputs, audit_evidence, generate_corpus, timed_like_gaps
 from .live import Live
 from .measurement import measure
@@ -73,6 +73,21 @@ def warm_history(session: Session, outputs: CorpusOutputs) -> list[float]:
     return list(outputs.times[1:]) if session.lane.performance.reuse else []
 
 
+def note_quality_worker(worker: WorkerProcess, start_s: float, is_cuda: bool) -> tuple[float | None, float | None]:
+    """Record the quality worker's start (build + first generate: where a compile happens) and device memory;
+    returns the tree's cold start (this one when its cache was cold, else the tree's record) and that memory."""
+    worker.note_start(start_s)
+    cold_start_s = None
+    if worker.cache_warm is False:
+        cold_start_s = start_s
+    elif worker.caches is not None and worker.cache_digest is not None:
+        cold_start_s = worker.caches.record(worker.cache_digest).cold_start_s
+    peak_mb = worker.gpu_memory_mb() if is_cuda else None
+    if is_cuda:
+        worker.note_peak(peak_mb)
+    return cold_start_s, peak_mb
+
+
 class CandidateWorkers:
     """The workers of one candidate's evidence, from the quality run until timing takes them over."""
 
@@ -87,13 +102,17 @@ class CandidateWorkers:
         self.cand_peak_mb: float | None = None  # the quality worker's device memory (NVML)
         self.cold_start_s: float | None = None  # the candidate tree's first worker: build + first generate
         self.warmup_reused = 0  # the quality run's generates the first warm-up read as history
+        self.warm = warm_servers.WarmStart()  # pre-started servers the quality run's pair may be forked from
 
     def quality_run(self, cases: list[Case], clock: PhaseClock, live: Live | None) -> CandidateRun:
         """Build and run the candidate's pipeline on `cases` in a worker. While the candidate generates the
         corpus, the best side's worker boots, and both stay up as the first timing pair, so an experiment pays
         for process start-up once instead of twice. A crash kills every worker started here."""
         name = Role.CANDIDATE.label
-        worker = self.launcher.worker(name, self.candidate_root, self.run.worker_log(name, "quality")).spawn()
+        self.warm.adopt(self.session, self.launcher, (self.candidate_root, self.best_root), self.run.dir,
+                        self.prefetch_best, clock)
+        worker = self.warm.fork(Role.CANDIDATE) or \
+            self.launcher.worker(name, self.candidate_root, self.run.worker_log(name, "quality")).spawn()
         best = self._spawn_best()
         metrics.prefetch()  # torchmetrics' import while the workers start and the corpus runs, not before
         if self.session.lane.is_cuda:
@@ -124,7 +143,8 @@ class CandidateWorkers:
             t = clock.spent("quality_worker_start", t)
             outputs = generate_corpus(worker, cases, lane.batch, self.key, lane.resolution,
                                       desc="quality: candidate corpus", live=live, gaps=quality_gaps(self.session))
-            self._note_quality_worker(worker, build_s + outputs.first_s)
+            self.cold_start_s, self.cand_peak_mb = note_quality_worker(worker, build_s + outputs.first_s, lane.is_cuda)
+            self.warm.write_back()
             audit = audit_evidence(worker, build, outputs, cases, lane.batch, self.key)
             t = clock.spent("quality_corpus", t)
             best_build = best_boot.result() if best_boot else None
@@ -136,17 +156,6 @@ class CandidateWorkers:
         else:
             worker.close()
         return CandidateRun(build_s, outputs, audit)
-
-    def _note_quality_worker(self, worker: WorkerProcess, start_s: float) -> None:
-        """The quality worker's start (build + first generate: where a compile happens) and device memory."""
-        worker.note_start(start_s)
-        if worker.cache_warm is False:
-            self.cold_start_s = start_s
-        elif worker.caches is not None and worker.cache_digest is not None:
-            self.cold_start_s = worker.caches.record(worker.cache_digest).cold_start_s
-        if self.session.lane.is_cuda:
-            self.cand_peak_mb = worker.gpu_memory_mb()
-            worker.note_peak(self.cand_peak_mb)
 
     def plan(self, prompts: tuple[str, ...], roofline_ms: float | None, check: RoundCheck,
              bound: OffsetBound) -> MeasurementPlan:
@@ -201,7 +210,8 @@ class CandidateWorkers:
         if not memory_plan.may_prefetch(self.memory, self.best_peak_mb()):
             return None  # two workers of the best's size do not fit the card: the best boots when timed
         name = Role.BEST.label
-        return self.launcher.worker(name, self.best_root, self.run.worker_log(name, "block0")).spawn()
+        return self.warm.fork(Role.BEST) or \
+            self.launcher.worker(name, self.best_root, self.run.worker_log(name, "block0")).spawn()
 
     def _spawn_forks(self) -> None:
         """Start both sides' fork servers (their imports run beside the quality run, never beside timed
@@ -213,9 +223,11 @@ class CandidateWorkers:
                                  p.fork_servers(self.session.lane.is_cuda)).spawn()
 
     def close_forks(self) -> None:
+        """Close both sides' fork servers, the adopted warm ones included."""
         if self.forks is not None:
             self.forks.close()
             self.forks = None
+        self.warm.close()
 
     def close(self) -> None:
         """Stop workers that are still up (a discard before timing leaves the first pair unused)."""

@@ -162,7 +162,8 @@ class Experiment:
         perf = self.evidence.performance_result if self.evidence else None
         measurements = Measurements(perf.median_ms(Role.CANDIDATE), perf.p95_ms(Role.CANDIDATE)) if perf else None
         details = {"seconds": self.seconds(), **phase_record(self.evidence, self.seconds()), "software": self.stack,
-                   "startup": perf.startup() if perf else None, "pregate": pregate.as_records(self.pregate)}
+                   "startup": perf.startup() if perf else None, "pregate": pregate.as_records(self.pregate),
+                   "warm_servers": self.evidence.workers.warm.note if self.evidence else ""}
         return conclusion.ExperimentOutcome(self._row(verdict), tuple(verdict.reasons), time.time() - self.started,
                                             measurements, details,
                                             conclusion.spread_to_pool(perf) if self.judge_only else None)

@@ -22,6 +22,7 @@ from ..state.executor import ExecutorChoice
 from ..state.files import write_json_atomic
 from ..state.paths import StatePaths, now
 from ..state.session import LAYOUT, SessionRecord, read_record
+from . import warm_servers
 
 
 def _archive_previous(paths: StatePaths, old_tag: str) -> Path:
@@ -104,6 +105,9 @@ def init(config_path: Path, tag: str | None, lane: str | None, out: Callable[[st
     exists = branch in [h.name for h in repo.heads]
     head = repo.heads[branch].commit.hexsha if exists else gitops.head_sha(repo)
     replaces = check_origin(paths, target.lane_id, head, new_baseline)  # before anything moves
+    stopped = warm_servers.stop(paths)  # a new session's workers never come from an old session's servers
+    if stopped:
+        out(f"stopped the previous session's warm servers ({stopped})")
     if previous is not None:
         dest = _archive_previous(paths, previous.tag)
         out(f"previous session {previous.tag} moved to {dest.relative_to(config.root)}")

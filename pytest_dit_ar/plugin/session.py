@@ -171,7 +171,12 @@ class PluginSession:
         if self._plain is not None:
             self._plain.close()
         if self.experiment is not None:
-            self.experiment.release()
+            exp = self.experiment
+            exp.release()
+            from ..loop import warm_servers  # the next experiment's fork servers, detached, after a verdict
+
+            warm_servers.start_next(exp.session, exp.config_path, exp.verdict is not None and exp.sandboxed and
+                                    not exp.judge_only)
         if self.refusal:
             last_line("REFUSED: " + one_line(self.refusal))
         elif self.last_line:

@@ -69,6 +69,8 @@ def verdict_section(tr: Any, exp: Experiment) -> None:
     tr.write_line("time: " + phase_times(exp.evidence, exp.seconds()).line())
     if exp.evidence is not None and exp.evidence.reuse.note:
         tr.write_line(f"reuse: {exp.evidence.reuse.note}")
+    if exp.evidence is not None and exp.evidence.workers.warm.note:
+        tr.write_line(f"warm servers: {exp.evidence.workers.warm.note}")
     action = "kept as the new best" if verdict.exit_code == 0 else \
         f"reset to {exp.parent[:10]} (your commit {exp.commit[:10]} stays in `git reflog`: " \
         f"`git cherry-pick -n {exp.commit[:10]}` brings its changes back)"

@@ -146,6 +146,21 @@ class Zygote(WorkerProcess):
         self.host_pid = found
         return self
 
+    def attach(self, sock: socket.socket) -> None:
+        """Talk to a server another process started, over its control socket (worker/warm.py)."""
+        self._sock = sock
+
+    def detach(self) -> socket.socket | None:
+        """Give up the control socket (a keeper handing its server over to an experiment)."""
+        sock, self._sock = self._sock, None
+        return sock
+
+    def state(self, nonce: str) -> dict[str, Any]:
+        """The server's own account (its PID and forks so far, the nonce echoed); a silent one is killed."""
+        assert self._sock is not None
+        self._sock.send(json.dumps({"op": "state", "nonce": nonce}).encode())
+        return self._receive(30.0)
+
     def _candidates(self) -> list[int]:
         return self.namespace.pids() if self.namespace else ([self.proc.pid] if self.proc else [])
 

@@ -48,9 +48,9 @@ class WorkerHandle:
         self.cache_warm: bool | None = None  # an earlier worker of the same tree filled the cache (None: no caches)
         self.cache_source: Path | None = None  # the tree's own folder, when this worker got a throwaway copy
         self.fills_cache_late = False  # a fork server: its copy is filled before its first fork (spawn.py)
-        # outputs land in the scratch folder (host side); a sandboxed worker's is a fresh temporary folder
-        # with a random name outside the project (its bind source shows in /proc/self/mountinfo), removed with
-        # the worker: nothing it writes survives it
+        self.stages_tree_late = False  # a warm fork server: its tree is staged when an experiment adopts it
+        # outputs land in the scratch folder (host side); a sandboxed worker's is a fresh temporary folder with a
+        # random name outside the project (its bind source shows in /proc/self/mountinfo), removed with the worker
         self.stage: Path | None = None
         self.scratch = log_path.with_name(log_path.stem + "-scratch")
         self.proc: subprocess.Popen | None = None

@@ -81,8 +81,8 @@ def launch(w: WorkerHandle, argv: list[str], stdin: Any, stdout: Any) -> None:
             return
         read_end, write_end = os.pipe()
         expose = (*w.sandbox.expose, *(Path(p) for p in worker_sys_path(w.root)))
-        tree = stage_tree(w)
-        cache = open_cache(w, tree)
+        tree, cache = empty_stage(w) if w.stages_tree_late else (stage_tree(w), None)
+        cache = cache or open_cache(w, tree)
         env.update(compile_settings(w))
         spec = sandbox_mod.SandboxSpec(tree, w.scratch, w.sandbox.hide, w.sandbox.gpu, env, expose, cache=cache)
         filter_fd = seccomp.filter_fd()
@@ -169,3 +169,38 @@ def stage_tree(w: WorkerHandle) -> Path:
             shutil.copy2(src, tree / rel)
     tree.mkdir(parents=True, exist_ok=True)
     return tree
+
+
+def empty_stage(w: WorkerHandle) -> tuple[Path, Path]:
+    """A warm fork server's tree and cache folders, empty: the tree is copied in and the cache filled when an
+    experiment adopts it (`stage_late`); a bind mount shows what is written into its folder later."""
+    assert w.stage is not None
+    tree, cache = w.stage / "tree", w.stage / "cache"
+    tree.mkdir()
+    cache.mkdir()
+    if sandbox_mod.privileged():
+        os.chown(cache, sandbox_mod.UNPRIVILEGED, sandbox_mod.UNPRIVILEGED)
+    return tree, cache
+
+
+def stage_late(w: WorkerHandle) -> None:
+    """Stage the side's tree into a warm fork server's empty tree folder and open the tree's compile cache (its
+    copy is filled at the server's first fork, as for any fork server)."""
+    assert w.stage is not None
+    tree = w.stage / "tree"
+    if any(tree.iterdir()):
+        raise RuntimeError(f"the warm fork server's tree folder {tree} is not empty")
+    stage_tree(w)
+    if w.caches is not None:
+        w.cache_digest = tree_digest(tree, w.mutable)
+        w.cache_source, w.cache_warm = w.caches.open(w.cache_digest)
+
+
+def write_back_cache(w: WorkerHandle) -> None:
+    """The tree's first worker, forked from a warm server, compiled into its server's throwaway copy: that copy
+    becomes the tree's folder, as an exec'd first worker writes the folder itself."""
+    if w.cache_source is None or w.stage is None or w.cache_warm is not False:
+        return
+    shutil.copytree(w.stage / "cache", w.cache_source, symlinks=True, dirs_exist_ok=True)
+    if w.sandbox is not None and sandbox_mod.privileged():
+        _chown_tree(w.cache_source, sandbox_mod.UNPRIVILEGED)

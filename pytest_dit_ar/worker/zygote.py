@@ -88,6 +88,7 @@ def child(fds: list[int], sock: socket.socket, request: dict[str, Any], forked_a
 def serve(sock: socket.socket, args: argparse.Namespace) -> None:
     """Answer fork requests until `exit` or the harness closes the socket."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel; the harness watches them
+    forks = 0
     while True:
         try:
             data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 3)
@@ -98,6 +99,11 @@ def serve(sock: socket.socket, args: argparse.Namespace) -> None:
         request = json.loads(data)
         if request.get("op") == "exit":
             return
+        if request.get("op") == "state":  # what a harness adopting a pre-started server asks first (worker/warm.py)
+            for fd in fds:
+                os.close(fd)
+            send(sock, {"ok": True, "pid": os.getpid(), "forks": forks, "nonce": request.get("nonce")})
+            continue
         if request.get("op") != "fork" or len(fds) != 3:
             for fd in fds:
                 os.close(fd)
@@ -113,6 +119,7 @@ def serve(sock: socket.socket, args: argparse.Namespace) -> None:
                 code = child(fds, sock, request, forked_at)
             finally:
                 os._exit(code)
+        forks += 1
         for fd in fds:
             os.close(fd)
         send(sock, {"ok": True, "pid": pid})

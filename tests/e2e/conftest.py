@@ -6,15 +6,32 @@ from pathlib import Path
 
 import pytest
 
+from pytest_dit_ar.loop import warm_servers
+from pytest_dit_ar.state.paths import StatePaths
 from tests.helpers.loop import clone_state, make_project_copy, run
+
+
+def stop_warm_servers(under: Path) -> None:
+    """End the warm fork servers' keepers of the projects under `under` (lane setting performance.warm_servers: a
+    keeper otherwise waits an hour for an experiment that never comes)."""
+    for state in (*under.glob("*/.autoresearch"), *under.glob("*/*/.autoresearch")):
+        warm_servers.stop(StatePaths(state.parent))
+
+
+@pytest.fixture(autouse=True)
+def _no_warm_servers_left(tmp_path: Path):  # noqa: ANN202 - a generator fixture
+    yield
+    stop_warm_servers(tmp_path)
 
 
 @pytest.fixture(scope="session")
 def loop_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A project copy with an initialised session and a baseline of the embedded-cpu lane."""
+    """A project copy with an initialised session and a baseline of the embedded-cpu lane (no warm servers: a copy
+    of its state names this folder, so a clone never adopts them)."""
     repo = make_project_copy(tmp_path_factory.mktemp("template") / "repo")
     run(repo, "init", "--tag", "t1", "--lane", "embedded-cpu", check=True)
     run(repo, "baseline", "--quiet", check=True)
+    warm_servers.stop(StatePaths(repo))
     return repo
 
 

@@ -1,0 +1,186 @@
+"""Warm fork servers (worker/warm.py, loop/warm_servers.py): what an experiment checks before it adopts a server
+another process started, and that it falls back (saying why) when a check fails. The end-to-end adoption is
+tests/e2e/test_warm_servers.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from pytest_dit_ar.loop import warm_servers
+from pytest_dit_ar.state.paths import StatePaths
+from pytest_dit_ar.worker import warm, zygote
+from pytest_dit_ar.worker.client import WorkerLauncher
+from pytest_dit_ar.worker.forkserver import Zygote
+from tests.unit.test_forkserver_protocol import target
+
+NONCE = "n" * 32
+
+
+def server(**kw) -> warm.ServerRecord:
+    values = dict(side="candidate", sandbox_pid=10, host_pid=12, inner_pid=2, init_pid=11, pid_ns=4026531836,
+                  stage="/tmp/dit-ar-x", log_path="/tmp/l.log")
+    values.update(kw)
+    return warm.ServerRecord(**values)  # type: ignore[arg-type]
+
+
+def answer(**kw) -> dict:
+    return {"ok": True, "pid": 2, "forks": 0, "nonce": NONCE, **kw}
+
+
+def test_a_fresh_server_that_ran_nothing_is_accepted() -> None:
+    assert warm.server_refusal(server(), NONCE, answer(), [], [11, 12]) is None
+
+
+def test_a_server_that_forked_a_worker_is_refused_on_its_own_word() -> None:
+    why = warm.server_refusal(server(), NONCE, answer(forks=1), [], [11, 12])
+    assert why is not None and "forked 1 worker" in why
+
+
+def test_a_server_with_a_child_is_refused_from_the_harness_side() -> None:
+    # whatever the server says: the children /proc lists (a real one: tests/e2e/test_warm_servers.py)
+    why = warm.server_refusal(server(), NONCE, answer(), [4242], [11, 12])
+    assert why is not None and "1 child process(es) ([4242])" in why
+
+
+def test_another_process_in_the_server_s_sandbox_is_refused() -> None:
+    why = warm.server_refusal(server(), NONCE, answer(), [], [11, 12, 13])
+    assert why is not None and "other processes ([13])" in why
+    assert "not the server" in (warm.server_refusal(server(), NONCE, answer(), [], [11]) or "")
+
+
+def test_a_wrong_nonce_or_pid_is_refused() -> None:
+    assert "handshake" in (warm.server_refusal(server(), NONCE, answer(nonce="old"), [], [11, 12]) or "")
+    assert "answered as pid 3" in (warm.server_refusal(server(), NONCE, answer(pid=3), [], [11, 12]) or "")
+
+
+class Start:
+    """What `fingerprint` reads of a fork server: its side, root, command line, environment and sandbox."""
+
+    def __init__(self, env: dict[str, str] | None = None, threads: int = 2):
+        self.side, self.root, self.sandbox, self.threads, self.mutable = "best", Path("/p"), None, threads, ("m/",)
+        self.env = env or {"A": "1"}
+
+    def argv(self, bootstrap: str) -> list[str]:
+        return ["python", "-c", bootstrap]
+
+    def environment(self) -> dict[str, str]:
+        return self.env
+
+
+def test_the_fingerprint_follows_the_prelude_integrity_and_start(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "pytest_dit_ar").mkdir()
+    source = tmp_path / "pytest_dit_ar" / "server.py"
+    source.write_text("x = 1\n")
+    monkeypatch.setattr(warm, "HARNESS_ROOT", tmp_path)
+    first = warm.fingerprint([Start()], b"integrity 1")  # type: ignore[list-item]
+    assert warm.fingerprint([Start()], b"integrity 1") == first  # type: ignore[list-item]
+    assert warm.fingerprint([Start()], b"integrity 2") != first  # type: ignore[list-item]
+    assert warm.fingerprint([Start(threads=4)], b"integrity 1") != first  # type: ignore[list-item]
+    assert warm.fingerprint([Start({"A": "2"})], b"integrity 1") != first  # type: ignore[list-item]
+    source.write_text("x = 2\n")  # the harness's prelude changed after the server imported it
+    assert warm.fingerprint([Start()], b"integrity 1") != first  # type: ignore[list-item]
+
+
+def record(state: Path | None = None, **kw) -> warm.WarmRecord:
+    values = dict(keeper_pid=1, keeper_start=5, address="a", fingerprint="f" * 64, lane_id="cpu-x", started=1.0,
+                  servers=[server()], state_dir=str((state / ".autoresearch").resolve()) if state else "")
+    values.update(kw)
+    return warm.WarmRecord(**values)  # type: ignore[arg-type]
+
+
+def test_a_prelude_mismatch_a_dead_keeper_or_another_lane_is_refused() -> None:
+    assert warm.record_refusal(record(), "f" * 64, "cpu-x", True) is None
+    assert "no longer matches" in (warm.record_refusal(record(), "e" * 64, "cpu-x", True) or "")
+    assert "gone" in (warm.record_refusal(record(), "f" * 64, "cpu-x", False) or "")
+    assert "lane cpu-x, not gpu" in (warm.record_refusal(record(), "f" * 64, "gpu", True) or "")
+    assert "before they were ready" in (warm.record_refusal(record(servers=[]), "f" * 64, "cpu-x", True) or "")
+
+
+def test_the_record_round_trips_with_its_cgroup() -> None:
+    group = {"name": "candidate-ab", "freezer": "/sys/fs/cgroup/freezer/candidate-ab", "freezer_v2": False,
+             "memory": None, "memory_v2": True, "dirs": ["/sys/fs/cgroup/freezer/candidate-ab"]}
+    back = warm.WarmRecord.from_json(record(servers=[server(group=group)]).to_json())
+    rec = back.server("candidate")
+    assert rec is not None and back.server("best") is None
+    g = rec.cgroup()
+    assert g is not None and g.freezer == Path(group["freezer"]) and g.freezer_v2 is False and g.memory is None
+
+
+def test_the_server_answers_its_fork_count_and_the_nonce(tmp_path: Path) -> None:
+    harness, fake = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    z = Zygote("candidate", tmp_path, target(), 1, tmp_path / "fs.log", 30.0, None)
+    z.attach(harness)
+    seen: dict = {}
+
+    def ask() -> None:
+        seen["answer"] = z.state(NONCE)
+        harness.send(json.dumps({"op": "exit"}).encode())
+
+    old = signal.getsignal(signal.SIGCHLD)
+    asker = threading.Thread(target=ask)
+    asker.start()
+    try:
+        zygote.serve(fake, SimpleNamespace(root=tmp_path, device="cpu", threads=1, cap_gb=None))
+    finally:
+        signal.signal(signal.SIGCHLD, old)
+        asker.join(10)
+        harness.close()
+        fake.close()
+    assert seen["answer"]["forks"] == 0 and seen["answer"]["nonce"] == NONCE
+
+
+def session(tmp_path: Path) -> SimpleNamespace:
+    paths = StatePaths(tmp_path)
+    paths.dir.mkdir(parents=True, exist_ok=True)
+    paths.integrity.write_text("{}")
+    return SimpleNamespace(paths=paths, lane_id="cpu-x")
+
+
+def test_without_started_servers_the_experiment_falls_back_and_says_why(tmp_path: Path) -> None:
+    s = session(tmp_path)
+    adopted, why = warm_servers.adopt(s, WorkerLauncher(target(), 1, 30.0), tmp_path, tmp_path, tmp_path)  # type: ignore[arg-type]
+    assert adopted is None and "none were started" in why
+
+
+def test_a_gone_keeper_s_servers_are_refused_and_forgotten(tmp_path: Path) -> None:
+    s = session(tmp_path)
+    me = os.getpid()  # a PID that lives, with another start time: the recorded keeper is gone, its PID reused
+    warm_servers.write(s.paths, record(tmp_path, keeper_pid=me, keeper_start=(warm.start_ticks(me) or 0) + 1))
+    adopted, why = warm_servers.adopt(s, WorkerLauncher(target(), 1, 30.0), tmp_path, tmp_path, tmp_path)  # type: ignore[arg-type]
+    assert adopted is None and "gone" in why
+    assert not warm_servers.record_path(s.paths).exists()  # and `stop` signalled nothing: this process lives
+
+
+def test_a_status_line_names_the_keeper_and_its_servers(tmp_path: Path) -> None:
+    s = session(tmp_path)
+    me = os.getpid()
+    warm_servers.write(s.paths, record(tmp_path, keeper_pid=me, keeper_start=warm.start_ticks(me) or 0, servers=[]))
+    assert warm_servers.describe(s.paths) == f"warm servers: starting (keeper pid {me})"
+    warm_servers.write(s.paths, record(tmp_path, keeper_pid=me, keeper_start=warm.start_ticks(me) or 0))
+    line = warm_servers.describe(s.paths) or ""
+    assert line.startswith("warm servers: ready since ") and f"candidate pid 12; keeper pid {me}" in line
+
+
+def test_a_first_record_never_overwrites_a_keeper_s_own(tmp_path: Path) -> None:
+    s = session(tmp_path)
+    warm_servers.write(s.paths, record(tmp_path, address="the keeper's"))
+    warm_servers.write(s.paths, record(tmp_path, address="", servers=[]), first=True)
+    back = warm_servers.read(s.paths)
+    assert back is not None and back.address == "the keeper's"
+
+
+def test_a_record_copied_from_another_project_is_dropped_never_acted_on(tmp_path: Path) -> None:
+    s = session(tmp_path)
+    me = os.getpid()  # alive, with its true start time: were the record this folder's, `stop` would signal it
+    warm_servers.write(s.paths, record(tmp_path / "elsewhere", keeper_pid=me, keeper_start=warm.start_ticks(me) or 0))
+    assert warm_servers.stop(s.paths) is None
+    assert not warm_servers.record_path(s.paths).exists()
