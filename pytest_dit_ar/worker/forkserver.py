@@ -22,6 +22,7 @@ import os
 import select
 import signal
 import socket
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,30 +52,24 @@ def host_pid(candidates: list[int], inner_pid: int) -> int | None:
     return None
 
 
-class _ForkedHandle:
-    """What WorkerProcess needs of a Popen, for a process the harness did not start (a zygote's child):
-    its pipes, and its life through a pidfd."""
+class PidHandle:
+    """What WorkerProcess and a Zygote need of a Popen, for a process the harness did not start (a zygote's child,
+    a sandbox the warm servers' keeper started): its life through a pidfd; its exit code is not ours to read."""
 
-    def __init__(self, pid: int, stdin_fd: int, stdout_fd: int):
+    def __init__(self, pid: int):
         self.pid = pid
-        self.stdin = os.fdopen(stdin_fd, "wb", buffering=0)
-        self.stdout = os.fdopen(stdout_fd, "rb", buffering=0)
         self._pidfd = os.pidfd_open(pid)
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
         if self.returncode is None and select.select([self._pidfd], [], [], 0)[0]:
-            self.returncode = -1  # the zygote reaped it: the code is not ours to read
+            self.returncode = -1
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        if self.returncode is None:
-            ready = select.select([self._pidfd], [], [], timeout)[0]
-            if not ready:
-                import subprocess
-
-                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0)
-            self.returncode = -1
+        if self.returncode is None and not select.select([self._pidfd], [], [], timeout)[0]:
+            raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0)
+        self.returncode = -1
         return self.returncode
 
     def kill(self) -> None:
@@ -83,6 +78,15 @@ class _ForkedHandle:
                 signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+class _ForkedHandle(PidHandle):
+    """A zygote's child: its life through a pidfd, and the pipes the harness made for it."""
+
+    def __init__(self, pid: int, stdin_fd: int, stdout_fd: int):
+        super().__init__(pid)
+        self.stdin = os.fdopen(stdin_fd, "wb", buffering=0)
+        self.stdout = os.fdopen(stdout_fd, "rb", buffering=0)
 
     def close(self) -> None:
         for f in (self.stdin, self.stdout):

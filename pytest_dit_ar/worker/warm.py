@@ -25,10 +25,7 @@ import hashlib
 import json
 import os
 import secrets
-import select
-import signal
 import socket
-import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
@@ -40,7 +37,7 @@ from dit_ar_contract.errors import CandidateCrash
 from . import cgroup
 from . import sandbox as sandbox_mod
 from .bootstrap import HARNESS_ROOT
-from .forkserver import ZYGOTE_BOOTSTRAP, Zygote
+from .forkserver import ZYGOTE_BOOTSTRAP, PidHandle, Zygote
 
 PACKAGES = ("pytest_dit_ar", "dit_ar_contract", "quality_suite", "perf_suite")  # the harness the prelude imports
 LIBRARIES = ("torch", "diffusers", "transformers", "safetensors", "numpy")
@@ -184,33 +181,6 @@ def children_of(pid: int) -> list[int]:
     except OSError:
         pass
     return sorted(set(found))
-
-
-class PidHandle:
-    """What WorkerHandle needs of a Popen, for a sandbox another process (the keeper) started: a pidfd."""
-
-    def __init__(self, pid: int):
-        self.pid = pid
-        self._pidfd = os.pidfd_open(pid)
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        if self.returncode is None and select.select([self._pidfd], [], [], 0)[0]:
-            self.returncode = -1  # not our child: its code is the keeper's to read
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        if self.returncode is None and not select.select([self._pidfd], [], [], timeout)[0]:
-            raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0)
-        self.returncode = -1
-        return self.returncode
-
-    def kill(self) -> None:
-        if self.poll() is None:
-            try:
-                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def take_over(z: Zygote, rec: ServerRecord, sock_fd: int) -> Zygote:
