@@ -141,10 +141,11 @@ def test_fleet_up_baselines_in_slots_then_an_experiment_in_each_worktree(loop_te
              "--address", fleet_cluster.address)
     assert up.returncode == 0, up.stdout[-4000:] + up.stderr[-3000:]
     trees = [repo.parent / f"{repo.name}-lap-0{i}" for i in range(2)]
-    for tree in trees:
+    for i, tree in enumerate(trees):
         assert [r.status for r in ledger_rows(tree)] == [Status.BASELINE]
         assert json.loads((tree / ledger_rows(tree)[0].run_dir / "fleet.json").read_text())["slot"].startswith("lap:")
-        commit_change(tree, "model_under_test/pipeline.py", "\n# a comment: a no-op change\n", "no-op")
+        # a different comment in each: the same tree against the same best would be refused as already judged
+        commit_change(tree, "model_under_test/pipeline.py", f"\n# a comment in session {i}: a no-op change\n", "no-op")
         proc = dit(tree, "experiment", "--classification", "exact", "--description", "no-op")
         assert last_line(proc).startswith("VERDICT: "), proc.stdout[-3000:] + proc.stderr[-2000:]
         assert len(ledger_rows(tree)) == 2
