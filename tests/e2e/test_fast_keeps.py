@@ -36,7 +36,6 @@ def test_a_no_op_after_a_keep_reuses_the_best_s_judging(loop_repo: Path) -> None
     assert ledger_rows(loop_repo)[-1].status is Status.DISCARD_PERFORMANCE, proc.stdout + proc.stderr
     noop = record(loop_repo)
     assert noop["phases"]["judging_reused"] is True and "bit for bit" in noop["reuse"], noop["reuse"]
-    assert noop["phases"]["quality_judging"] < kept["phases"]["quality_judging"]
     assert "reuse: the outputs are the best's bit for bit" in proc.stdout
     assert sum(noop["phases"][p] for p in ("start_up", "quality_corpus", "quality_judging", "warm_up", "timed",
                                            "round_checks", "close", "other")) == pytest.approx(noop["phases"]["total"])
