@@ -26,6 +26,12 @@ ARMS = {"reuse off": False, "reuse on": True}
 def project(dest: Path, lane: str, reuse: bool, fast: bool, model_tail: str = "") -> Path:
     """A baselined copy whose lane has `performance.reuse` = `reuse` (else the shipped protocol, or the tests' one),
     `model_tail` appended to its model's `__init__.py` before the baseline."""
+    return baselined_copy(dest, lane, fast, {"reuse": reuse}, model_tail)
+
+
+def baselined_copy(dest: Path, lane: str, fast: bool, settings: dict, model_tail: str = "") -> Path:
+    """A project copy, initialised and baselined, whose lane's performance section is the tests' short protocol
+    (`fast`) or the shipped one, with `settings` on top."""
     repo = make_project_copy(dest)
     if model_tail:
         target = repo / "model_under_test" / "__init__.py"
@@ -34,9 +40,9 @@ def project(dest: Path, lane: str, reuse: bool, fast: bool, model_tail: str = ""
     cfg = json.loads(cfg_path.read_text())
     shipped = json.loads((Path(__file__).resolve().parents[2] / "config" / "autoresearch.json").read_text())
     perf = cfg["lanes"][lane]["performance"] if fast else shipped["lanes"][lane].get("performance", {})
-    cfg["lanes"][lane]["performance"] = {**perf, "reuse": reuse}
+    cfg["lanes"][lane]["performance"] = {**perf, **settings}
     cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
-    git(repo, "commit", "-qam", f"reuse {reuse}")
+    git(repo, "commit", "-qam", f"settings {settings}")
     run(repo, "init", "--tag", "t1", "--lane", lane, check=True)
     run(repo, "baseline", "--quiet", check=True)
     return repo

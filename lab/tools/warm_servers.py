@@ -19,10 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from lab.tools.fast_keeps import baselined_copy
 from pytest_dit_ar.loop import warm_servers
 from pytest_dit_ar.state.paths import StatePaths
 from pytest_dit_ar.state.phases import PhaseTimes
-from tests.helpers.loop import commit_change, experiment, git, ledger_rows, make_project_copy, run
+from tests.helpers.loop import commit_change, experiment, ledger_rows
 
 ARMS = {"warm servers off": False, "warm servers on": True}
 
@@ -30,17 +31,7 @@ ARMS = {"warm servers off": False, "warm servers on": True}
 def project(dest: Path, lane: str, warm: bool, fast: bool) -> Path:
     """A baselined copy whose lane has `performance.warm_servers` = `warm` (else the shipped protocol, or the
     tests' short one)."""
-    repo = make_project_copy(dest)
-    cfg_path = repo / "config" / "autoresearch.json"
-    cfg = json.loads(cfg_path.read_text())
-    shipped = json.loads((Path(__file__).resolve().parents[2] / "config" / "autoresearch.json").read_text())
-    perf = cfg["lanes"][lane]["performance"] if fast else shipped["lanes"][lane].get("performance", {})
-    cfg["lanes"][lane]["performance"] = {**perf, "warm_servers": warm}
-    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
-    git(repo, "commit", "-qam", f"warm servers {warm}")
-    run(repo, "init", "--tag", "t1", "--lane", lane, check=True)
-    run(repo, "baseline", "--quiet", check=True)
-    return repo
+    return baselined_copy(dest, lane, fast, {"warm_servers": warm})
 
 
 def wait_ready(repo: Path, timeout_s: float = 600.0) -> float | None:
