@@ -82,9 +82,10 @@ def note_quality_worker(worker: WorkerProcess, start_s: float, is_cuda: bool) ->
         cold_start_s = start_s
     elif worker.caches is not None and worker.cache_digest is not None:
         cold_start_s = worker.caches.record(worker.cache_digest).cold_start_s
-    peak_mb = worker.gpu_memory_mb() if is_cuda else None
-    if is_cuda:
-        worker.note_peak(peak_mb)
+    if not is_cuda:
+        return cold_start_s, None
+    peak_mb = worker.gpu_memory_mb()
+    worker.note_peak(peak_mb)
     return cold_start_s, peak_mb
 
 

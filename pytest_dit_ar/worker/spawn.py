@@ -81,8 +81,11 @@ def launch(w: WorkerHandle, argv: list[str], stdin: Any, stdout: Any) -> None:
             return
         read_end, write_end = os.pipe()
         expose = (*w.sandbox.expose, *(Path(p) for p in worker_sys_path(w.root)))
-        tree, cache = empty_stage(w) if w.stages_tree_late else (stage_tree(w), None)
-        cache = cache or open_cache(w, tree)
+        if w.stages_tree_late:  # a warm fork server: its tree and cache are filled when an experiment adopts it
+            tree, cache = empty_stage(w)
+        else:
+            tree = stage_tree(w)
+            cache = open_cache(w, tree)
         env.update(compile_settings(w))
         spec = sandbox_mod.SandboxSpec(tree, w.scratch, w.sandbox.hide, w.sandbox.gpu, env, expose, cache=cache)
         filter_fd = seccomp.filter_fd()
