@@ -44,7 +44,7 @@ class Target:
 
 @dataclass(frozen=True)
 class PerfProtocol:
-    """How candidate and best are timed against each other (loop.measurement, perf_suite.sequential).
+    """How candidate and best are timed against each other (loop.speed.measurement, perf_suite.sequential).
 
     `pairs` = 1: a segment is one fresh pair of workers timed for `rounds` paired rounds after
     `warmup_rounds`; the sequential test looks after every segment, keeps from `min_segments` on and stops
@@ -127,7 +127,7 @@ class Guardrails:
     memory_growth_pct: float | None = 10.0  # peak memory may grow this much over the best's (plus 64 MB)
     startup_growth_pct: float | None = 100.0  # reported: the warm start's growth over the best's (decides nothing)
     startup_budget_s: float | None = 120.0  # the candidate's warm start (build + warm-up, cache present) at most
-    emulated_vram_gb: float | None = None  # judge as on a card of this size: the sum of live workers (loop/memory_plan)
+    emulated_vram_gb: float | None = None  # judge as on a card of this size: the sum of live workers (memory_plan)
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ a keep is allowed), computed by numerical integration of the Brownian motion of 
 In the concurrent layout the real information saturates (the B^2/m term does not shrink with rounds), so
 the looks are more correlated than the fractions say: that is conservative.
 
-Interface for the measurement (loop.measurement):
+Interface for the measurement (loop.speed.measurement):
 
     test = SequentialTest(design, bound)          # design = Design.from_protocol(protocol, metric)
     while True:

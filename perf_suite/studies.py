@@ -1,4 +1,4 @@
-"""The study's result files, typed (the engine: `pytest_dit_ar.loop.aa_pairs`; the verb: `dit-ar calibrate`).
+"""The study's result files, typed (the engine: `pytest_dit_ar.loop.speed.aa_pairs`; the verb: `dit-ar calibrate`).
 
 A study times arms of paired worker processes: `null` (a tree against itself, A/A), one arm per injected true
 speedup (named by its percentage: the best side sleeps a known fraction of the latency) and `sandbox-overhead`
@@ -7,7 +7,7 @@ run is a `StudyResults`. The file's shape: `arms` (name -> list of pairs), `dela
 `format`; files without one are format 1 (the earliest recorded studies) and read the same. A newer format is
 refused, as pyperf and asv refuse one (`from_dict`).
 
-Readers: the calibration (loop/calibration.py) and, beside the product, the lab's studies (lab/studies/: the
+Readers: the calibration (loop/speed/calibration.py) and, beside the product, the lab's studies (lab/studies/: the
 measured study's evaluation, the noise regimes fitted to recorded studies). A study's summary is derived data:
 it is written beside the results for a reader of the file, and recomputed from the pairs, never read back.
 """

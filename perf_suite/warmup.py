@@ -1,4 +1,4 @@
-"""When a worker is warm: the stated rule that ends the warm-up (a pure function; loop.measurement applies it).
+"""When a worker is warm: the stated rule that ends the warm-up (a pure function; loop.speed.measurement applies it).
 
 A compiled or CUDA-graphed model reaches its steady speed only after several calls (compilation, graph capture,
 autotuning, the allocator settling), so a fixed count of warm-up rounds either wastes time or times a worker

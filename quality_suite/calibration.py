@@ -1,7 +1,7 @@
 """Error rates of the task-score tests, measured: known degradations and harmless changes applied by the harness
 to a pool of outputs, and simulated sessions drawn from the pool's per-case scores (pure but for the images).
 
-`dit-ar calibrate --quality` (loop/quality_calibration.py) generates the pool on the session's lane;
+`dit-ar calibrate --quality` (loop/quality/calibration.py) generates the pool on the session's lane;
 lab/studies/quality_simulation.py replays recorded pools over many more sessions. Both use this code.
 
 * The pool is a list of *blocks*: each block is the corpus once, under its own seeds. A simulated session takes

@@ -1,5 +1,5 @@
 """Print what `dit-ar calibrate` would store for each study file of a device calibration run (the profile of
-`pytest_dit_ar.loop.calibration.profile_of` and its lines), for lab/device/wave4_calibrate.sh and
+`pytest_dit_ar.loop.speed.calibration.profile_of` and its lines), for lab/device/wave4_calibrate.sh and
 wave6_calibrate.sh:
 
     python3 lab/device/calibration_profiles.py DIR LANE NAME [NAME ...]     # reads DIR/NAME.json
@@ -14,7 +14,7 @@ from pathlib import Path
 from dit_ar_contract.config import load_config
 from perf_suite.sequential import Design
 from perf_suite.studies import StudyResults
-from pytest_dit_ar.loop.calibration import Collected, describe, profile_of
+from pytest_dit_ar.loop.speed.calibration import Collected, describe, profile_of
 
 
 def main(folder: Path, lane_id: str, names: list[str]) -> None:

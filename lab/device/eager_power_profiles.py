@@ -18,8 +18,8 @@ from pathlib import Path
 from dit_ar_contract.config import load_config
 from perf_suite.sequential import Design
 from perf_suite.studies import NULL, StudyResults
-from pytest_dit_ar.loop.calibration import Collected, describe, profile_of
-from pytest_dit_ar.loop.pairs import timed_cores
+from pytest_dit_ar.loop.speed.calibration import Collected, describe, profile_of
+from pytest_dit_ar.loop.speed.pairs import timed_cores
 
 
 def cut(res: StudyResults, rounds: int | None) -> StudyResults:

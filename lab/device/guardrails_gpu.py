@@ -2,7 +2,7 @@
 
   python3 lab/device/guardrails_gpu.py --out DIR
 
-1. Clock trace (loop/clean_rounds.py `NvmlWatch.trace`, state/clocks.py): the SM clock sampled every 20 ms while
+1. Clock trace (loop/speed/clean_rounds.py `NvmlWatch.trace`, state/clocks.py): the SM clock sampled every 20 ms while
    the GPU idles for 0.5 s, then while a bf16 8192^3 matmul loop runs for `--burn-s` seconds; each span's line
    ("SM clock <MHz> of <max> MHz for <s> s of <t> s; <reasons>") and whether it fell.
 2. Compile transient against the steady peak (worker/gpu_memory.py `MemorySampler`, NVML per process): a child
@@ -42,7 +42,7 @@ def clock_trace(burn_s: float) -> dict:
     import pynvml
     import torch
 
-    from pytest_dit_ar.loop.clean_rounds import NvmlWatch
+    from pytest_dit_ar.loop.speed.clean_rounds import NvmlWatch
 
     pynvml.nvmlInit()
     uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(0))

@@ -244,7 +244,7 @@ done
 [ -z "${stopped:-}" ] && case " ${PROFILE_AFTER-04 end} " in *" end "*) profile_best end;; esac
 finish
 [ -n "${smi:-}" ] && kill "$smi" 2>/dev/null
-[ -n "${WARM:-}" ] && python3 -c 'from pathlib import Path; from pytest_dit_ar.loop.warm_servers import stop
+[ -n "${WARM:-}" ] && python3 -c 'from pathlib import Path; from pytest_dit_ar.loop.speed.warm_servers import stop
 from pytest_dit_ar.state.paths import StatePaths; print(stop(StatePaths(Path.cwd())) or "none")' 2>&1 | \
   sed 's/^/warm servers stopped: /' >> "$log"  # nothing of the session outlives the call
 stamp "call ends"

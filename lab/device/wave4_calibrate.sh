@@ -6,7 +6,7 @@
 #    A/A pairs plus two pairs with an injected true 10% speedup, both sides pinned to core 2.
 # 2. graphed: the same on a copy of the tree with examples/h200-session/patches/06-exact-cuda-graphs.patch
 #    applied (the whole forward in reduce-overhead mode), A/A pairs only, until its deadline.
-# 3. profile: each run through pytest_dit_ar.loop.calibration.profile_of (what `dit-ar calibrate` stores):
+# 3. profile: each run through pytest_dit_ar.loop.speed.calibration.profile_of (what `dit-ar calibrate` stores):
 #    between-pair sd, the bound B, per-round noise, median generate, rounds a 3/5/10% win needs.
 # Writes $OUT/calibrate/{eager,graphed}.{json,txt}, profiles.txt, clocks.csv. Knobs: EAGER_S, GRAPHED_S.
 set -u

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from dit_ar_contract import device
 from dit_ar_contract.config import load_config
-from pytest_dit_ar.loop.measurement import Pair, Side, gpu_watch, run_segment, spawn_pair
+from pytest_dit_ar.loop.speed.measurement import Pair, Side, gpu_watch, run_segment, spawn_pair
 from pytest_dit_ar.worker.client import SandboxPolicy, WorkerLauncher
 from pytest_dit_ar.worker.forkserver import ForkServers
 from quality_suite.corpora import load_corpus
@@ -48,7 +48,7 @@ def segment_data(seg, pair: Pair, cores: str) -> dict:
 
 def watch_for(pair: Pair, is_cuda: bool):
     from dit_ar_contract.errors import Refused
-    from pytest_dit_ar.loop.clean_rounds import NoGpu
+    from pytest_dit_ar.loop.speed.clean_rounds import NoGpu
 
     try:
         return gpu_watch(pair, is_cuda)

@@ -6,7 +6,7 @@
 # 8 steps, 16 rounds a pair, on the tree the wave-6 ladder kept (patches 01 batched guidance, 04 regional
 # compile, 07 bf16, 06 reduce-overhead CUDA graphs of examples/h200-session/patches/, in that order). Arms,
 # measured round-robin: A/A pairs of the tree against itself, and pairs where the tree is truly faster by
-# SPEEDUPS percent (the other side sleeps that fraction of the latency first, loop/patching.py sleep_patch).
+# SPEEDUPS percent (the other side sleeps that fraction of the latency first, loop/speed/patching.py sleep_patch).
 # Then `profile_of` (what `dit-ar calibrate` stores) prints the between-process sd, the bound B, the per-round
 # noise and the rounds a 3/5/10% win needs. A second, eager arm (patch 01 only) runs when EAGER_S > 0.
 # Writes $OUT/calibrate/{graphed,eager}.{json,txt}, profiles.txt, clocks.csv and $OUT/env.txt.

@@ -4,7 +4,7 @@
 # 1. The GPU attack test of work queued on a side stream (tests/e2e/test_gpu_attacks.py): $OUT/gpu_attacks.txt.
 # 2. A session whose baseline is the CUDA-graphed best of the wave-6 ladder (patches 01, 04, 07, 06 of
 #    examples/h200-session/patches/, dit-xl2-256 at 8 steps, the lane's shipped verdict: 16 rounds a pair,
-#    2..12 pairs, prior B 2.5%) slowed by a harness-written sleep of SLEEP_S per generate (loop/patching.py
+#    2..12 pairs, prior B 2.5%) slowed by a harness-written sleep of SLEEP_S per generate (loop/speed/patching.py
 #    sleep_patch). The first experiment removes the sleep: a true exact win of SLEEP_S / (latency + SLEEP_S),
 #    about 3% at the graphed best's 80 ms. Then no-op commits (a comment) against the kept best until the
 #    deadline: real no-op decisions against a graphed best.
@@ -48,7 +48,7 @@ for nn in $patches; do git apply "$(patch_file "$nn")" || exit 2; done
 cp model_under_test/__init__.py "$scratch/init-unslowed.py"
 slow() { [ "${SLEEP_S:-0.0025}" != 0 ]; }
 if slow; then
-  python3 -c "from pytest_dit_ar.loop.patching import sleep_patch; print(sleep_patch(${SLEEP_S:-0.0025}, 'slow'))" \
+  python3 -c "from pytest_dit_ar.loop.speed.patching import sleep_patch; print(sleep_patch(${SLEEP_S:-0.0025}, 'slow'))" \
     >> model_under_test/__init__.py
 fi
 git add -A && git commit -qm "wave 7: $lane${patches:+ with patches $patches}, slowed by ${SLEEP_S:-0.0025} s a generate"
@@ -66,7 +66,7 @@ if [ -f .autoresearch/results.tsv ]; then
   if slow; then
     cp "$scratch/init-unslowed.py" model_under_test/__init__.py
     if [ -n "${WIN_SLEEP_S:-}" ]; then  # a shorter sleep instead of none: a small win on precise rounds
-      python3 -c "from pytest_dit_ar.loop.patching import sleep_patch; print(sleep_patch($WIN_SLEEP_S, 'slow'))" \
+      python3 -c "from pytest_dit_ar.loop.speed.patching import sleep_patch; print(sleep_patch($WIN_SLEEP_S, 'slow'))" \
         >> model_under_test/__init__.py
       judge exact "shorten the sleep per generate from $SLEEP_S s to $WIN_SLEEP_S s (a true exact win)" >> "$log" 2>&1
     else

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from dit_ar_contract.device import DeviceIdentity, LaneTarget
 from lab.studies.fleet_stand_in import LANE, SleepingJudge
-from pytest_dit_ar.loop.fleet.request import JudgeRequest
+from pytest_dit_ar.fleet.request import JudgeRequest
 from pytest_dit_ar.state.best import Measurements
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,8 +69,8 @@ class TimedExecutor:
 
 def drive(tree: Path, address: str, experiments: int, judge_s: float, out: Path) -> None:
     """One session's driver process: `experiments` candidates judged back to back; timings to `out` (JSON)."""
-    from pytest_dit_ar.loop.fleet.driver import Driver
-    from pytest_dit_ar.loop.fleet.ray_executor import RayExecutor
+    from pytest_dit_ar.fleet.driver import Driver
+    from pytest_dit_ar.fleet.ray_executor import RayExecutor
 
     executor = TimedExecutor(RayExecutor(address, work=SleepingJudge(judge_s), out=lambda _: None))
     rows, start = [], time.time()
@@ -95,7 +95,7 @@ def _git(tree: Path, *args: str) -> str:
 
 def sessions(base: Path, count: int, address: str, prefix: str) -> list[Path]:
     """`count` worktrees of one project copy, each a session bound to a slot of its own (one fake GPU)."""
-    from pytest_dit_ar.loop.fleet import ray_executor
+    from pytest_dit_ar.fleet import ray_executor
     from pytest_dit_ar.loop.init_session import init
     from pytest_dit_ar.state import gitops, records
     from pytest_dit_ar.state.executor import ExecutorChoice
@@ -123,7 +123,7 @@ def sessions(base: Path, count: int, address: str, prefix: str) -> list[Path]:
 
 
 def measure(base: Path, count: int, address: str, experiments: int, judge_s: float) -> dict:
-    from pytest_dit_ar.loop.fleet import ray_executor
+    from pytest_dit_ar.fleet import ray_executor
 
     prefix = f"bench{count}"
     trees = sessions(base, count, address, prefix)
@@ -165,7 +165,7 @@ def main() -> None:
     import ray
     from ray.cluster_utils import Cluster
 
-    from pytest_dit_ar.loop.fleet import ray_executor
+    from pytest_dit_ar.fleet import ray_executor
 
     counts = [int(n) for n in args.sessions.split(",")]
     os.environ.setdefault("RAY_prestart_worker_first_driver", "0")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dit_ar_contract.device import DeviceIdentity, LaneTarget
-from pytest_dit_ar.loop.fleet.request import JudgeReply, JudgeRequest, Placement, Prepared, ReplicaPayload
+from pytest_dit_ar.fleet.request import JudgeReply, JudgeRequest, Placement, Prepared, ReplicaPayload
 
 LANE = "dit-xl2-256"  # one GPU a judging (only named: the stand-in judges)
 
@@ -33,8 +33,8 @@ class SleepingJudge:
     def run(self, request: JudgeRequest, placement: Placement) -> JudgeReply:
         started = time.perf_counter()
         from dit_ar_contract.status import Status
+        from pytest_dit_ar.fleet import archive
         from pytest_dit_ar.loop import conclusion
-        from pytest_dit_ar.loop.fleet import archive
         from pytest_dit_ar.state.best import Measurements
         from pytest_dit_ar.state.ledger import LedgerRow
         from pytest_dit_ar.state.paths import StatePaths, now

@@ -2,7 +2,7 @@
 true speedups, for the sequential protocol and the earlier two-block protocol, side by side on the same
 measurements. (`verdict_study` replays the verdict on noise models fitted to these files; this one times pairs.)
 
-Collection is the product's (pytest_dit_ar/loop/aa_pairs.py, what `dit-ar calibrate` runs): segments measured
+Collection is the product's (pytest_dit_ar/loop/speed/aa_pairs.py, what `dit-ar calibrate` runs): segments measured
 by the experiment's own launcher and pair code, a no-op arm (`null`, the tree against itself) and one arm per
 injected true speedup (the best side sleeps a set fraction of the measured latency), round-robin, every pair
 closed after its segment. `--load N` runs N busy processes beside the workers for the whole collection (a
@@ -39,7 +39,7 @@ from dit_ar_contract.config import PerfProtocol
 from dit_ar_contract.errors import EXIT_REFUSED, Refused
 from perf_suite.sequential import DECISIONS, Design, OffsetBound, SequentialTest, pooled_bound
 from perf_suite.studies import NULL, OVERHEAD, StudyArm, StudyPair, StudyResults
-from pytest_dit_ar.loop.aa_pairs import PooledEstimate, StudyPlan, aa_spread, pooled, run_study
+from pytest_dit_ar.loop.speed.aa_pairs import PooledEstimate, StudyPlan, aa_spread, pooled, run_study
 
 from .block_test import decide_block
 

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from lab.tools.fast_keeps import ARMS, judged, project
-from pytest_dit_ar.loop.patching import wrap_build
+from pytest_dit_ar.loop.speed.patching import wrap_build
 from tests.helpers.loop import commit_change
 
 COMPILED = """\

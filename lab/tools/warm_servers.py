@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from lab.tools.fast_keeps import baselined_copy
-from pytest_dit_ar.loop import warm_servers
+from pytest_dit_ar.loop.speed import warm_servers
 from pytest_dit_ar.state.paths import StatePaths
 from pytest_dit_ar.state.phases import PhaseTimes
 from tests.helpers.loop import commit_change, experiment, ledger_rows

@@ -1,9 +1,9 @@
 """`dit-ar calibrate`: measure this machine's noise on the session's lane (A/A pairs of the best against
-itself in fresh pairs, loop/aa_pairs.py, on the experiment's launcher and pair code; optionally
+itself in fresh pairs, loop/speed/aa_pairs.py, on the experiment's launcher and pair code; optionally
 injected speedups), store it as the statistics' prior (.autoresearch/noise.json, only after a complete run)
 and print the power it implies, with a figure. With --quality: the task-score tests' pass rates for known
 degradations and harmless changes the harness applies to a pool of the lane's outputs
-(loop/quality_calibration.py)."""
+(loop/quality/calibration.py)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--figure", type=Path, default=None, help="where to write the figure (default "
                    ".autoresearch/calibration-<lane>.png)")
     p.add_argument("--unsandboxed", action="store_true", help="workers without the bubblewrap sandbox")
-    p.add_argument("--judge-only", action="store_true", help=argparse.SUPPRESS)  # a fleet's judge (loop/fleet/)
+    p.add_argument("--judge-only", action="store_true", help=argparse.SUPPRESS)  # a fleet's judge (fleet/)
     p.add_argument("--run-id", default="", help=argparse.SUPPRESS)
     q = p.add_argument_group("quality", "the task-score tests' error rates instead of the timing noise")
     q.add_argument("--quality", action="store_true", help="measure how often the quality tests pass known "
@@ -49,7 +49,7 @@ def _in_slot(args: argparse.Namespace) -> int | None:
     """A fleet session calibrates in its slot, where its experiments are timed; None for a local session."""
     if args.judge_only:
         return None
-    from ..loop.fleet.route import driver
+    from ..fleet.route import driver
 
     fleet = driver(args.config)
     if fleet is None:
@@ -73,7 +73,7 @@ def _speedups(text: str) -> list[float]:
 
 def run(args: argparse.Namespace) -> int:
     if args.quality:
-        from ..loop.quality_calibration import run_quality_calibration, sizes_of
+        from ..loop.quality.calibration import run_quality_calibration, sizes_of
 
         if args.sessions < 20:
             raise Refused(f"--sessions {args.sessions}: a pass rate needs at least 20 simulated sessions")
@@ -81,10 +81,10 @@ def run(args: argparse.Namespace) -> int:
                                        sandboxed=not args.unsandboxed)
     from perf_suite.sequential import Design
 
-    from ..loop.aa_pairs import StudyPlan
-    from ..loop.calibration import Collected, budget_s, collect, describe, figure, one_pair_s, profile_of
-    from ..loop.gpu_locks import acquire_lane, release
-    from ..loop.pairs import timed_cores
+    from ..loop.guards.gpu_locks import acquire_lane, release
+    from ..loop.speed.aa_pairs import StudyPlan
+    from ..loop.speed.calibration import Collected, budget_s, collect, describe, figure, one_pair_s, profile_of
+    from ..loop.speed.pairs import timed_cores
     from ..state import gitops
     from ..state.files import write_json_atomic
     from ..state.noise import noise_path, store_profile
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
               f"the previous profile stays in {noise_path(session.paths)} (data in {out})")
         return 1
     profile = profile_of(collected, session.lane_id, commit, protocol, lane.primary_metric)
-    if args.judge_only:  # the session's own process stores it (loop/fleet/apply.py)
+    if args.judge_only:  # the session's own process stores it (fleet/apply.py)
         write_json_atomic(session.paths.dir / f"calibration-{session.lane_id}.profile.json", profile.as_dict())
     else:
         store_profile(session.paths, profile)

@@ -29,7 +29,7 @@ PATCHES = Path(__file__).resolve().parent / "demo_patches"
 # lab/notebook/quality-verdict.md), so it is
 # refused on quality with the interval printed. The bf16 cast: its corpus passes the numerical gate, and it is
 # discarded on speed (not faster on this CPU) unless its timed cases leave the numerical gate more often than
-# allowed (loop/timing.py `round_check`).
+# allowed (loop/speed/timing.py `round_check`).
 DOCUMENTED: dict[str, tuple[str, ...]] = {
     "01-exact-batch-cfg": ("KEEP",), "02-exact-bf16": ("DISCARD-PERFORMANCE", "DISCARD-QUALITY"),
     "03-approximate-half-steps": ("KEEP",),
@@ -76,7 +76,7 @@ def apply(repo: Path, cand: Candidate) -> None:
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str], echo: bool = True) -> subprocess.CompletedProcess:
     """Run one CLI step; its progress lines (`dit-ar: ...`, one per phase in a pipe) are shown as they come."""
-    from ..loop.live import PREFIX
+    from ..loop.workers.live import PREFIX
 
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE, stderr=err)

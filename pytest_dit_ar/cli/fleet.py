@@ -2,7 +2,7 @@
 
 A slot is whole GPUs of one node (a Ray placement group of one bundle); each session is a worktree and branch
 bound to one slot at `init`, and every judging of it (baseline, experiment, calibration, re-validation) runs in
-that slot, both timed sides in one process (loop/fleet/). Ray is needed only here and in fleet sessions:
+that slot, both timed sides in one process (fleet/). Ray is needed only here and in fleet sessions:
 `pip install '.[ray]'`. `up` and `adopt` are in fleet_up.py.
 """
 
@@ -44,13 +44,13 @@ def _repo(config_path: Path):  # noqa: ANN202 - a GitPython Repo
 
 
 def _executor(address: str):  # noqa: ANN202 - a RayExecutor, imported on use
-    from ..loop.fleet.route import ray_executor
+    from ..fleet.route import ray_executor
 
     return ray_executor(address)
 
 
 def doctor(args: argparse.Namespace) -> int:
-    from ..loop.fleet import doctor as checks
+    from ..fleet import doctor as checks
 
     config = load_config(args.config)
     outside = tuple(sorted({w for lane in config.lanes.values()
@@ -83,13 +83,13 @@ def _inside(path: Path, root: Path) -> bool:
 
 
 def _ray_version() -> str:
-    from ..loop.fleet.ray_executor import version
+    from ..fleet.ray_executor import version
 
     return version()
 
 
 def status(args: argparse.Namespace) -> int:
-    from ..loop.fleet import registry, usage
+    from ..fleet import registry, usage
 
     repo = _repo(args.config)
     record = registry.one(repo, args.tag_prefix)
@@ -118,7 +118,7 @@ def _num(value: float | None, unit: str = "") -> str:
 
 
 def down(args: argparse.Namespace) -> int:
-    from ..loop.fleet import registry, usage
+    from ..fleet import registry, usage
 
     repo = _repo(args.config)
     record = registry.one(repo, args.tag_prefix)

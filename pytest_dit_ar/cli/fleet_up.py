@@ -39,10 +39,10 @@ def add_adopt(verbs: argparse._SubParsersAction) -> None:
 
 
 def up(args: argparse.Namespace) -> int:
-    from ..loop.fleet import registry
-    from ..loop.fleet.executor import SLOT_CPUS
-    from ..loop.fleet.registry import FleetRecord, FleetSession
-    from ..loop.fleet.route import ray_executor
+    from ..fleet import registry
+    from ..fleet.executor import SLOT_CPUS
+    from ..fleet.registry import FleetRecord, FleetSession
+    from ..fleet.route import ray_executor
     from ..state import gitops
     from ..state.paths import now
 
@@ -129,10 +129,10 @@ def _baselines(sessions: list, config: Path) -> int:  # noqa: ANN001 - FleetSess
 
 def adopt(args: argparse.Namespace) -> int:
     """Cherry-pick the source session's keep onto this session's best, then judge it here like any candidate."""
-    from ..loop.fleet.adopt import adopted
+    from ..fleet.adopt import adopted
 
     source, classification, description = adopted(args.config, args.source, args.commit)
-    from ..loop.fleet.route import driver
+    from ..fleet.route import driver
 
     fleet = driver(args.config)
     if fleet is not None:

@@ -93,16 +93,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _judge_args(parser: argparse.ArgumentParser) -> None:
-    """A fleet's judge runs the verb in its replica with these (loop/fleet/work.py); never typed by hand."""
+    """A fleet's judge runs the verb in its replica with these (fleet/work.py); never typed by hand."""
     parser.add_argument("--judge-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--run-id", default="", help=argparse.SUPPRESS)
 
 
-def _fleet_driver(args: argparse.Namespace):  # noqa: ANN202 - a loop.fleet.driver.Driver, imported on use
+def _fleet_driver(args: argparse.Namespace):  # noqa: ANN202 - a fleet.driver.Driver, imported on use
     """The session's fleet driver when its judgings run in a slot (and this is not the judge), else None."""
     if getattr(args, "judge_only", False):
         return None
-    from ..loop.fleet.route import driver
+    from ..fleet.route import driver
 
     return driver(args.config)
 
@@ -115,7 +115,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 def _init(args: argparse.Namespace) -> int:
     if args.executor == "ray":
-        from ..loop.fleet.route import bind
+        from ..fleet.route import bind
 
         return bind(args.config, args.tag, args.lane, args.address, args.slot, new_baseline=args.new_baseline)
     from ..loop.init_session import init
@@ -139,7 +139,7 @@ def experiment_pytest_args(config: Path, classification: str, description: str, 
     """The pytest invocation that `dit-ar experiment` wraps (the two are the same thing)."""
     from dit_ar_contract.config import repo_root_for
 
-    from ..loop.suites import suite_files
+    from ..loop.guards.suites import suite_files
 
     root = repo_root_for(config)
     args = ["--dit-ar-experiment", "--dit-ar-classification", classification, "--dit-ar-description", description,

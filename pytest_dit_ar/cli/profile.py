@@ -58,7 +58,7 @@ def profile(session: Session, batch: int, repeats: int, run_dir: Path) -> dict[s
 
     run_dir.mkdir(parents=True, exist_ok=True)
     # unsandboxed: profiling decides nothing, and its trace is written outside a scratch folder
-    from ..loop.launch import launcher_for  # torch and the suites: only when profiling
+    from ..loop.workers.launch import launcher_for  # torch and the suites: only when profiling
     from ..state.files import write_record
     from ..state.paths import now
     from ..state.runs import RunPaths

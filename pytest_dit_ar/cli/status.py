@@ -230,12 +230,12 @@ def status(config_path: Path, as_json: bool = False, rows: int = 10, every_workt
         else:
             _print_all(infos)
         return 0
-    from ..loop.fleet.route import settle
+    from ..fleet.route import settle
 
     settle(config_path)  # a fleet session: a judging a killed driver left is recorded first
     session = open_session(config_path)
     info = collect(session, rows)
-    from ..loop.warm_servers import describe
+    from ..loop.speed.warm_servers import describe
 
     warm = describe(session.paths)  # the fork servers started for the next experiment, if any
     if as_json:

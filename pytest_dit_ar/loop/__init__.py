@@ -1,1 +1,1 @@
-"""The loop layer: one baseline or one experiment: guards, evidence, the verdict, keep or reset."""
+"""The loop: the verbs (baseline, experiment, revalidate, init), the one verdict, and the rooms they compose."""

@@ -32,13 +32,18 @@ from ..state.perf_record import PerfRecord
 from ..state.runs import RunPaths
 from ..state.session import Session, open_session, verify_integrity
 from ..worker.client import WorkerLauncher, WorkerProcess
-from . import conclusion, gpu_locks, holdout, memory_plan, quality_cases, warm_servers
-from .generation import CorpusOutputs, audit_evidence, generate_corpus
-from .launch import launcher_for, memory_budget
-from .live import Live
-from .measurement import measure
-from .measurement_plan import MeasurementPlan, Side
-from .progress import TimingProgress
+from . import conclusion
+from .guards import gpu_locks
+from .quality import cases as quality_cases
+from .quality import holdout
+from .quality.generation import CorpusOutputs, audit_evidence, generate_corpus
+from .speed import warm_servers
+from .speed.measurement import measure
+from .speed.measurement_plan import MeasurementPlan, Side
+from .speed.progress import TimingProgress
+from .workers import memory_plan
+from .workers.launch import launcher_for, memory_budget
+from .workers.live import Live
 
 
 def perturbations(session: Session) -> dict[str, dict[str, Any]]:
@@ -72,7 +77,7 @@ def _envelope_runs(session: Session, worker: WorkerProcess, cases: list[Case], d
                    live: Live | None) -> tuple[dict[str, Any], dict[str, float], list[CaseScores]]:
     """Per-case fidelity of each benign rerun to the default run, the largest change each task score
     showed across the reruns (the task metrics' own noise, which exact and numerical changes may use), and
-    each rerun's per-case task scores (for the metrics' resolution, loop/quality_cases.py)."""
+    each rerun's per-case task scores (for the metrics' resolution, loop/quality/cases.py)."""
     runs, task_spread, rerun_scores = {}, {}, []
     names, quality = session.lane.task_metrics, session.lane.quality
     reference = {k: v.value for k, v in task_metrics.compute(names, default.images, cases, session.root,
@@ -93,7 +98,7 @@ def _envelope_runs(session: Session, worker: WorkerProcess, cases: list[Case], d
 def _aa_timing(session: Session, launcher: WorkerLauncher, run_dir: Path, prompts: tuple[str, ...],
                live: Live | None = None, peak_mb: float | None = None) -> PerfRecord:
     """One A/A segment: the baseline against itself, in two fresh workers (the noise floor); one at a time
-    when two of them do not fit the lane's memory budget (loop/memory_plan)."""
+    when two of them do not fit the lane's memory budget (loop/workers/memory_plan)."""
     lane = session.lane
     side = Side("baseline", session.root, lane.workload(launcher.model_root(session.root), session.root))
     plan = MeasurementPlan(cand=side, best=side, protocol=lane.performance, prompts=prompts, batch=lane.batch,

@@ -7,10 +7,10 @@ and keeps the crash record; a crash here kills every worker it started before it
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 from dit_ar_contract.config import WorkloadSpec
@@ -18,7 +18,7 @@ from dit_ar_contract.errors import CandidateCrash, Refused
 from dit_ar_contract.sides import Role, Sides
 from perf_suite.sequential import OffsetBound
 from quality_suite import metrics
-from quality_suite.audit import AuditEvidence
+from quality_suite.assessment import TaskInputs
 from quality_suite.corpora import Case
 
 from ..state.perf_record import PerfRecord
@@ -26,13 +26,15 @@ from ..state.runs import RunPaths
 from ..state.session import Session
 from ..worker.client import WorkerLauncher, WorkerProcess
 from ..worker.forkserver import ForkServers
-from . import memory_plan, warm_servers
-from .generation import CorpusOutputs, audit_evidence, generate_corpus, timed_like_gaps
-from .live import Live
-from .measurement import measure
-from .measurement_plan import MeasurementPlan, RoundCheck, Side
-from .pairs import Pair, boot
-from .progress import TimingProgress
+from .quality import cases
+from .quality.generation import CandidateRun, CorpusOutputs, audit_evidence, generate_corpus, quality_gaps
+from .speed import warm_servers
+from .speed.measurement import measure
+from .speed.measurement_plan import MeasurementPlan, RoundCheck, Side
+from .speed.pairs import Pair, boot
+from .speed.progress import TimingProgress
+from .workers import memory_plan
+from .workers.live import Live
 
 
 class PhaseClock:
@@ -46,25 +48,6 @@ class PhaseClock:
         now = time.perf_counter()
         self.seconds[phase] = self.seconds.get(phase, 0.0) + now - since
         return now
-
-
-@dataclass(frozen=True)
-class CandidateRun:
-    """What the quality run of the candidate produced."""
-
-    build_s: float
-    outputs: CorpusOutputs
-    evidence: AuditEvidence
-
-
-def quality_gaps(session: Session) -> Iterator[float] | None:
-    """The timed rounds' gaps for the quality run: two of the best's rounds (its recorded median); None when the
-    lane's `performance.quality_gaps` is off."""
-    if not session.lane.performance.quality_gaps:
-        return None
-    best = session.best()
-    median_ms = best.measurements.median_ms if best is not None else None
-    return timed_like_gaps(median_ms / 1000.0 if median_ms else None)
 
 
 def warm_history(session: Session, outputs: CorpusOutputs) -> list[float]:
@@ -244,3 +227,26 @@ def untimed_quality_pair(workers: CandidateWorkers, plan: MeasurementPlan) -> No
     if workers.first_pair is not None and not plan.protocol.times_quality_pair(plan.is_cuda):
         workers.first_pair.close()
         workers.first_pair, workers.warmup_reused = None, 0
+
+
+@contextlib.contextmanager
+def further_inputs(workers: CandidateWorkers, corpus: list[Case], live: Live | None,
+                   needed: bool = True) -> Iterator[TaskInputs | None]:
+    """The task-score tests' inputs while the assessment runs (None when not `needed`: a reused judging). The
+    further outputs come from the first timing pair's workers while they are up, else from workers started for
+    them: the candidate's tree, and the best's (the parent) when there is one."""
+    if not needed:
+        yield None
+        return
+    w, pair = workers, workers.first_pair
+    cand = cases.OutputSource(w.session, w.launcher, "candidate", w.candidate_root, w.spec(w.candidate_root),
+                        w.run.worker_log("candidate", "cases"), pair.cand if pair else None, candidate=True)
+    parent = None if w.best_root is None else cases.OutputSource(
+        w.session, w.launcher, "best", w.best_root, w.spec(w.best_root), w.run.worker_log("best", "cases"),
+        pair.best if pair else None)
+    try:
+        yield cases.task_inputs(w.session, corpus, cand, parent, live)
+    finally:
+        for source in (cand, parent):
+            if source is not None:
+                source.close()

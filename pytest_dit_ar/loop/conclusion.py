@@ -1,10 +1,14 @@
 """What one judging concludes, and how the session's own process carries it out.
 
+`quality_finding` and `performance_finding` turn the evidence the harness measured and the suite tests'
+outcomes into what `verdict.decide` is given (a gate whose tests did not run has no finding: the verdict
+discards); `ledger_row` writes one experiment's row from its verdict and typed results.
+
 An experiment's verdict becomes an `ExperimentOutcome` (pure: the ledger row, the reasons, the measurements, the
 run record's details and the spread to pool); `apply` writes it: the run record, the ledger row, the best or the
 reset. A baseline's ends as a `BaselineOutcome` (its summary and row) that `records.record_baseline` writes.
 
-In a local run the process that judged applies its outcome at once. In a fleet (loop/fleet/) the judge runs in a
+In a local run the process that judged applies its outcome at once. In a fleet (fleet/) the judge runs in a
 slot on some node and only writes its outcome into its run folder (`write`, `outcome.json`); the session's own
 process reads it back (`read`) and applies it, so git, the ledger and the best have one writer.
 """
@@ -18,8 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 import git
 
+from dit_ar_contract.sides import Role
 from dit_ar_contract.status import Status
 from perf_suite.sequential import PairSpread
+from quality_suite.assessment import QualityAssessment
 
 from ..state import gitops, records
 from ..state.baseline import BaselineSummary
@@ -27,10 +33,14 @@ from ..state.best import Measurements
 from ..state.files import load_record, write_record
 from ..state.ledger import LedgerRow
 from ..state.noise import record_spread
+from ..state.paths import now
+from ..state.perf_record import PerfRecord
 from ..state.session import Session
+from .guards.outcomes import TestOutcomes
+from .verdict import Finding, Verdict
 
 if TYPE_CHECKING:
-    from .measurement import PerfOutcome
+    from .speed.measurement import PerfOutcome
 
 OUTCOME = "outcome.json"  # an experiment judged elsewhere: what its session's process records
 BASELINE_OUTCOME = "baseline-outcome.json"  # likewise for a baseline (the baseline folder comes with it)
@@ -135,3 +145,59 @@ def write_baseline(outcome: BaselineOutcome, run_dir: Path) -> None:
 def read_baseline(run_dir: Path) -> BaselineOutcome | None:
     data = load_record(run_dir / BASELINE_OUTCOME)
     return BaselineOutcome.from_dict(data) if data else None
+
+
+# -- what the verdict is given, and the row it is recorded as -----------------------------------------------
+
+
+def quality_finding(outcomes: TestOutcomes, assessment: QualityAssessment | None,
+                    perf: PerfRecord | None) -> Finding | None:
+    """The quality gate: the assessment and the quality tests (and timed outputs that were not faithful)."""
+    if not outcomes.quality or assessment is None:
+        return None
+    failed = outcomes.failed("quality")
+    reasons = tuple(c.describe() for c in assessment.failures()[:8])
+    if failed and not reasons:
+        reasons = (f"quality tests failed: {failed[:5]}",)
+    unfaithful = tuple(perf.unfaithful[:5]) if perf else ()
+    return Finding(not failed and assessment.passed and not unfaithful, reasons + unfaithful)
+
+
+def performance_finding(outcomes: TestOutcomes, perf: PerfRecord | None) -> Finding | None:
+    """The performance gate: the sequential test's outcome and the perf tests."""
+    if not outcomes.perf or perf is None:
+        return None
+    failed = outcomes.failed("perf")
+    reasons = tuple(perf.reasons) or (f"performance tests did not pass: {failed[:5]}",)
+    return Finding(not failed and perf.keep, reasons)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """Which experiment a row is about: its run, commit and what the agent declared."""
+
+    run_id: str
+    commit: str
+    parent: str
+    declared_class: str
+    description: str
+    run_dir: str  # relative to the project root
+    flags: str = ""
+
+
+def ledger_row(session: Session, who: Candidate, verdict: Verdict, quality: QualityAssessment | None,
+               perf: PerfRecord | None, best_before_ms: float | None) -> LedgerRow:
+    """The experiment's ledger row (the best's median from this run's timing when it has one)."""
+    look = perf.look if perf else None
+    best_ms = perf.median_ms(Role.BEST) if perf else best_before_ms
+    lane = session.lane
+    return LedgerRow(
+        timestamp=now(), run_id=who.run_id, lane=session.lane_id, commit=who.commit, parent=who.parent,
+        status=verdict.status, declared_class=who.declared_class,
+        effective_class=quality.effective_class if quality else "", metric=lane.primary_metric,
+        best_before=lane.metric_value(best_ms),
+        candidate=lane.metric_value(perf.median_ms(Role.CANDIDATE) if perf else None),
+        improvement_pct=look.estimate_pct if look else None, p_value=perf.nominal_p if perf else None,
+        peak_vram_mb=perf.peak_memory_mb(Role.CANDIDATE) if perf else None,
+        quality_summary=quality.headline() if quality else "; ".join(verdict.reasons)[:300],
+        description=who.description, run_dir=who.run_dir, reason=verdict.reason, flags=who.flags)

@@ -3,8 +3,8 @@ baseline and its speed against the best. Each part is computed once, on first re
 processes; what has been computed is exposed read-only (`quality_result`, `performance_result`, `crash`).
 
 Used by the quality and perf tests both inside an experiment and in plain `pytest -m quality|perf` runs. The
-workers come from the session's launcher (loop/launch.py); the candidate's worker lifecycle is
-`CandidateWorkers` (loop/candidate.py); the timed comparison's inputs are loop/timing.py's. This class keeps
+workers come from the session's launcher (loop/workers/launch.py); the candidate's worker lifecycle is
+`CandidateWorkers` (loop/candidate.py); the timed comparison's inputs are loop/speed/timing.py's. This class keeps
 the crash record and the run folder's quality and perf records.
 """
 
@@ -25,11 +25,14 @@ from ..state.files import write_record
 from ..state.perf_record import PerfRecord
 from ..state.runs import RunPaths
 from ..state.session import Session
-from . import quality, quality_cases, reuse, timing
-from .candidate import CandidateRun, CandidateWorkers, PhaseClock
-from .launch import launcher_for, memory_budget
-from .live import Live
-from .progress import TimingProgress
+from .candidate import CandidateWorkers, PhaseClock, further_inputs
+from .quality import assess as quality
+from .quality import reuse
+from .quality.generation import CandidateRun
+from .speed import timing
+from .speed.progress import TimingProgress
+from .workers.launch import launcher_for, memory_budget
+from .workers.live import Live
 
 
 class Evidence:
@@ -145,7 +148,7 @@ class Evidence:
         self._phase("quality: metrics and gates against the baseline")
         t, whole = time.perf_counter(), self.case_ids is None
         self.reuse = reuse.best_judging(self.session, self.launcher, self.best_root, self.declared_class, run, whole)
-        with quality_cases.further_inputs(self.workers, cases, self.live, self.reuse.assessment is None) as inputs:
+        with further_inputs(self.workers, cases, self.live, self.reuse.assessment is None) as inputs:
             result = quality.assess_run(self.session, self.declared_class, run, ref, cases, self.run, whole,
                                         inputs=inputs, reused=self.reuse.assessment)
         self.clock.spent("quality_metrics", t)
@@ -155,7 +158,7 @@ class Evidence:
         """Refuse before anything runs when a required metric cannot be computed here."""
         task_metrics.check_available(self.session.lane.task_metrics, self.session.lane.quality, self.session.root)
 
-    # -- performance (loop/timing.py) ---------------------------------------------------------------
+    # -- performance (loop/speed/timing.py) ---------------------------------------------------------------
     def performance(self) -> PerfRecord:
         """Interleaved A/B timing of the candidate against the best worktree (after the quality run: the
         timed outputs are checked under the class the quality run found)."""

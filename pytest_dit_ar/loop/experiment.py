@@ -26,11 +26,13 @@ from ..state.live import LiveFile
 from ..state.paths import StatePaths, new_run_id
 from ..state.phases import PhaseTimes
 from ..state.session import Session, open_session, verify_integrity
-from . import conclusion, gpu_locks, pregate, reuse
+from . import conclusion
+from .conclusion import Candidate, ledger_row, performance_finding, quality_finding
 from .evidence import Evidence
-from .findings import Candidate, ledger_row, performance_finding, quality_finding
-from .guards import RunGuard, check_best, check_session, check_stack
-from .outcomes import TestOutcomes
+from .guards import gpu_locks, pregate
+from .guards.checks import RunGuard, check_best, check_session, check_stack
+from .guards.outcomes import TestOutcomes
+from .quality import reuse
 from .verdict import Verdict, decide
 
 
@@ -117,7 +119,7 @@ class Experiment:
         self.live.update(phase="quality", max_segments=session.lane.performance.max_segments)
         return None
 
-    # -- after the run (loop/guards.py) ------------------------------------------------------
+    # -- after the run (loop/guards/checks.py) ------------------------------------------------------
     def guard_before_refusal(self) -> Verdict | None:
         """Run the post-run checks before the run ends in a refusal (a harness error, an interruption): what
         the candidate changed is judged and recorded (DISCARD-SCOPE, HALT) whatever else went wrong; None
@@ -201,7 +203,7 @@ def phase_times(evidence: Evidence | None, spent: dict[str, float]) -> PhaseTime
 
 
 def store_best_outputs(evidence: Evidence | None, before: BestRecord | None) -> None:
-    """A keep's corpus outputs and judging become the best's stored ones (loop/reuse.py); a failure to store
+    """A keep's corpus outputs and judging become the best's stored ones (loop/quality/reuse.py); a failure to store
     costs only the reuse."""
     if evidence is None or evidence.quality_result is None or not reuse.enabled(evidence.session):
         return

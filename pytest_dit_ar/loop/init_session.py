@@ -22,7 +22,7 @@ from ..state.executor import ExecutorChoice
 from ..state.files import write_json_atomic
 from ..state.paths import StatePaths, now
 from ..state.session import LAYOUT, SessionRecord, read_record
-from . import warm_servers
+from .speed import warm_servers
 
 
 def _archive_previous(paths: StatePaths, old_tag: str) -> Path:
@@ -76,7 +76,7 @@ def check_origin(paths: StatePaths, lane_id: str, head: str, new_baseline: bool)
 def init(config_path: Path, tag: str | None, lane: str | None, out: Callable[[str], None] = print,
          new_baseline: bool = False, target: LaneTarget | None = None,
          executor: ExecutorChoice | None = None) -> int:
-    """`target` and `executor`: a fleet session's (loop/fleet/bind.py): its device is its slot's."""
+    """`target` and `executor`: a fleet session's (fleet/bind.py): its device is its slot's."""
     config = load_config(config_path)
     repo = gitops.open_repo(config.root)
     gitops.exclude_state_dir(repo)

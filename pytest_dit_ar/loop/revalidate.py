@@ -7,7 +7,7 @@ original baseline commit (`.autoresearch/worktrees/origin`), in fresh worker pai
 the verdict's own statistics; and beside it the product of the kept steps' estimates, with the interval of the
 sum of their log ratios. When the two 95% intervals do not overlap, `status`, the report and the summary warn.
 
-It also judges the best on the lane's holdout corpus (loop/holdout.py). It writes a run folder
+It also judges the best on the lane's holdout corpus (loop/quality/holdout.py). It writes a run folder
 (`revalidate.json`, `perf.json`) and one ledger row of its own kind (`revalidate`), and never moves the best.
 `dit-ar experiment` runs it after every `revalidate_every` keeps (the lane's performance protocol, default 5).
 """
@@ -38,10 +38,12 @@ from ..state.noise import read_noise
 from ..state.paths import new_run_id, now
 from ..state.perf_record import PerfRecord
 from ..state.session import Session, open_session, verify_integrity
-from . import conclusion, gpu_locks, holdout
-from .launch import launcher_for
-from .measurement import measure
-from .measurement_plan import MeasurementPlan, Side
+from . import conclusion
+from .guards import gpu_locks
+from .quality import holdout
+from .speed.measurement import measure
+from .speed.measurement_plan import MeasurementPlan, Side
+from .workers.launch import launcher_for
 
 RECORD = runs.REVALIDATION_RECORD
 Z95 = 1.959963984540054  # both intervals compared at the same two-sided 95% level

@@ -2,7 +2,7 @@
 
 The arguments are rewritten once (a pasted node id of an installed suite, the suites installed outside the
 rootdir); `ignores` and `order` answer pytest's collection hooks; `request` turns pytest's options and the
-collected items into the `loop.selection.Request` that the pure selection rule judges.
+collected items into the `loop.guards.selection.Request` that the pure selection rule judges.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ..loop import selection
-from ..loop.selection import selects_suites
-from ..loop.suites import SUITES, SuiteFiles
+from ..loop.guards import selection
+from ..loop.guards.selection import selects_suites
+from ..loop.guards.suites import SUITES, SuiteFiles
 
 BENCHMARK_SKIP = ("inside an experiment the verdict's timed rounds are the measurement (perf.json); publish with "
                   "`pytest -m perf --benchmark-autosave`")

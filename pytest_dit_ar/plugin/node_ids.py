@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..loop.suites import SuiteFiles
+from ..loop.guards.suites import SuiteFiles
 
 
 def suite_module(name: str, suites: SuiteFiles) -> Path | None:

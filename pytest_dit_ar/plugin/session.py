@@ -17,7 +17,7 @@ from dit_ar_contract.classes import WORDS as CLASSES
 from dit_ar_contract.config import DEFAULT_CONFIG
 from dit_ar_contract.errors import EXIT_REFUSED, CandidateCrash, Refused
 
-from ..loop.suites import MARKERS, SuiteFiles, suite_files
+from ..loop.guards.suites import MARKERS, SuiteFiles, suite_files
 from .collection import Collection, cases_needed
 from .terminal import last_line, one_line, show_progress
 
@@ -47,7 +47,7 @@ class PluginSession:
     """What one pytest run of the plugin knows: its options, the experiment (if any) and the outcomes."""
 
     def __init__(self, config: pytest.Config):
-        from ..loop.outcomes import TestOutcomes
+        from ..loop.guards.outcomes import TestOutcomes
 
         self.config = config
         self.config_path = Path(option(config, "dit_ar_config") or DEFAULT_CONFIG)
@@ -59,7 +59,7 @@ class PluginSession:
         self.experiment_mode = bool(option(config, "dit_ar_experiment")) and not config.option.collectonly \
             and not hasattr(config, "workerinput")
         self.unsandboxed = bool(config.getoption("dit_ar_unsandboxed"))
-        self.judge_only = bool(config.getoption("dit_ar_judge_only"))  # a fleet's judge (loop/fleet/)
+        self.judge_only = bool(config.getoption("dit_ar_judge_only"))  # a fleet's judge (fleet/)
         self.run_id = config.getoption("dit_ar_run_id") or ""
         self.experiment = None
         self.outcomes = TestOutcomes()
@@ -173,7 +173,7 @@ class PluginSession:
         if self.experiment is not None:
             exp = self.experiment
             exp.release()
-            from ..loop import warm_servers  # the next experiment's fork servers, detached, after a verdict
+            from ..loop.speed import warm_servers  # the next experiment's fork servers, detached, after a verdict
 
             warm_servers.start_next(exp.session, exp.config_path, exp.verdict is not None and exp.sandboxed and
                                     not exp.judge_only)
@@ -188,7 +188,7 @@ def plain_evidence(config_path: Path, lane: str | None, classification: str | No
     """A plain run's evidence: the working tree against the baseline (and the best, where its worktree is), in a
     run folder of its own; sandboxed where the machine can (a plain run decides nothing)."""
     from ..loop.evidence import Evidence
-    from ..loop.launch import sandbox_problem
+    from ..loop.workers.launch import sandbox_problem
     from ..state.paths import new_run_id
     from ..state.session import open_session
 

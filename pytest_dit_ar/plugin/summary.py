@@ -59,7 +59,7 @@ def verdict_section(tr: Any, exp: Experiment) -> None:
     for reason in verdict.reasons[:10]:
         tr.write_line(f"- {reason}")
     if exp.pregate:
-        from ..loop.pregate import summary as pregate_summary
+        from ..loop.guards.pregate import summary as pregate_summary
 
         tr.write_line(f"static pre-gate (flags, does not refuse): {pregate_summary(exp.pregate)}")
         for finding in exp.pregate[:8]:

@@ -12,8 +12,8 @@ import pytest
 def show_progress(config: pytest.Config, evidence: Any, protocol: Any) -> None:
     """The evidence's phases and timed rounds on the terminal while the tests run (a bar on a terminal, one
     line per phase in a pipe), written past pytest's output capture."""
-    from ..loop.live import Live
-    from ..loop.progress import TimingProgress
+    from ..loop.speed.progress import TimingProgress
+    from ..loop.workers.live import Live
 
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is None:

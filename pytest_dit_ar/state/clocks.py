@@ -1,5 +1,5 @@
 """What a timed side's GPU clock did while it ran: NVML samples of the SM clock and the clocks-event (throttle)
-reasons, taken by the harness every `CLOCK_SAMPLE_S` during the side's generate (loop/clean_rounds.py), summed up
+reasons, taken by the harness every `CLOCK_SAMPLE_S` during the side's generate (loop/speed/clean_rounds.py), summed up
 as a `ClockSpan` per GPU.
 
 A sample counts as fallen when the SM clock is below `FELL_FRACTION` of the GPU's maximum SM clock while the GPU

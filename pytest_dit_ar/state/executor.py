@@ -1,7 +1,7 @@
 """Where a session's judging runs, as `dit-ar init` records it in session.json (agents never choose it).
 
 `local` judges in the session's own process on this machine (the default). `ray` judges in a slot of a Ray
-cluster (`dit-ar init --executor ray --address ADDRESS --slot NAME`; loop/fleet/): the session's device is then
+cluster (`dit-ar init --executor ray --address ADDRESS --slot NAME`; fleet/): the session's device is then
 the slot's, recorded at init, and its driver never starts a worker itself.
 """
 

@@ -1,4 +1,4 @@
-"""perf.json, the record of one performance verdict: one schema that its writer (loop/measurement.py builds a
+"""perf.json, the record of one performance verdict: one schema that its writer (loop/speed/measurement.py builds a
 `PerfRecord` as it measures) and its readers (the report, `dit-ar status`, re-validation, the summary) share.
 
 `PerfRecord.to_dict` writes the file's shape and its format version (`PERF_FORMAT`); `from_dict` reads it back
@@ -9,7 +9,7 @@ segment (`PerfRecord.aa_segment`). Derived figures (`startup`, `rounds`, `rounds
 segment's `flagged_rounds`) are written for a reader of the file and recomputed, never read back.
 
 Every round keeps its order, each side's wall-clock times and the GPU's state right after it (`RoundRecord`,
-measured by loop/clean_rounds.py); a round in which a side's GPU named a slowdown (power cap, thermal, power
+measured by loop/speed/clean_rounds.py); a round in which a side's GPU named a slowdown (power cap, thermal, power
 brake, hardware slowdown), whose SM clock fell (state/clocks.py) or that was busy before timing is flagged; it is
 excluded (and replaced) only when the best's clock fell, else kept in the verdict.
 """
@@ -116,7 +116,7 @@ class SideTiming:
 class RoundRecord:
     """One timed round: its order ("CB": candidate first, or "BC") and each side's timing and GPU state.
     `excluded`: the best's SM clock fell while it ran (state/clocks.py), so the round's times are left out of
-    the verdict and another round is played in its place (loop/segment.py; at most a quarter of a segment's)."""
+    the verdict and another round is played in its place (loop/speed/segment.py; at most a quarter of a segment's)."""
 
     index: int
     order: str
@@ -287,7 +287,7 @@ class SegmentRecord:
     forked: bool = False  # the pair came from the fork servers
     warmup_state: Sides[str] = field(default_factory=lambda: Sides("", ""))  # "steady" or "capped"
     warm_cache: Sides[bool | None] = field(default_factory=lambda: Sides(None, None))  # cache filled before
-    layout: str = "pair"  # "pair" (both alive, interleaved) or "alternate" (one side at a time: loop/memory_plan)
+    layout: str = "pair"  # "pair" (both alive, interleaved) or "alternate" (one side at a time: memory_plan)
     live_peak_mb: float | None = None  # device memory of all live workers together, sampled (NVML)
     spawn_s: float = 0.0  # alternate layout: starting its workers' processes (to their hello), both sides
     close_s: float = 0.0  # alternate layout: closing them (the card's memory given back)

@@ -8,7 +8,7 @@ report and `dit-ar status` read every run as types and never by string key. perf
 writer and its readers, is state/perf_record.py's.
 
 Who writes which file: `state.records` the run record and the baseline copy, `loop.evidence` the crash log and
-the quality and perf records, `loop.quality` the difference pictures, the worker launcher the worker logs,
+the quality and perf records, `loop.quality.assess` the difference pictures, the worker launcher the worker logs,
 `dit-ar profile` the profile record, `loop.revalidate` the re-validation record.
 """
 
@@ -231,7 +231,7 @@ class Estimate:
 
 @dataclass(frozen=True)
 class HoldoutRecord:
-    """A re-validation's holdout judgement as recorded (`loop.holdout.HoldoutResult.as_dict` plus its line)."""
+    """A re-validation's holdout judgement as recorded (`loop.quality.holdout.HoldoutResult.as_dict` plus its line)."""
 
     effective_class: str | None = None
     cases: int | None = None

@@ -54,7 +54,7 @@ class SessionRecord:
     config_sha256: str
     baselines: dict[str, LaneBaseline] = field(default_factory=dict)
     layout: int = 1
-    seed_key: str = ""  # keys the corpus seeds the workers see (loop.generation); never shown to a worker
+    seed_key: str = ""  # keys the corpus seeds the workers see (loop.quality.generation); never shown to a worker
     new_origin_from: str = ""  # set by `init --new-baseline`: the lane's earlier baseline commit(s) this replaces
     executor: ExecutorChoice = field(default_factory=ExecutorChoice)  # where judging runs (state/executor.py)
 

@@ -1,6 +1,6 @@
 """Who writes a session's git, ledger and best: the session's own process, never a judge.
 
-A fleet judges each experiment in a Ray worker on a slot's node (loop/fleet/); that judge writes only into its
+A fleet judges each experiment in a Ray worker on a slot's node (fleet/); that judge writes only into its
 node-local replica and hands an outcome back, and the session's own process records it. These writes refuse
 anywhere a judge runs: in a Ray worker process (Ray sets `RAY_RAYLET_PID` in every worker it starts and so in
 everything a worker starts, never in a driver or a `ray job submit` entrypoint) and wherever `DIT_AR_JUDGE` is

@@ -3,7 +3,7 @@
 A worker's own figure (torch's allocator statistics) is candidate code and not trusted; NVML counts everything
 a worker's processes hold on the device (the CUDA context, the allocator's reserve, a helper process's share).
 `MemorySampler` polls while workers run, keeping each side's peak and the peak of their SUM (what a card must
-hold when several workers live at once: loop/memory_plan.py)."""
+hold when several workers live at once: loop/workers/memory_plan.py)."""
 
 from __future__ import annotations
 

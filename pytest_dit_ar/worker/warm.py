@@ -1,6 +1,6 @@
 """Warm fork servers: one fork server per side, started before the experiment that forks its quality run's pair.
 
-A keeper process (loop/warm_servers.py), started detached at the end of an experiment or baseline, starts one
+A keeper process (loop/speed/warm_servers.py), started detached at the end of an experiment or baseline, starts one
 `Zygote` per side in its side's sandbox with an empty tree and cache folder (`spawn.empty_stage`): it imports the
 fixed prelude only. It records the servers (`WarmRecord`, the state folder's `warm-servers.json`) and waits on an
 abstract Unix socket. The next experiment connects, receives the servers' control sockets (SCM_RIGHTS) and adopts

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_dit_ar.loop import warm_servers
+from pytest_dit_ar.loop.speed import warm_servers
 from pytest_dit_ar.state.paths import StatePaths
 from tests.helpers.loop import clone_state, make_project_copy, run
 
@@ -53,7 +53,7 @@ def fleet_cluster(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - a
     require_ray()
     from ray.cluster_utils import Cluster
 
-    from pytest_dit_ar.loop.fleet import ray_executor
+    from pytest_dit_ar.fleet import ray_executor
 
     os.environ["DIT_AR_REPLICAS"] = str(tmp_path_factory.mktemp("replicas"))  # before the nodes start
     os.environ.setdefault("RAY_prestart_worker_first_driver", "0")  # no idle workers on 2 cores

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_dit_ar.loop.patching import wrap_generate
+from pytest_dit_ar.loop.speed.patching import wrap_generate
 from pytest_dit_ar.state import runs
 from pytest_dit_ar.state.paths import StatePaths
 from pytest_dit_ar.state.perf_record import PerfRecord

@@ -1,4 +1,4 @@
-"""`dit-ar calibrate` end to end on the embedded-cpu lane: real A/A worker pairs (loop/aa_pairs.py) with a
+"""`dit-ar calibrate` end to end on the embedded-cpu lane: real A/A worker pairs (loop/speed/aa_pairs.py) with a
 tiny budget, the profile stored in .autoresearch/noise.json, the power lines printed and the figure written."""
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ def test_the_study_engine_builds_a_pool_of_forked_pairs(tmp_path: Path) -> None:
     and crashed (found rehearsing lab/device/wave6_calibrate.sh, 2026-12-02)."""
     repo = make_project_copy(tmp_path / "repo", slow_s=0.0)
     out = tmp_path / "study.json"
-    engine = ("import sys; from pathlib import Path; from pytest_dit_ar.loop.aa_pairs import StudyPlan, run_study; "
+    engine = ("import sys; from pathlib import Path; "
+              "from pytest_dit_ar.loop.speed.aa_pairs import StudyPlan, run_study; "
               "run_study(StudyPlan(Path('config/autoresearch.json'), 'embedded-cpu', null_pairs=2, speedups=(3.0,), "
               "pairs_per_speedup=1, rounds=4, old_rounds=4, pool=2, out=Path(sys.argv[1])))")
     proc = subprocess.run([sys.executable, "-c", engine, str(out)], cwd=repo, env=env_for(repo), capture_output=True,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pytest_dit_ar.cli.scaffold_clip import CLIP_MARGIN
-from pytest_dit_ar.loop.patching import wrap_build
+from pytest_dit_ar.loop.speed.patching import wrap_build
 from pytest_dit_ar.state import runs
 from pytest_dit_ar.worker import sandbox
 from tests.helpers.loop import FAST_PERF, experiment, git, last_line, ledger_rows, run

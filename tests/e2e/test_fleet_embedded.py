@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from dit_ar_contract.status import Status
-from pytest_dit_ar.loop.patching import wrap_build, wrap_generate
+from pytest_dit_ar.loop.speed.patching import wrap_build, wrap_generate
 from pytest_dit_ar.state.executor import ExecutorChoice
 from pytest_dit_ar.state.paths import StatePaths
 from pytest_dit_ar.state.records import write_session
@@ -32,7 +32,7 @@ from tests.helpers.ray_required import require_ray
 ray = require_ray()
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-from pytest_dit_ar.loop.fleet import ray_executor  # noqa: E402 - after the skip: needs Ray
+from pytest_dit_ar.fleet import ray_executor  # noqa: E402 - after the skip: needs Ray
 from pytest_dit_ar.state.session import open_session  # noqa: E402
 
 TAMPER = """\

@@ -27,8 +27,8 @@ ray = require_ray()
 # extended: CI's time budget; test_fleet_embedded.py's crash judged in a slot is the fleet's test in CI
 pytestmark = [pytest.mark.ray, pytest.mark.extended]
 
-from pytest_dit_ar.loop.fleet import ray_executor  # noqa: E402 - after the skip: needs Ray
-from pytest_dit_ar.loop.fleet.driver import Driver  # noqa: E402
+from pytest_dit_ar.fleet import ray_executor  # noqa: E402 - after the skip: needs Ray
+from pytest_dit_ar.fleet.driver import Driver  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -167,14 +167,14 @@ def test_a_killed_driver_is_reattached_and_its_result_recorded_once(fleet_cluste
                                                                     tmp_path: Path) -> None:
     """The driver is SIGKILLed while the judge runs: the judge goes on; the session's next `status` re-attaches
     and records the verdict once, a second `status` records nothing."""
-    from pytest_dit_ar.loop.fleet import route
+    from pytest_dit_ar.fleet import route
 
     tree = stub_session(project, "killed", fleet_cluster.address, slot("killed:slot-0"))
     candidate(tree, "\n# an idea\n")
     hold = tmp_path / "hold"
     hold.mkdir()
     work = StubWork(str(tmp_path), hold=str(hold), hold_phase="run")
-    script = (f"from tests.helpers.fleet import StubWork; from pytest_dit_ar.loop.fleet import ray_executor, driver; "
+    script = (f"from tests.helpers.fleet import StubWork; from pytest_dit_ar.fleet import ray_executor, driver; "
               f"from pathlib import Path; w = StubWork({str(tmp_path)!r}, hold={str(hold)!r}, hold_phase='run'); "
               f"driver.Driver(Path({str(tree / CONFIG)!r}), ray_executor.RayExecutor({fleet_cluster.address!r}, w), "
               f"echo=None).experiment('exact', 'killed driver')")

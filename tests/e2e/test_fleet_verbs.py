@@ -18,9 +18,9 @@ require_ray()
 pytestmark = [pytest.mark.ray, pytest.mark.extended]
 
 from pytest_dit_ar.cli.main import main  # noqa: E402
-from pytest_dit_ar.loop.fleet import ray_executor, registry  # noqa: E402 - after the skip: needs Ray
-from pytest_dit_ar.loop.fleet.adopt import adopted  # noqa: E402
-from pytest_dit_ar.loop.fleet.driver import Driver  # noqa: E402
+from pytest_dit_ar.fleet import ray_executor, registry  # noqa: E402 - after the skip: needs Ray
+from pytest_dit_ar.fleet.adopt import adopted  # noqa: E402
+from pytest_dit_ar.fleet.driver import Driver  # noqa: E402
 from pytest_dit_ar.state import gitops  # noqa: E402
 
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from dit_ar_contract.device import DeviceIdentity, LaneTarget
-from pytest_dit_ar.loop.patching import wrap_generate
+from pytest_dit_ar.loop.speed.patching import wrap_generate
 from pytest_dit_ar.worker import sandbox
 from pytest_dit_ar.worker.client import SandboxPolicy, WorkerProcess
 from tests.helpers.sandbox_required import require_sandbox

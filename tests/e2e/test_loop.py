@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dit_ar_contract.status import Status
-from pytest_dit_ar.loop.patching import wrap_build, wrap_generate
+from pytest_dit_ar.loop.speed.patching import wrap_build, wrap_generate
 from pytest_dit_ar.state.runs import RunPaths
 from tests.helpers.loop import commit_change, env_for, experiment, git, last_line, ledger_rows, run, set_slow
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_dit_ar.loop.patching import wrap_build, wrap_generate
+from pytest_dit_ar.loop.speed.patching import wrap_build, wrap_generate
 from pytest_dit_ar.state import runs
 from pytest_dit_ar.state.runs import RunPaths
 from tests.helpers.loop import (
@@ -159,9 +159,9 @@ def test_faster_than_the_roofline_is_flagged_and_not_kept(tmp_path: Path) -> Non
     """timing.measure with a floor no real run can beat: the block is flagged, not kept."""
     import dataclasses
 
-    from pytest_dit_ar.loop.launch import launcher_for
-    from pytest_dit_ar.loop.measurement import measure
-    from pytest_dit_ar.loop.measurement_plan import MeasurementPlan, Side
+    from pytest_dit_ar.loop.speed.measurement import measure
+    from pytest_dit_ar.loop.speed.measurement_plan import MeasurementPlan, Side
+    from pytest_dit_ar.loop.workers.launch import launcher_for
     from pytest_dit_ar.state.session import open_session
     from quality_suite.corpora import load_corpus
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_dit_ar.loop.patching import wrap_generate
+from pytest_dit_ar.loop.speed.patching import wrap_generate
 from tests.helpers.loop import PROJECT, env_for, git, ledger_rows, make_project_copy, run, set_slow
 
 EXPERIMENT = ("--dit-ar-experiment", "--dit-ar-description", "x", "-W", "ignore::pytest.PytestAssertRewriteWarning")
@@ -62,7 +62,7 @@ def test_an_unknown_lane_is_the_same_one_line_refusal_everywhere(loop_repo: Path
 
 BREAKERS = {  # a bug inside a fixture's harness code; a bug in a setup step outside the fixtures
     "fixture": '''
-import pytest_dit_ar.loop.quality as quality
+import pytest_dit_ar.loop.quality.assess as quality
 
 def _broken(*args, **kwargs):
     raise KeyError("a bug in the harness's own code")

@@ -14,7 +14,7 @@ import pytest
 
 from dit_ar_contract.errors import Refused
 from dit_ar_contract.status import Status
-from pytest_dit_ar.loop.patching import wrap_build, wrap_generate
+from pytest_dit_ar.loop.speed.patching import wrap_build, wrap_generate
 from pytest_dit_ar.state import runs
 from pytest_dit_ar.state.ledger import LedgerRow
 from pytest_dit_ar.state.runs import RunPaths

@@ -21,7 +21,7 @@ import git as gitpython
 import pytest
 
 from pytest_dit_ar.cli import scaffold as sc
-from pytest_dit_ar.loop.patching import SLEEP_WRAPPER
+from pytest_dit_ar.loop.speed.patching import SLEEP_WRAPPER
 from tests.helpers.loop import DELAY_LINE, FAST_PERF
 from tests.helpers.tiny_pipelines import BUILDERS, RESOLUTION, save_tiny
 from tests.helpers.venv import Venv, build_wheel, make_venv

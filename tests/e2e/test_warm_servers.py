@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from dit_ar_contract.status import Status
-from pytest_dit_ar.loop import warm_servers
+from pytest_dit_ar.loop.speed import warm_servers
 from pytest_dit_ar.state.paths import StatePaths
 from pytest_dit_ar.worker import warm
 from tests.helpers.loop import commit_change, experiment, ledger_rows, make_project_copy, run

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from dit_ar_contract.device import DeviceIdentity, LaneTarget
 from dit_ar_contract.status import Status
+from pytest_dit_ar.fleet import archive
+from pytest_dit_ar.fleet.request import JudgeReply, JudgeRequest, Placement, Prepared, ReplicaPayload
 from pytest_dit_ar.loop import conclusion
-from pytest_dit_ar.loop.fleet import archive
-from pytest_dit_ar.loop.fleet.request import JudgeReply, JudgeRequest, Placement, Prepared, ReplicaPayload
 from pytest_dit_ar.loop.init_session import init
 from pytest_dit_ar.state import gitops, records
 from pytest_dit_ar.state.best import Measurements

@@ -44,9 +44,10 @@ OTHER_JSON = {  # the shipped modules outside state/ that call json.load(s), and
     "perf_suite/studies.py": "a study's result file",
     "quality_suite/case_scores.py": "the case ids in a task-scores file's metadata",
     "pytest_dit_ar/cli/scaffold_files.py": "a diffusers pipeline's configs and the scaffold's contract template",
-    "pytest_dit_ar/loop/fleet/index.py": "the fleet's index of judged candidates (judged.jsonl)",
-    "pytest_dit_ar/loop/fleet/judging.py": "a judge's live.json bytes, read into LiveState",
-    "pytest_dit_ar/loop/warm_servers.py": "the warm servers' keeper's hand-over message and its import path argument",
+    "pytest_dit_ar/fleet/index.py": "the fleet's index of judged candidates (judged.jsonl)",
+    "pytest_dit_ar/fleet/judging.py": "a judge's live.json bytes, read into LiveState",
+    "pytest_dit_ar/loop/speed/warm_servers.py":
+        "the warm servers' keeper's hand-over message and its import path argument",
     "pytest_dit_ar/search/index.py": "the handbook index's cache",
     "pytest_dit_ar/worker/compile_cache.py": "a tree's compile-cache record",
     "pytest_dit_ar/worker/protocol.py": "the worker protocol's JSON lines",

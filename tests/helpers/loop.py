@@ -9,12 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pytest_dit_ar.loop.patching import DELAY_LINE, sleep_patch
+from pytest_dit_ar.loop.speed.patching import DELAY_LINE, sleep_patch
 from pytest_dit_ar.state import ledger
 from pytest_dit_ar.state.ledger import LedgerRow
 from pytest_dit_ar.state.paths import StatePaths
 
-__all__ = ["DELAY_LINE"]  # the model patches themselves: pytest_dit_ar.loop.patching
+__all__ = ["DELAY_LINE"]  # the model patches themselves: pytest_dit_ar.loop.speed.patching
 
 PROJECT = Path(__file__).resolve().parents[2]
 COPY = ("dit_ar_contract", "pytest_dit_ar", "quality_suite", "perf_suite", "model_under_test", "assets", "config",

@@ -1,4 +1,4 @@
-"""What `dit-ar calibrate` collects (loop/aa_pairs.py) and the file it writes: a study file reads back equal, a
+"""What `dit-ar calibrate` collects (loop/speed/aa_pairs.py) and the file it writes: a study file reads back equal, a
 newer format or a file that is no study is refused, the calibration's plan, and a tree already slowed by the
 tests' sleep wrapper can be slowed again for a speedup arm."""
 
@@ -12,8 +12,8 @@ import pytest
 from dit_ar_contract.errors import Refused
 from dit_ar_contract.sides import Sides
 from perf_suite.studies import FORMAT, NULL, OVERHEAD, StudyArm, StudyPair, StudyResults
-from pytest_dit_ar.loop.aa_pairs import StudyPlan, slowed_copy
-from pytest_dit_ar.loop.patching import sleep_patch
+from pytest_dit_ar.loop.speed.aa_pairs import StudyPlan, slowed_copy
+from pytest_dit_ar.loop.speed.patching import sleep_patch
 
 MODEL = ("def build_pipeline(spec):\n    class P:\n        def generate(self, r):\n            return r\n"
          "    return P()\n")

@@ -62,7 +62,7 @@ def test_audit_raises_fewer_denoiser_rows_to_approximate(dit: torch.nn.Module) -
 # -- denoiser rows a CUDA graph hides (examples/cuda-graphs judged on the H200, 2026-12-02) -----------------
 
 def test_a_generate_without_a_seen_forward_makes_the_row_count_blind_not_a_step_cut():
-    from pytest_dit_ar.loop.generation import counted_rows
+    from pytest_dit_ar.loop.quality.generation import counted_rows
 
     assert counted_rows([16.0, 16.0, 16.0]) == (16.0, False)
     assert counted_rows([16.0, 8.0]) == (8.0, False)  # a cut on some requests is still seen

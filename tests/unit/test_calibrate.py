@@ -17,7 +17,7 @@ from dit_ar_contract.config import PerfProtocol
 from perf_suite.sequential import PairSpread
 from perf_suite.studies import NULL, StudyArm, StudyPair, StudyResults
 from pytest_dit_ar.cli.main import main
-from pytest_dit_ar.loop import calibration
+from pytest_dit_ar.loop.speed import calibration
 from pytest_dit_ar.state.noise import LaneNoise, NoiseProfile, read_noise, record_spread, store_profile
 from pytest_dit_ar.state.paths import StatePaths
 from tests.helpers.loop import PROJECT
@@ -149,7 +149,7 @@ def test_the_profile_reports_the_rounds_a_win_needs(tmp_path: Path) -> None:
 
 def test_the_default_budget_holds_long_calibration_pairs_at_the_best_latency() -> None:
     from dit_ar_contract.config import PerfProtocol
-    from pytest_dit_ar.loop.calibration import budget_s
+    from pytest_dit_ar.loop.speed.calibration import budget_s
 
     p = PerfProtocol(rounds=16, warmup_rounds=3)
     assert budget_s(p, None, True, 16, 48) == 900.0  # no best measured yet

@@ -14,11 +14,11 @@ import torch
 
 from dit_ar_contract.config import PerfProtocol
 from dit_ar_contract.sides import Role, Sides
-from pytest_dit_ar.loop import clean_rounds
-from pytest_dit_ar.loop.clean_rounds import balanced_orders
-from pytest_dit_ar.loop.pairs import Pair, spare_cores, timed_cores
-from pytest_dit_ar.loop.pool import pairs_that_fit
-from pytest_dit_ar.loop.segment import run_segment
+from pytest_dit_ar.loop.speed import clean_rounds
+from pytest_dit_ar.loop.speed.clean_rounds import balanced_orders
+from pytest_dit_ar.loop.speed.pairs import Pair, spare_cores, timed_cores
+from pytest_dit_ar.loop.speed.pool import pairs_that_fit
+from pytest_dit_ar.loop.speed.segment import run_segment
 from pytest_dit_ar.state.perf_record import GpuSample, RoundRecord, SideTiming, flagged, rounds_summary
 from pytest_dit_ar.worker.client import Generated
 
@@ -290,8 +290,8 @@ class PinnableWorker(FakeWorker):
 
 def concurrent_setup(monkeypatch: pytest.MonkeyPatch, protocol: PerfProtocol):
     from dit_ar_contract.config import Guardrails
-    from pytest_dit_ar.loop.measurement_plan import MeasurementPlan, Side
-    from pytest_dit_ar.loop.pairs import PairSource
+    from pytest_dit_ar.loop.speed.measurement_plan import MeasurementPlan, Side
+    from pytest_dit_ar.loop.speed.pairs import PairSource
 
     log: list[tuple[str, str]] = []
 
@@ -310,7 +310,7 @@ def concurrent_setup(monkeypatch: pytest.MonkeyPatch, protocol: PerfProtocol):
 
 def test_concurrent_pairs_reach_a_verdict_of_the_real_sequential_test(monkeypatch: pytest.MonkeyPatch) -> None:
     from perf_suite.sequential import SequentialTest
-    from pytest_dit_ar.loop.measurement import measure_concurrent
+    from pytest_dit_ar.loop.speed.measurement import measure_concurrent
 
     protocol = replace(PerfProtocol(), pairs=3, rounds=8, warmup_rounds=0)
     plan, source, make, _ = concurrent_setup(monkeypatch, protocol)
@@ -324,9 +324,9 @@ def test_concurrent_pairs_reach_a_verdict_of_the_real_sequential_test(monkeypatc
 
 def test_concurrent_pairs_are_built_first_then_dealt_rounds_round_robin(monkeypatch: pytest.MonkeyPatch) -> None:
     from dit_ar_contract.config import Guardrails
-    from pytest_dit_ar.loop.measurement import measure_concurrent
-    from pytest_dit_ar.loop.measurement_plan import MeasurementPlan, Side
-    from pytest_dit_ar.loop.pairs import PairSource
+    from pytest_dit_ar.loop.speed.measurement import measure_concurrent
+    from pytest_dit_ar.loop.speed.measurement_plan import MeasurementPlan, Side
+    from pytest_dit_ar.loop.speed.pairs import PairSource
 
     log: list[tuple[str, str]] = []
 

@@ -1,5 +1,5 @@
 """Clock flags say what dropped: the SM clock against the GPU's maximum and for how long, from (fake) NVML
-samples taken while each side ran (state/clocks.py, loop/clean_rounds.py). A throttle reason with the clock at
+samples taken while each side ran (state/clocks.py, loop/speed/clean_rounds.py). A throttle reason with the clock at
 its maximum is a flag only; a round is excluded (and another played in its place) only when the best's clock
 fell, at most a quarter of a segment's rounds; a fall on the candidate's side alone keeps the round."""
 
@@ -12,8 +12,8 @@ import time
 import pytest
 
 from dit_ar_contract.sides import Role
-from pytest_dit_ar.loop import clean_rounds
-from pytest_dit_ar.loop.segment import run_segment
+from pytest_dit_ar.loop.speed import clean_rounds
+from pytest_dit_ar.loop.speed.segment import run_segment
 from pytest_dit_ar.state.clocks import FELL_FRACTION, ClockSpan, summarize
 from pytest_dit_ar.state.perf_record import RoundRecord, SegmentRecord, rounds_summary
 from tests.unit.test_clean_rounds import FakeWatch, fake_pair, fake_pynvml

@@ -15,12 +15,12 @@ import pytest
 
 from dit_ar_contract.errors import Refused
 from dit_ar_contract.status import Status
+from pytest_dit_ar.fleet import archive, dispatch
+from pytest_dit_ar.fleet.dispatch import PREPARE, RUN, Dispatch
+from pytest_dit_ar.fleet.judging import Echo, Judging
+from pytest_dit_ar.fleet.request import JudgeReply, JudgeRequest, NodeLost, Placement, Prepared, ReplicaPayload
+from pytest_dit_ar.fleet.usage import SessionUsage, fleet_best
 from pytest_dit_ar.loop import conclusion
-from pytest_dit_ar.loop.fleet import archive, dispatch
-from pytest_dit_ar.loop.fleet.dispatch import PREPARE, RUN, Dispatch
-from pytest_dit_ar.loop.fleet.judging import Echo, Judging
-from pytest_dit_ar.loop.fleet.request import JudgeReply, JudgeRequest, NodeLost, Placement, Prepared, ReplicaPayload
-from pytest_dit_ar.loop.fleet.usage import SessionUsage, fleet_best
 from pytest_dit_ar.state import gitops, ledger
 from pytest_dit_ar.state.best import Measurements
 from pytest_dit_ar.state.ledger import LedgerRow
@@ -218,7 +218,7 @@ def test_a_local_session_never_imports_ray(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.delitem(sys.modules, "ray", raising=False)
     monkeypatch.setattr(builtins, "__import__", recording)
     from pytest_dit_ar.cli.main import build_parser
-    from pytest_dit_ar.loop.fleet.route import remote_choice
+    from pytest_dit_ar.fleet.route import remote_choice
 
     build_parser()
     assert remote_choice(PROJECT / "config" / "autoresearch.json") is None
@@ -229,7 +229,7 @@ def test_a_local_session_never_imports_ray(monkeypatch: pytest.MonkeyPatch) -> N
 def test_a_row_recorded_before_the_driver_died_is_finished_never_recorded_again(status: Status, tmp_path: Path) -> None:
     """The driver died after the ledger row: its successor moves the best (a keep) or resets (a discard), and writes
     no second row, whatever the judge (gone) would say."""
-    from pytest_dit_ar.loop.fleet.driver import Driver
+    from pytest_dit_ar.fleet.driver import Driver
     from tests.helpers.fleet import CONFIG, candidate, stub_session
     from tests.helpers.loop import git, ledger_rows, make_project_copy
 

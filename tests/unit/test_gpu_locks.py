@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from dit_ar_contract.errors import Refused
-from pytest_dit_ar.loop import gpu_locks
+from pytest_dit_ar.loop.guards import gpu_locks
 
 
 def test_a_busy_gpu_is_refused_by_name_and_a_free_one_is_not(tmp_path: Path) -> None:

@@ -97,8 +97,6 @@ def test_an_oversized_file_and_class_are_named(tmp_path: Path) -> None:
 
 HISTORY = re.compile(r"\bwaves?\b|\bnotes? \d+|\bissues? #?\d+|\b20\d\d-\d\d\b"
                      r"|\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b", re.IGNORECASE)
-# research code the lab branch moves out of the shipped packages (to lab/): not product comments
-LEAVING = {"perf_suite/simulation.py", "perf_suite/stats.py", "pytest_dit_ar/loop/study.py"}
 
 
 def prose(source: str) -> list[tuple[int, str]]:
@@ -119,8 +117,6 @@ def history_lines(files: list[Path]) -> list[str]:
     found = []
     for path in files:
         rel = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
-        if rel in LEAVING:
-            continue
         for line, text in prose(path.read_text(encoding="utf-8")):
             match = HISTORY.search(text)
             if match:

@@ -45,7 +45,7 @@ def imported(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[str]]:
 def test_loading_the_plugin_imports_no_torch(imported: set[str]) -> None:
     import pytest_dit_ar.plugin  # noqa: F401 - the pytest11 entry point
     import pytest_dit_ar.plugin.session  # noqa: F401 - what pytest_configure builds
-    from pytest_dit_ar.loop.outcomes import TestOutcomes  # noqa: F401 - held from the start of every run
+    from pytest_dit_ar.loop.guards.outcomes import TestOutcomes  # noqa: F401 - held from the start of every run
 
     assert "pytest_dit_ar" in imported and not imported & HEAVY, sorted(imported & HEAVY)
 

@@ -1,4 +1,4 @@
-"""loop.measurement with stand-in workers: warm-up until steady, one side at a time when the pair does not fit,
+"""loop.speed.measurement with stand-in workers: warm-up until steady, one side at a time when the pair does not fit,
 and a clear refusal when one worker cannot fit (no processes: the workers are fakes)."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import torch
 from dit_ar_contract.config import Guardrails, PerfProtocol
 from dit_ar_contract.errors import Refused
 from dit_ar_contract.sides import Role, Sides
-from pytest_dit_ar.loop import alternating, pairs, segment
-from pytest_dit_ar.loop import measurement as m
-from pytest_dit_ar.loop.measurement_plan import MeasurementPlan, Side
-from pytest_dit_ar.loop.memory_plan import MemoryBudget
+from pytest_dit_ar.loop.speed import alternating, pairs, segment
+from pytest_dit_ar.loop.speed import measurement as m
+from pytest_dit_ar.loop.speed.measurement_plan import MeasurementPlan, Side
+from pytest_dit_ar.loop.workers.memory_plan import MemoryBudget
 from pytest_dit_ar.state.perf_record import SegmentRecord
 from pytest_dit_ar.worker.client import Generated
 

@@ -1,7 +1,7 @@
-"""The memory plan (loop.memory_plan): what may live at once on the target's card."""
+"""The memory plan (loop.workers.memory_plan): what may live at once on the target's card."""
 
 from dit_ar_contract.sides import Role
-from pytest_dit_ar.loop.memory_plan import MemoryBudget, budget, layout, may_prefetch, order
+from pytest_dit_ar.loop.workers.memory_plan import MemoryBudget, budget, layout, may_prefetch, order
 
 A5500 = budget(True, 24.0, True, None, 24.0)
 

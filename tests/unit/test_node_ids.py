@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_dit_ar.loop.suites import SuiteFiles
+from pytest_dit_ar.loop.guards.suites import SuiteFiles
 from pytest_dit_ar.plugin.node_ids import pasteable, resolve_suite_args
 
 CASE = "test_case_against_baseline[digit7-s1071]"

@@ -7,8 +7,8 @@ import contextlib
 import io
 
 from perf_suite.sequential import Look
-from pytest_dit_ar.loop.live import Live
-from pytest_dit_ar.loop.progress import TimingProgress
+from pytest_dit_ar.loop.speed.progress import TimingProgress
+from pytest_dit_ar.loop.workers.live import Live
 from pytest_dit_ar.plugin.terminal import ReporterStream
 
 

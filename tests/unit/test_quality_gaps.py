@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from pytest_dit_ar.loop import generation
+from pytest_dit_ar.loop.quality import generation
 from quality_suite.corpora import Case
 
 

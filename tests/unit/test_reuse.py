@@ -1,5 +1,5 @@
-"""loop/reuse.py: the best's stored judging is reused only for the best's outputs, evidence and classes bit for bit,
-and only while the lane's `performance.reuse` is on."""
+"""loop/quality/reuse.py: the best's stored judging is reused only for the best's outputs, evidence and classes
+bit for bit, and only while the lane's `performance.reuse` is on."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ from types import SimpleNamespace
 import torch
 
 from dit_ar_contract.config import load_config
-from pytest_dit_ar.loop import reuse
-from pytest_dit_ar.loop.candidate import CandidateRun
-from pytest_dit_ar.loop.generation import CorpusOutputs
+from pytest_dit_ar.loop.quality import reuse
+from pytest_dit_ar.loop.quality.generation import CandidateRun, CorpusOutputs
 from pytest_dit_ar.state.paths import StatePaths
 from quality_suite.assessment import QualityAssessment
 from quality_suite.audit import AuditEvidence

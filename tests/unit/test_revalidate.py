@@ -16,7 +16,7 @@ from dit_ar_contract.status import Status
 from perf_suite.sequential import improvement_pct
 from pytest_dit_ar.cli import summary as summary_verb
 from pytest_dit_ar.cli import watch
-from pytest_dit_ar.loop import holdout
+from pytest_dit_ar.loop.quality import holdout
 from pytest_dit_ar.loop.revalidate import (
     RECORD,
     Interval,
@@ -216,7 +216,7 @@ def test_the_holdout_is_judged_case_by_case_against_the_baseline_s_outputs(tmp_p
     import torch
 
     from dit_ar_contract.config import load_config
-    from pytest_dit_ar.loop.generation import CorpusOutputs
+    from pytest_dit_ar.loop.quality.generation import CorpusOutputs
     from quality_suite.artifacts import save_case
     from quality_suite.corpora import load_corpus
     from tests.helpers.loop import PROJECT

@@ -15,8 +15,8 @@ from dit_ar_contract.errors import Refused
 from pytest_dit_ar.cli import scaffold as sc
 from pytest_dit_ar.cli import scaffold_files
 from pytest_dit_ar.cli.main import build_parser, experiment_pytest_args
-from pytest_dit_ar.loop.selection import selects_suites
-from pytest_dit_ar.loop.suites import suite_files
+from pytest_dit_ar.loop.guards.selection import selects_suites
+from pytest_dit_ar.loop.guards.suites import suite_files
 from quality_suite.corpora import load_corpus
 
 ROOT = Path(__file__).resolve().parents[2]

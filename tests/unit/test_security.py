@@ -14,10 +14,7 @@ import safetensors.torch  # noqa: F401 - torch loads here, at collection (its im
 import torch  # noqa: F401
 
 from dit_ar_contract.errors import CandidateCrash
-from pytest_dit_ar.loop import (
-    experiment,  # noqa: F401 - imported before the tier's subprocess guard
-    pregate,
-)
+from pytest_dit_ar.loop.guards import pregate
 from pytest_dit_ar.worker import cgroup, client, sandbox, seccomp
 
 
@@ -208,7 +205,7 @@ def test_the_pregate_records_unparsable_files() -> None:
 def test_post_run_problems_turn_a_refusal_into_a_recorded_scope_discard(monkeypatch) -> None:
     from dit_ar_contract.status import Status
     from pytest_dit_ar.loop.experiment import Experiment
-    from pytest_dit_ar.loop.guards import RunDamage
+    from pytest_dit_ar.loop.guards.checks import RunDamage
 
     class Guard:  # RunGuard's query and repair, without a session
         damage = RunDamage()

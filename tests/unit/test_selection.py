@@ -1,4 +1,4 @@
-"""loop/selection.py: an experiment runs the whole required test set with a class and a description, or is
+"""loop/guards/selection.py: an experiment runs the whole required test set with a class and a description, or is
 refused with the line that says what to change (a table, like the verdict's)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_dit_ar.loop.selection import Argument, Request, refusal
+from pytest_dit_ar.loop.guards.selection import Argument, Request, refusal
 
 ROOT = Path("/project")
 REQUIRED = (ROOT / "quality_suite" / "test_quality.py", ROOT / "perf_suite" / "test_perf.py")

@@ -12,8 +12,8 @@ import numpy as np
 from dit_ar_contract.config import Guardrails, PerfProtocol
 from dit_ar_contract.sides import Sides
 from perf_suite import guardrails as guard
-from pytest_dit_ar.loop.measurement import guardrail_problems
-from pytest_dit_ar.loop.measurement_plan import MeasurementPlan, Side
+from pytest_dit_ar.loop.speed.measurement import guardrail_problems
+from pytest_dit_ar.loop.speed.measurement_plan import MeasurementPlan, Side
 from pytest_dit_ar.state.perf_record import MemoryFigures, SegmentRecord
 from pytest_dit_ar.worker.cgroup import Sampler
 from pytest_dit_ar.worker.gpu_memory import MemorySampler

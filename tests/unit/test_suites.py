@@ -1,4 +1,4 @@
-"""Where the suites are collected from (pytest_dit_ar.loop.suites): the installed harness, never a shadowed copy
+"""Where the suites are collected from (pytest_dit_ar.loop.guards.suites): the installed harness, never a shadowed copy
 the tree holds (a second worktree or clone of this repository), and explicitly when they sit in a venv inside the
 project (pytest never recurses into one)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_dit_ar.loop.suites import SUITES, SuiteFiles
+from pytest_dit_ar.loop.guards.suites import SUITES, SuiteFiles
 
 
 def installed_at(base: Path) -> SuiteFiles:

@@ -11,8 +11,8 @@ import threading
 import pytest
 
 from dit_ar_contract.sides import Sides
-from pytest_dit_ar.loop.pairs import Pair, boot
-from pytest_dit_ar.loop.segment import run_segment
+from pytest_dit_ar.loop.speed.pairs import Pair, boot
+from pytest_dit_ar.loop.speed.segment import run_segment
 from pytest_dit_ar.state.perf_record import SegmentRecord
 from pytest_dit_ar.worker.processes import AffinityWatch, affinity_escapes, pin_threads
 from tests.unit.test_clean_rounds import FakeWorker

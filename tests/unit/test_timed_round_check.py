@@ -1,4 +1,4 @@
-"""The per-round check of timed outputs (loop/timing.py round_check): a timed case outside its class's gate but
+"""The per-round check of timed outputs (loop/speed/timing.py round_check): a timed case outside its class's gate but
 inside the next looser one (exact -> numerical -> approximate) is allowed for at most 5% of the timed cases so
 far (at least one), since a fresh request may amplify a change's error more than the corpus's cases did; a
 change that differs on every timed round still fails, and anything outside the looser gate fails at once."""
@@ -10,7 +10,7 @@ import types
 import torch
 
 from dit_ar_contract.config import load_config
-from pytest_dit_ar.loop import timing
+from pytest_dit_ar.loop.speed import timing
 from pytest_dit_ar.worker.client import Generated
 
 ENVELOPE = {"latent_rel_l2": 2e-6, "latent_max_abs": 1e-5, "psnr_db": 120.0, "ssim": 1.0}

@@ -42,7 +42,7 @@ def test_one_approximate_outputs_rule_for_the_gate_and_the_timed_rounds() -> Non
     effective, _ = audit.effective_class("exact", fewer_steps, base, inherited="numerical")
     assert effective is ChangeClass.APPROXIMATE
     # the timed rounds' check reads the assessment's flag; no other spelling of the rule is left in the loop
-    timing = (ROOT / "pytest_dit_ar" / "loop" / "timing.py").read_text(encoding="utf-8")
+    timing = (ROOT / "pytest_dit_ar" / "loop" / "speed" / "timing.py").read_text(encoding="utf-8")
     assert "approx = quality.approximate_outputs" in timing
 
 

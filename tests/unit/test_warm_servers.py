@@ -1,4 +1,4 @@
-"""Warm fork servers (worker/warm.py, loop/warm_servers.py): what an experiment checks before it adopts a server
+"""Warm fork servers (worker/warm.py, loop/speed/warm_servers.py): what an experiment checks before it adopts a server
 another process started, and that it falls back (saying why) when a check fails. The end-to-end adoption is
 tests/e2e/test_warm_servers.py."""
 
@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_dit_ar.loop import warm_servers
+from pytest_dit_ar.loop.speed import warm_servers
 from pytest_dit_ar.state.paths import StatePaths
 from pytest_dit_ar.worker import warm, zygote
 from pytest_dit_ar.worker.client import WorkerLauncher

@@ -4,7 +4,7 @@ from perf_suite.warmup import WarmupRule, steady
 
 
 def run(rule: WarmupRule, times: list[float]) -> tuple[int, str]:
-    """Feed round times one by one as loop.measurement does; how many rounds were spent, and why it stopped."""
+    """Feed round times one by one as loop.speed.measurement does; how many rounds were spent, and why it stopped."""
     seen: list[float] = []
     for t in times:
         seen.append(t)

@@ -1,0 +1,80 @@
+"""What an experiment reuses of the best (state/best_outputs.py): the best's stored corpus outputs and their
+judging, keyed by the best's tree and everything the judging read; stored by the harness when it keeps a
+candidate, looked up before the candidate's outputs are judged."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from dit_ar_contract.classes import MILDEST
+from dit_ar_contract.digest import sha256_file
+from quality_suite.assessment import QualityAssessment
+
+from ...state import best_outputs
+from ...state.best_outputs import Lookup, OutputsKey, StoredOutputs
+from ...state.session import Session
+from ...worker.client import WorkerLauncher
+from .generation import CandidateRun
+
+
+def outputs_key(session: Session, tree: str) -> OutputsKey:
+    """The key of outputs generated from `tree` (a tree digest of the mutable paths) in this session and lane."""
+    lane = session.lane
+    pointer = session.started.baselines.get(session.lane_id)
+    settings = json.dumps(asdict(lane), sort_keys=True, default=str)
+    return OutputsKey(tree=tree, lane_id=session.lane_id,
+                      seed_key_sha256=hashlib.sha256(session.started.seed_key.encode()).hexdigest(),
+                      steps=lane.steps, corpus_sha256=sha256_file(session.root / lane.corpus),
+                      baseline_sha256=pointer.manifest_sha256 if pointer else "",
+                      lane_sha256=hashlib.sha256(settings.encode()).hexdigest())
+
+
+def enabled(session: Session) -> bool:
+    return session.lane.performance.reuse and bool(session.record and session.record.seed_key)
+
+
+@dataclass
+class Reused:
+    """The best's judging when it was reused (else None), and why it was or was not."""
+
+    assessment: QualityAssessment | None = None
+    note: str = ""
+
+
+def best_judging(session: Session, launcher: WorkerLauncher, best_root: Path | None, declared_class: str,
+                 run: CandidateRun, whole_corpus: bool) -> Reused:
+    """The best's stored judging for this run of the whole corpus when the lane reuses and the outputs are the
+    best's bit for bit (judged_as_best)."""
+    if best_root is None or not whole_corpus or not enabled(session):
+        return Reused()
+    best = session.best()
+    return Reused(*judged_as_best(session, launcher.tree_digest(best_root), declared_class,
+                                  best.effective_class if best else MILDEST.word, run))
+
+
+def judged_as_best(session: Session, best_tree: str, declared_class: str, inherited_class: str,
+                   run: CandidateRun) -> tuple[QualityAssessment | None, str]:
+    """The best's stored judging when the candidate's outputs, audit evidence and classes are the best's bit for
+    bit; else None. The second value says why (shown in the run's record)."""
+    found: Lookup = best_outputs.load(session.paths.dir, session.started.seed_key, outputs_key(session, best_tree))
+    stored = found.stored
+    if stored is None:
+        return None, found.why
+    if stored.assessment.get("declared_class") != declared_class or stored.inherited_class != inherited_class:
+        return None, "the classes differ from the best's judging: judged in full"
+    if stored.evidence != run.evidence.as_dict():
+        return None, "the audit evidence differs from the best's: judged in full"
+    if not best_outputs.identical(stored, run.outputs.images, run.outputs.latents):
+        return None, "the outputs differ from the best's: judged in full"
+    return QualityAssessment.from_dict(stored.assessment), "the outputs are the best's bit for bit: its judging reused"
+
+
+def store_kept(session: Session, tree: str, run: CandidateRun, assessment: QualityAssessment,
+               inherited_class: str) -> None:
+    """Store a kept candidate's corpus outputs and judging as the best's (the harness's own, from this run)."""
+    best_outputs.store(session.paths.dir, session.started.seed_key, outputs_key(session, tree),
+                       StoredOutputs(dict(run.outputs.images), dict(run.outputs.latents), run.evidence.as_dict(),
+                                     assessment.as_dict(), inherited_class))

@@ -1,0 +1,359 @@
+"""Warm fork servers across experiments (lane setting `performance.warm_servers`; worker/warm.py says what is
+checked): `start_next` starts the keeper, detached, at the end of an experiment or baseline; `main` is the keeper;
+`adopt` is the next experiment's side; `stop` ends a keeper (a new `init`, a new keeper, a refused adoption);
+`describe` is `dit-ar status`'s line. The keeper ends itself after `IDLE_S` without an adoption.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Protocol
+
+from dit_ar_contract.errors import CandidateCrash
+from dit_ar_contract.sides import Role
+
+from ...state.executor import SLOT_DEVICE
+from ...state.paths import StatePaths
+from ...state.session import Session, open_session
+from ...worker import spawn
+from ...worker.client import WorkerLauncher
+from ...worker.forkserver import ForkedWorker, SideZygotes, Zygote
+from ...worker.warm import WarmRecord, check, fingerprint, keeper_alive, record_refusal, start_ticks, take_over
+
+IDLE_S = 3600.0  # a keeper nobody adopted ends itself (and its servers) after this long
+READY_WAIT_S = 120.0  # how long an experiment waits for servers still importing their prelude
+
+
+def record_path(paths: StatePaths) -> Path:
+    return paths.dir / "warm-servers.json"
+
+
+def read(paths: StatePaths) -> WarmRecord | None:
+    """The record of this state folder's keeper; a record copied from another folder (a copied project) is
+    dropped, never acted on: its keeper serves the other folder."""
+    try:
+        record = WarmRecord.from_json(record_path(paths).read_text())
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    if record.state_dir != str(paths.dir.resolve()):
+        record_path(paths).unlink(missing_ok=True)
+        return None
+    return record
+
+
+def write(paths: StatePaths, record: WarmRecord, first: bool = False) -> None:
+    """Write the record (`first`: only where none is, so a keeper that was quicker keeps its own)."""
+    if first:
+        try:
+            fd = os.open(record_path(paths), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return
+        with os.fdopen(fd, "w") as f:
+            f.write(record.to_json())
+        return
+    tmp = record_path(paths).with_suffix(".tmp")
+    tmp.write_text(record.to_json())
+    tmp.replace(record_path(paths))
+
+
+def start_next(session: Session | None, config_path: Path, judged: bool = True) -> int | None:
+    """Start the keeper of the next experiment's servers, detached (it outlives this process); its PID. Only after
+    a judged, sandboxed run of this machine's own (`judged`)."""
+    if session is None or not judged or not (session.lane.performance.warm_servers and
+                                             session.lane.performance.fork_server):
+        return None
+    if session.target.device.startswith(SLOT_DEVICE):
+        return None  # a fleet session's workers run in its slot, never beside its driver
+    paths = session.paths
+    stop(paths)
+    log = paths.dir / "warm" / "keeper.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", __name__, "--config", str(config_path.resolve()),
+                                 "--lane", session.lane.name, "--sys-path", json.dumps(sys.path)],
+                                cwd=session.root, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    ticks = start_ticks(proc.pid)
+    if ticks is not None:  # a record at once, so that `stop` finds a keeper still starting its servers
+        write(paths, WarmRecord(proc.pid, ticks, "", "", session.lane_id, 0.0, [], str(paths.dir.resolve())),
+              first=True)
+    return proc.pid
+
+
+def stop(paths: StatePaths, wait_s: float = 15.0) -> str | None:
+    """End the recorded keeper (its servers die with it); what was stopped, or None."""
+    record = read(paths)
+    if record is None:
+        return None
+    stopped = None
+    if keeper_alive(record):
+        stopped = f"keeper pid {record.keeper_pid}"
+        os.kill(record.keeper_pid, signal.SIGTERM)
+        deadline = time.monotonic() + wait_s
+        while keeper_alive(record) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if keeper_alive(record):
+            os.kill(record.keeper_pid, signal.SIGKILL)  # its sandboxes die with it (bubblewrap's die-with-parent)
+    for server in record.servers:  # a keeper killed outright leaves its servers' empty cgroups behind
+        group = server.cgroup()
+        if group is not None and not keeper_alive(record):
+            group.remove()
+    record_path(paths).unlink(missing_ok=True)
+    return stopped
+
+
+def describe(paths: StatePaths) -> str | None:
+    """`dit-ar status`'s line about the warm servers, None when there are none."""
+    record = read(paths)
+    if record is None or not keeper_alive(record):
+        return None
+    if not record.servers:
+        return f"warm servers: starting (keeper pid {record.keeper_pid})"
+    servers = ", ".join(f"{s.side} pid {s.host_pid}" for s in record.servers)
+    when = time.strftime("%H:%M:%S", time.localtime(record.started))
+    return f"warm servers: ready since {when} ({servers}; keeper pid {record.keeper_pid})"
+
+
+class WarmServers:
+    """Adopted servers, one per side; the keeper's connection stays open until they are closed."""
+
+    def __init__(self, conn: socket.socket, cand: SideZygotes, best: SideZygotes, waited_s: float):
+        self.conn, self.cand, self.best, self.waited_s = conn, cand, best, waited_s
+
+    def side(self, role: Role) -> SideZygotes:
+        return self.cand if role is Role.CANDIDATE else self.best
+
+    def close(self) -> None:
+        self.cand.close()
+        self.best.close()
+        self.conn.close()  # the keeper kills whatever is left and ends
+
+    def kill(self) -> None:
+        self.cand.kill()
+        self.best.kill()
+        self.conn.close()
+
+
+class Clock(Protocol):
+    def spent(self, phase: str, since: float) -> float: ...
+
+
+class WarmStart:
+    """An experiment's use of the warm servers: adopt them (lane setting performance.warm_servers, every check of
+    worker/warm.py passed), fork the quality run's pair from them, copy the new tree's first compile cache back,
+    close them after the first pair; `note` says whether they were adopted and why not (the run record's
+    `warm_servers`, the experiment's log). Without them the quality run's pair is exec'd, as before."""
+
+    def __init__(self) -> None:
+        self.servers: WarmServers | None = None
+        self.note = ""
+
+    def adopt(self, session: Session, launcher: WorkerLauncher, roots: tuple[Path, Path | None], log_dir: Path,
+              prefetch_best: bool, clock: Clock) -> None:
+        """Adopt the servers for an experiment on these (candidate, best) trees, a sandboxed one with the best
+        prefetched; the time it took is start-up (`warm_servers_adopt`)."""
+        cand_root, best_root = roots
+        p = session.lane.performance
+        if not (p.warm_servers and p.fork_server) or launcher.sandbox is None or best_root is None or \
+                not prefetch_best:
+            return
+        t = time.perf_counter()
+        self.servers, why = adopt(session, launcher, cand_root, best_root, log_dir)
+        self.note = why if self.servers is not None else f"not adopted: {why}; the quality run's workers are exec'd"
+        clock.spent("warm_servers_adopt", t)
+
+    def fork(self, role: Role) -> ForkedWorker | None:
+        """The quality run's worker of `role` forked from its adopted server; None without one, or when the fork
+        fails (only fixed code ran there: the harness's problem; that worker is exec'd and the note says so; a
+        candidate forked before stays in its server's sandbox until `close`)."""
+        if self.servers is None:
+            return None
+        try:
+            return self.servers.side(role).fork("quality" if role is Role.CANDIDATE else "block0")
+        except (CandidateCrash, OSError) as exc:
+            if role is Role.CANDIDATE:  # nothing forked yet (the best's server hosts nothing either)
+                self.close()
+            self.note = f"not used: the {role.label} server could not fork ({exc}); that worker is exec'd"
+            return None
+
+    def write_back(self) -> None:
+        """The tree's first worker compiled into its server's copy of the cache: that becomes the tree's folder."""
+        if self.servers is not None:
+            spawn.write_back_cache(self.servers.cand.zygotes[0])
+
+    def close(self) -> None:
+        """Close the servers (after the first pair: its workers live in their sandboxes)."""
+        if self.servers is not None:
+            self.servers.close()
+            self.servers = None
+
+
+def _sides(launcher: WorkerLauncher, cand_root: Path, best_root: Path, log_dir: Path) -> tuple[SideZygotes, ...]:
+    sides = (SideZygotes(launcher, Role.CANDIDATE.label, cand_root, log_dir),
+             SideZygotes(launcher, Role.BEST.label, best_root, log_dir))
+    for s in sides:
+        s.zygotes[0].stages_tree_late = True
+    return sides
+
+
+def _wait_ready(paths: StatePaths) -> tuple[WarmRecord | None, float]:
+    """The record once its servers said hello (a keeper still starting them is waited for), and the wait."""
+    t0 = time.perf_counter()
+    record = read(paths)
+    while record is not None and not record.servers and keeper_alive(record) and \
+            time.perf_counter() - t0 < READY_WAIT_S:
+        time.sleep(0.1)
+        record = read(paths)
+    return record, time.perf_counter() - t0
+
+
+def adopt(session: Session, launcher: WorkerLauncher, cand_root: Path, best_root: Path,
+          log_dir: Path) -> tuple[WarmServers | None, str]:
+    """The pre-started servers with each side's tree staged, or None and why not (they are then stopped)."""
+    paths = session.paths
+    record, waited = _wait_ready(paths)
+    if record is None:
+        return None, "none were started (the previous experiment or the baseline starts them)"
+    cand, best = _sides(launcher, cand_root, best_root, log_dir)
+    zygotes = [cand.zygotes[0], best.zygotes[0]]
+    problem = record_refusal(record, fingerprint(zygotes, paths.integrity.read_bytes()), session.lane_id,
+                             keeper_alive(record))
+    if problem is not None:
+        stop(paths)
+        return None, problem
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        conn.settimeout(30.0)
+        conn.connect("\0" + record.address)
+        data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 4)
+        conn.settimeout(None)
+        order = json.loads(data)["sides"] if data else []
+    except (OSError, ValueError, KeyError) as exc:
+        conn.close()
+        stop(paths)
+        return None, f"their keeper did not hand them over ({exc})"
+    if sorted(order) != sorted(z.side for z in zygotes) or len(fds) != len(order):
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+        stop(paths)
+        return None, f"their keeper handed over {len(fds)} server(s) for {order}"
+    by_side = dict(zip(order, fds))
+    for z in zygotes:
+        rec = record.server(z.side)
+        assert rec is not None
+        take_over(z, rec, by_side[z.side])
+    warm = WarmServers(conn, cand, best, waited)
+    problem = next((p for z in zygotes if (p := check(z, record.server(z.side))) is not None), None)  # type: ignore[arg-type]
+    if problem is None:
+        try:
+            for z in zygotes:
+                spawn.stage_late(z)
+        except (OSError, RuntimeError) as exc:
+            problem = f"their trees could not be staged ({exc})"
+    if problem is not None:
+        warm.kill()
+        stop(paths)
+        return None, problem
+    pids = ", ".join(f"{z.side} pid {z.host_pid}" for z in zygotes)
+    return warm, f"adopted ({pids}; started {time.time() - record.started:.0f} s ago" + \
+        (f", waited {waited:.1f} s for them" if waited >= 0.1 else "") + ")"
+
+
+# -- the keeper --------------------------------------------------------------------------------------------------
+def _peer(conn: socket.socket) -> tuple[int, int]:
+    """The connecting process's PID and user (the kernel's SO_PEERCRED: pid, uid, gid)."""
+    pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return pid, uid
+
+
+def _hand_over(listener: socket.socket, zygotes: list[Zygote], paths: StatePaths) -> None:
+    """Wait for one adoption (bounded by IDLE_S), hand the servers' sockets over, then hold the sandboxes (they
+    die with this process) until the adopter closes its connection."""
+    listener.settimeout(IDLE_S)
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            print(f"no experiment adopted the servers in {IDLE_S:.0f} s: ending", flush=True)
+            return
+        if _peer(conn)[1] != os.getuid():
+            conn.close()
+            continue
+        break
+    record_path(paths).unlink(missing_ok=True)  # adopted: no second taker
+    socks = [z.detach() for z in zygotes]
+    socket.send_fds(conn, [json.dumps({"sides": [z.side for z in zygotes]}).encode()],
+                    [s.fileno() for s in socks if s is not None])
+    for s in socks:
+        if s is not None:
+            s.close()
+    print(f"handed over to pid {_peer(conn)[0]}", flush=True)
+    conn.settimeout(None)
+    while conn.recv(16):
+        pass
+    conn.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="pytest_dit_ar.loop.speed.warm_servers")
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--lane", required=True)
+    parser.add_argument("--sys-path", required=True, help="the experiment's import path, which the workers get")
+    args = parser.parse_args(argv)
+    sys.path[:] = json.loads(args.sys_path)  # the servers' import path is the one an exec'd worker would get
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    from ..workers.launch import launcher_for
+
+    session = open_session(args.config, args.lane)
+    paths = session.paths
+    launcher = launcher_for(session)
+    log_dir = paths.dir / "warm"
+    zygotes = [s.zygotes[0] for s in _sides(launcher, paths.candidate_worktree, paths.best_worktree, log_dir)]
+    for z in zygotes:
+        z.sides = None  # the keeper freezes nothing: each server is on its own here
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        before = fingerprint(zygotes, paths.integrity.read_bytes())
+        for z in zygotes:
+            z.spawn()
+        for z in zygotes:
+            z.handshake()
+        if fingerprint(zygotes, paths.integrity.read_bytes()) != before:
+            print("the harness changed while the servers started: ending", flush=True)
+            return 1
+        address = f"dit-ar-warm-{secrets.token_hex(12)}"
+        listener.bind("\0" + address)
+        listener.listen(1)
+        from ...worker.warm import ServerRecord
+
+        me = os.getpid()
+        write(paths, WarmRecord(me, start_ticks(me) or 0, address, before, session.lane_id, time.time(),
+                                [ServerRecord.of(z) for z in zygotes], str(paths.dir.resolve())))
+        print(f"ready: {', '.join(f'{z.side} pid {z.host_pid}' for z in zygotes)}", flush=True)
+        _hand_over(listener, zygotes, paths)
+        return 0
+    finally:
+        listener.close()
+        record = read(paths)
+        if record is not None and record.keeper_pid == os.getpid():
+            record_path(paths).unlink(missing_ok=True)
+        for z in zygotes:
+            sock = z.detach()
+            if sock is not None:
+                sock.close()
+            z.kill()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
