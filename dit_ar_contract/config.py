@@ -91,7 +91,8 @@ class PerfProtocol:
     compile_cache_gb: float = 20.0
     compile_cache_keep: int = 4
     fork_server: bool = True  # pairs after the quality run's are forked from each side's fork servers
-    warm_servers: bool = False  # fork servers kept from the last experiment fork the quality pair (worker/warm.py)
+    warm_servers: bool | None = None  # fork servers kept from the last experiment fork the quality pair
+    # (worker/warm.py); None: on for CUDA lanes (a cold prelude costs 10-20 s there), off on CPU lanes
     quality_gaps: bool = True  # the quality run's requests paced like the timed rounds' (sandbox-and-security.md)
     fork_servers_per_side: int | None = None  # exec'd fork servers per side (None: 2 on CUDA lanes, 1 on CPU)
     pair_cores: str = "auto"  # "one": both workers of a timed pair on one core; "affinity": cpu_affinity as is;
@@ -107,6 +108,11 @@ class PerfProtocol:
         """Fork servers per side: two on CUDA lanes (two layouts; imports beside the quality run), one on CPU
         lanes (a prelude competes with the quality run for the same few cores)."""
         return self.fork_servers_per_side or (2 if is_cuda else 1)
+
+    def uses_warm_servers(self, is_cuda: bool) -> bool:
+        """Whether a keeper starts the next experiment's fork servers (`warm_servers`; None: on CUDA lanes)."""
+        on = self.warm_servers if self.warm_servers is not None else is_cuda
+        return on and self.fork_server
 
     def times_quality_pair(self, is_cuda: bool) -> bool:
         """Whether the quality run's two workers time the first segment (else every timed pair is fresh)."""
