@@ -75,7 +75,7 @@ wait_warm() {  # WARM=1: wait (at most 150 s) until the warm fork servers the la
 echo "=== call at $(date -u '+%Y-%m-%d %H:%M:%S') UTC, lane $lane, deadline in $(left) s" >> "$log"
 stamp "call starts (lane $lane, scratch $scratch)"
 
-setup_machine() {  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED (as docs/device/h200_env.sh)
+setup_machine() {  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED (as lab/device/gpu_env.sh)
   if [ "$lane" = embedded-cpu ]; then
     export PYTHONPATH="$src" PYTHONUNBUFFERED=1
   else

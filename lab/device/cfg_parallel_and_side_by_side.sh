@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Issue 17's two-GPU runs, for the device tool's kind nvidia-h200-x2 (NOT YET RUN: written when this
+# Two GPUs of one host: CFG-parallel judged end to end, and two sessions' timing noise side by side, for the device tool's kind nvidia-h200-x2 (NOT YET RUN: written when this
 # session's device time was spent; read the output before trusting it):
-#   PART=cfg  bash lab/device/h200_issue17.sh   # ~6 min: CFG-parallel judged end to end
-#   PART=side bash lab/device/h200_issue17.sh   # ~6 min: two sessions' timing noise, alone and at once
+#   PART=cfg  bash lab/device/cfg_parallel_and_side_by_side.sh   # ~6 min: CFG-parallel judged end to end
+#   PART=side bash lab/device/cfg_parallel_and_side_by_side.sh   # ~6 min: two sessions' timing noise, alone and at once
 # PART=cfg: a session on lane dit-xl2-256-x2 (both GPUs visible to each worker) at 8 steps: baseline,
 #   patch 01 (batched CFG on one GPU, the single-GPU best), then examples/cfg-parallel/cfg-parallel.patch
 #   judged against it as `exact`. Ledger, experiment.json and perf.json of each run land in $OUT.
 # PART=side: the harness study (no-op segments and a 5% injected speed-up) on GPU 0 alone, then on GPU 0
 #   and GPU 1 at once (workers pinned to cores of their own): the spread of no-op segments and the
 #   resampled false keeps, alone against side by side.
-# Needs in .whl/ what lab/device/h200_env.sh says.
+# Needs in .whl/ what lab/device/gpu_env.sh says.
 set -u
-. lab/device/h200_env.sh  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED
+. lab/device/gpu_env.sh  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED
 
 collect() {  # collect PROJECT: the ledger and each run's verdict and timing
   cp "$1/.autoresearch/results.tsv" "$OUT/ledger.tsv" 2>/dev/null

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Issues 20 and 25 on one H200 (kind nvidia-h200), one call of at most 600 s:
-#   TOTAL_S=560 bash lab/device/wave7_call1.sh
+# A known true win and real no-ops against a best, and queued GPU work, on one H200 (kind nvidia-h200), one call of at most 600 s:
+#   TOTAL_S=560 bash lab/device/true_win_and_noops.sh
 # 1. The GPU attack test of work queued on a side stream (tests/e2e/test_gpu_attacks.py): $OUT/gpu_attacks.txt.
-# 2. A session whose baseline is the CUDA-graphed best of the wave-6 ladder (patches 01, 04, 07, 06 of
+# 2. A session whose baseline is the CUDA-graphed best of the H200 ladder (patches 01, 04, 07, 06 of
 #    examples/h200-session/patches/, dit-xl2-256 at 8 steps, the lane's shipped verdict: 16 rounds a pair,
 #    2..12 pairs, prior B 2.5%) slowed by a harness-written sleep of SLEEP_S per generate (loop/speed/patching.py
 #    sleep_patch). The first experiment removes the sleep: a true exact win of SLEEP_S / (latency + SLEEP_S),
 #    about 3% at the graphed best's 80 ms. Then no-op commits (a comment) against the kept best until the
 #    deadline: real no-op decisions against a graphed best.
-# Results: $OUT/session.txt (the whole log), $OUT/summary.txt / summary.json (lab/device/wave4_summary.py),
+# Results: $OUT/session.txt (the whole log), $OUT/summary.txt / summary.json (lab/device/session_summary.py),
 # $OUT/w7.tgz (ledger, every experiment.json / perf.json, noise.json, status), $OUT/env.txt.
 # Knobs: TOTAL_S (default 560), SLEEP_S (default 0.0025; 0: no sleep, no win experiment: the session is the
 # graphed best and its no-ops), WIN_SLEEP_S (the win shortens the sleep to this instead of removing it: a small
@@ -93,7 +93,7 @@ if [ -f .autoresearch/results.tsv ]; then
     [ -f "$f" ] && cp "$f" "$scratch/out/$(basename "$(dirname "$f")")-$(basename "$f")"
   done
   dit status --rows 30 > "$scratch/out/status.txt" 2>&1
-  python3 "$src/lab/device/wave4_summary.py" "$project" "$OUT/summary.json" > "$OUT/summary.txt" 2>&1
+  python3 "$src/lab/device/session_summary.py" "$project" "$OUT/summary.json" > "$OUT/summary.txt" 2>&1
   tar czf "$OUT/w7.tgz" -C "$scratch" out
 fi
 [ -n "${smi:-}" ] && kill "$smi" 2>/dev/null

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue 21 on the H200:  TOTAL_S=530 bash lab/device/wave4_pixart24.sh   (kind nvidia-h200, or -x2: then each
+# PixArt-Sigma-1024 judged as on a 24 GB card, and a scaffolded full-size PixArt folder, on the H200:
+#   TOTAL_S=530 bash lab/device/pixart_24gb.sh   (kind nvidia-h200, or -x2: then each
 # part gets a GPU of its own and they run side by side; on one GPU part A runs first, then part B).
 # Part A, $OUT/pixart24/emulated/: pixart-sigma-1024 judged as on a 24 GB card (guardrails.emulated_vram_gb = 24:
 #   the budget holds for the SUM of live workers, so two 18.8 GB workers run one side at a time), 4 steps,
@@ -7,14 +8,14 @@
 #   cost); the commit removing the wasted pass (outputs
 #   unchanged: exact) must be KEEP, then a no-op commit (a comment) against it DISCARD-PERFORMANCE. The summary shows the segments' layouts (alternate) and each side's peak.
 # Part B, $OUT/pixart24/scaffold/: a full-size PixArt-Sigma pipeline folder with random weights
-#   (lab/device/wave4_pixart_folder.py: 0.6 B transformer, T5-XXL-sized encoder, tokenizer built offline,
+#   (lab/device/pixart_folder.py: 0.6 B transformer, T5-XXL-sized encoder, tokenizer built offline,
 #   save_pretrained) through the README's flow in a fresh git repository: `dit-ar scaffold --pipeline`,
 #   commit, `doctor`, `init`, `baseline`, one `experiment` (a comment: expected DISCARD-PERFORMANCE).
 # lab/notebook/h200-research-sessions.md ("Wave 6") has what ran. Knobs: TOTAL_S (default 235), PARTS ("a b"), TINY=1 / DEVICE=cpu (the
 # CPU rehearsal of part B's flow with the tests' tiny pipeline; part A needs CUDA and is skipped on a CPU).
 set -u
 if [ -z "${DEVICE:-}" ] || [ "${DEVICE}" != cpu ]; then
-  . lab/device/h200_env.sh  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED
+  . lab/device/gpu_env.sh  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED
 else
   start=$(date +%s); OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"; export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 fi
@@ -46,7 +47,7 @@ json.dump(cfg, open(path, "w"), indent=2)
 p = "model_under_test/pipeline.py"
 text = open(p).read()
 old = "                ).sample.float()\n                if cfg:  # one batched pass"
-assert text.count(old) == 1, "the PixArt denoiser call moved: update lab/device/wave4_pixart24.sh"
+assert text.count(old) == 1, "the PixArt denoiser call moved: update lab/device/pixart_24gb.sh"
 waste = ("                ).sample.float()\n                self.transformer(model_input.to(dtype), encoder_hidden_states=embeds, "
          "encoder_attention_mask=mask, timestep=self._timestep_batch(t, model_input.shape[0]), "
          "added_cond_kwargs={\"resolution\": None, \"aspect_ratio\": None})  # WASTED PASS\n"
@@ -73,7 +74,7 @@ part_b() {
   local repo=/tmp/wave4-scaffold/project weights=/tmp/wave4-scaffold/pixart-sigma
   mkdir -p "$repo" && cd "$repo" || return
   git init -q -b main && git config user.name "dit-ar wave4" && git config user.email "w4@dit-ar.invalid"
-  python3 "$src/lab/device/wave4_pixart_folder.py" "$weights" ${TINY:+--tiny} ${DEVICE:+--device "$DEVICE"} || return
+  python3 "$src/lab/device/pixart_folder.py" "$weights" ${TINY:+--tiny} ${DEVICE:+--device "$DEVICE"} || return
   dit scaffold --pipeline "$weights" --steps 4 --cases 4 ${DEVICE:+--device "$DEVICE"} || return
   # as root the workers run as nobody, and save_pretrained writes its safetensors 0600: the fix scaffold prints
   [ "$(id -u)" = 0 ] && chmod -R a+rX "$weights"
@@ -104,7 +105,7 @@ collect() {  # collect PROJECT DIR
   for f in "$1"/.autoresearch/runs/*/experiment.json "$1"/.autoresearch/runs/*/perf.json; do
     [ -f "$f" ] && cp "$f" "$2/$(basename "$(dirname "$f")")-$(basename "$f")"
   done
-  python3 "$src/lab/device/wave4_summary.py" "$1" "$2/summary.json" > "$2/summary.txt" 2>&1
+  python3 "$src/lab/device/session_summary.py" "$1" "$2/summary.json" > "$2/summary.txt" 2>&1
 }
 
 # PARTS picks the parts (default "a b"). On two GPUs they run side by side, a GPU each; on one GPU one after the

@@ -1,7 +1,7 @@
 """Save a PixArt-Sigma pipeline folder with random weights (what `pipeline.save_pretrained(PATH)` writes), its
-tokenizer built offline, for the README's bring-your-own-model flow (lab/device/wave4_pixart24.sh).
+tokenizer built offline, for the README's bring-your-own-model flow (lab/device/pixart_24gb.sh).
 
-    python3 lab/device/wave4_pixart_folder.py OUT_DIR [--tiny] [--device cuda]
+    python3 lab/device/pixart_folder.py OUT_DIR [--tiny] [--device cuda]
 
 Full size (default): the PixArt-Sigma-XL-2-1024 transformer (28 blocks, width 1152, 0.6 B parameters), a
 T5-XXL-sized encoder (24 layers, width 4096, 4.7 B parameters), an SDXL-sized VAE, all in bf16 (VAE fp32),

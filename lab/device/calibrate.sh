@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Issue 20 on one H200 (kind nvidia-h200), one call of at most 600 s:
-#   STUDY_S=420 bash lab/device/wave6_calibrate.sh
+# The noise of a CUDA-graphed best, calibrated on one H200 (kind nvidia-h200), one call of at most 600 s:
+#   STUDY_S=420 bash lab/device/calibrate.sh
 # The noise of a CUDA-graphed best measured the way an experiment measures it: the study engine (the engine of
 # `dit-ar calibrate`: the experiment's launcher, sandbox, compile caches and forked pairs) on dit-xl2-256 at
-# 8 steps, 16 rounds a pair, on the tree the wave-6 ladder kept (patches 01 batched guidance, 04 regional
+# 8 steps, 16 rounds a pair, on the tree the H200 ladder kept (patches 01 batched guidance, 04 regional
 # compile, 07 bf16, 06 reduce-overhead CUDA graphs of examples/h200-session/patches/, in that order). Arms,
 # measured round-robin: A/A pairs of the tree against itself, and pairs where the tree is truly faster by
 # SPEEDUPS percent (the other side sleeps that fraction of the latency first, loop/speed/patching.py sleep_patch).

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Security v3 (issues 25 and 27) on the H200 machine (kind nvidia-h200, one GPU), about 500 s:
-#   bash lab/device/wave4_security.sh
+# The sandbox on a GPU machine (kind nvidia-h200, one GPU), about 500 s (not yet run: the H200 row of
+# lab/notebook/security-measurements.md's freeze cost waits for it; read its output before trusting it):
+#   bash lab/device/sandbox_gpu.sh
 # Writes under "$OUT/security/":
 #   doctor.txt       what the sandbox uses there (user, seccomp, cgroup hierarchies);
 #   freeze_cost.txt  lab/tools/freeze_cost.py: freeze waits, cgroup freezer and SIGSTOP fallback, idle and in-kernel
@@ -9,9 +10,9 @@
 #                    CUDA what it needs): build, three generates, the worker's uid, the freeze waits, the
 #                    sampled host and device memory (NVML every 100 ms);
 #   attacks.txt      the round-3 worker-level attack tests of tests/e2e/test_attacks.py (CPU, as root).
-# Needs in .whl/ what lab/device/h200_env.sh says.
+# Needs in .whl/ what lab/device/gpu_env.sh says.
 set -u
-. lab/device/h200_env.sh  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED
+. lab/device/gpu_env.sh  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED
 mkdir -p "$OUT/security"
 python3 -m pytest_dit_ar.cli doctor > "$OUT/security/doctor.txt" 2>&1
 timeout 150 python3 -m lab.tools.freeze_cost > "$OUT/security/freeze_cost.txt" 2>&1

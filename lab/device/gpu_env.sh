@@ -1,4 +1,4 @@
-# Sourced by the H200 scripts of lab/device/: installs the carried wheels and bubblewrap, sets the
+# Sourced by the GPU scripts of lab/device/ (H200 or H100): installs the carried wheels and bubblewrap, sets the
 # environment, writes $OUT/env.txt and exports UNSANDBOXED=1 when the sandbox cannot start there.
 # Needs in .whl/: the wheels (diffusers, gitpython, gitdb, smmap, importlib_metadata, shtab) and
 # deb/bubblewrap_*.deb (unpacked with dpkg -x: the machine has no bwrap).

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# What ran on the H200 machines for docs/design/speed-verdict.md, lab/notebook/h200-research-sessions.md and docs/design/models-and-lanes.md.
-#   bash lab/device/h200_run.sh [tests] [session] [study] [branches]   (default: the first three)
+# The research session of examples/h200-session/ replayed on a GPU machine, with the GPU preset tests and the
+# harness study beside it: what ran on the H200 machines for docs/design/speed-verdict.md, lab/notebook/h200-research-sessions.md and docs/design/models-and-lanes.md.
+#   bash lab/device/replay_session.sh [tests] [session] [study] [branches]   (default: the first three)
 # tests   (last GPU): full-size presets and GPU determinism (pytest -m cuda)
 # session (last GPU, after tests): the research session of examples/h200-session on dit-xl2-256.
 #         Resumable across calls: state is restored from .h200state/session.tgz when /tmp/h200 is

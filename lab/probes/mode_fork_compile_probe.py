@@ -1,8 +1,8 @@
-"""H200 probes for wave 4 (issues 20 and 21), independent of the harness's code.
+"""Three H200 probes, independent of the harness's code: the eager mode, forked workers, compile start-up.
 
-  python3 lab/probes/wave4_probe.py mode      # does a harness-owned probe capture the eager fast/slow mode?
-  python3 lab/probes/wave4_probe.py fork      # fresh workers from a zygote that imported torch + diffusers
-  python3 lab/probes/wave4_probe.py compile   # torch.compile cold start vs warm start on a kept cache folder
+  python3 lab/probes/mode_fork_compile_probe.py mode      # does a harness-owned probe capture the eager fast/slow mode?
+  python3 lab/probes/mode_fork_compile_probe.py fork      # fresh workers from a zygote that imported torch + diffusers
+  python3 lab/probes/mode_fork_compile_probe.py compile   # torch.compile cold start vs warm start on a kept cache folder
 Each prints JSON lines and writes $OUT/probe-<name>.json. DiT-XL/2 at 256x256 (diffusers, seeded random
 weights), one generate = STEPS steps x 2 forwards at batch 2, as the dit-xl2-256 lane at 8 steps.
 
@@ -217,7 +217,7 @@ import json, os, sys, time
 t0 = time.perf_counter()
 sys.path.insert(0, os.path.dirname(sys.argv[1]))
 import torch
-from wave4_probe import build
+from mode_fork_compile_probe import build
 how = sys.argv[2]
 m, gen = build("bf16")
 if how == "regional":

@@ -1,6 +1,6 @@
-"""Fork servers and clean rounds on one GPU (driver of wave4_forkserver.sh; writes JSON under OUT).
+"""Fork servers and clean rounds on one GPU (driver of fork_servers_gpu.sh; writes JSON under OUT).
 
-  python3 lab/device/wave4_forkserver.py --lane dit-xl2-256 --steps 8 --pairs 8 --rounds 6 --out DIR
+  python3 lab/device/fork_servers_gpu.py --lane dit-xl2-256 --steps 8 --pairs 8 --rounds 6 --out DIR
 
 1. Cold against forked: an exec'd pair (the harness's worker, sandboxed) and each side's fork servers
    start at the same moment; per side: spawn-to-hello and build of the exec'd worker, spawn-to-hello of each

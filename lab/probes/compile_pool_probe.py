@@ -1,7 +1,7 @@
-"""H200 probe for wave 5 (issue 21): does Inductor's compile pool slow a worker that loads its compiled graphs
+"""H200 probe: does Inductor's compile pool slow a worker that loads its compiled graphs
 from a warm cache, and does CUDA-graph capture (reduce-overhead) add speed on top of regional compile?
 
-  python3 lab/probes/wave5_pool_probe.py        (kind nvidia-h200; writes $OUT/probe-pool.json)
+  python3 lab/probes/compile_pool_probe.py        (kind nvidia-h200; writes $OUT/probe-pool.json)
 
 Each case is a fresh process pinned to cores 2,3 (the harness's timing cores) that builds DiT-XL/2 at 256x256
 (diffusers, seeded random weights, fp32), compiles as the case says with TORCHINDUCTOR_CACHE_DIR shared between
@@ -29,7 +29,7 @@ def child(case: str) -> None:
     t0 = time.perf_counter()
     sys.path.insert(0, os.path.dirname(__file__))
     import torch
-    from wave4_probe import build
+    from mode_fork_compile_probe import build
     m, gen = build()
     for block in m.transformer_blocks:
         block.compile()

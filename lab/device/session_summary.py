@@ -1,7 +1,8 @@
-"""Summarise one replayed session for the wave-4 device scripts (lab/device/wave4_*.sh): per experiment the
+"""Summarise one replayed session for the device scripts that judge a session
+(lab/device/pixart_24gb.sh, true_win_and_noops.sh): per experiment the
 verdict, the estimate, the warm-up rounds per side, the warm start, the cold compile and how the workers shared
 the memory; and the kept chain's speed-up over the baseline. Reads a project's .autoresearch/, prints a table
-and writes JSON.   python3 lab/device/wave4_summary.py PROJECT OUT.json"""
+and writes JSON.   python3 lab/device/session_summary.py PROJECT OUT.json"""
 
 from __future__ import annotations
 
