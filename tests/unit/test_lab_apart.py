@@ -87,13 +87,13 @@ def test_no_lab_file_is_named_after_a_wave_a_call_an_issue_or_a_turn() -> None:
 
 
 def test_a_history_name_is_found_outside_the_records_only(tmp_path: Path) -> None:
-    for name in ("device/wave4_ladder.sh", "device/h200_issue17.sh", "probes/Wave-5_pool.py", "tools/turn3.md",
+    for name in ("device/wave4_ladder.sh", "device/h200_issue17.sh", "probes/Wave-5_pool.py", "tools/review-turn_3.md",
                  "device/call2/run.sh", "data/h200/wave4/call2/x.json", "notebook/wave9.md", "device/ladder.sh",
                  "device/calibrate.sh", "probes/recall_probe.py"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).touch()
     assert history_named(tmp_path) == ["device/call2", "device/h200_issue17.sh", "device/wave4_ladder.sh",
-                                       "probes/Wave-5_pool.py", "tools/turn3.md"]
+                                       "probes/Wave-5_pool.py", "tools/review-turn_3.md"]
 
 
 def test_every_device_script_is_listed_in_the_lab_readme() -> None:
