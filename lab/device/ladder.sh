@@ -39,9 +39,9 @@
 # wheels; every patch is a no-op on the CPU lane, so each step is judged as one).
 # PLAN="noop1 01 slow1 02 qfail ..." judges these items in order instead of the patches alone: NN is a patch of
 # examples/gpu-ladder/patches, noopK a one-comment commit, slowK a real slowdown (SLOW_MS, default 15, ms of sleep
-# before each generate), qfail half the sampling steps declared numerical (it must fail the fidelity floors); each
-# item's description is its own, so a resumed call skips what the ledger holds. ROUNDS=lane keeps the lane's
-# rounds. lab/device/night.sh is the night in miniature built on it.
+# before each generate), qfail the images' contrast cut by a fifth, declared numerical (it fails the fidelity
+# floors on every lane); each item's description is its own, so a resumed call skips what the ledger holds.
+# ROUNDS=lane keeps the lane's rounds. lab/device/night.sh is the night in miniature built on it.
 set -u
 start=$(date +%s)
 here="$(cd "$(dirname "$0")" && pwd)"; src="$(cd "$here/../.." && pwd)"
@@ -219,7 +219,7 @@ fi
 patch_of() { ls "$src"/examples/gpu-ladder/patches/"$1"-*.patch 2>/dev/null | head -1; }  # patch_of NN
 # One plan item: its class, description and the change it commits (judge_item ITEM). Items: NN (a patch of
 # examples/gpu-ladder/patches), noopK (one comment), slowK (a sleep of SLOW_MS ms before each generate: a real
-# slowdown), qfail (half the sampling steps, declared numerical: must fail the fidelity floors).
+# slowdown), qfail (the images' contrast cut by a fifth, declared numerical: fails the fidelity floors on every lane).
 item_class() {
   case "$1" in noop*) echo exact;; slow*) echo exact;; qfail) echo numerical;;
     *) basename "$(patch_of "$1")" .patch | cut -d- -f2;; esac
@@ -228,7 +228,7 @@ item_desc() {
   case "$1" in
     noop*) echo "a no-op against the best (one comment, ${1#noop})";;
     slow*) echo "a slowdown: ${SLOW_MS:-15} ms of sleep before each generate (${1#slow})";;
-    qfail) echo "half the sampling steps, declared numerical (a quality failure)";;
+    qfail) echo "the images' contrast cut by a fifth, declared numerical (a quality failure)";;
     *) sed -n 's/^Subject: //p' "$(patch_of "$1")" | head -1;;
   esac
 }
@@ -237,8 +237,8 @@ item_apply() {
     noop*) printf '\n# a comment: nothing changes (%s)\n' "$1" >> model_under_test/__init__.py;;
     slow*) python3 -c "import sys; from pytest_dit_ar.loop.speed.patching import sleep_patch
 sys.stdout.write(sleep_patch(${SLOW_MS:-15} / 1000.0, tag='$1'))" >> model_under_test/__init__.py;;
-    qfail) python3 -c "import sys; from pytest_dit_ar.loop.speed.patching import wrap_build
-sys.stdout.write(wrap_build('qfail', 's = dict(spec)\ns[\"steps\"] = max(1, int(s[\"steps\"]) // 2)\nreturn _build_qfail(s)'))" \
+    qfail) python3 -c "import sys; from pytest_dit_ar.loop.speed.patching import wrap_generate
+sys.stdout.write(wrap_generate('qfail', 'out = _gen(requests)\nout.images = out.images * 0.8 + 0.1\nreturn out'))" \
       >> model_under_test/__init__.py;;
     *) git apply "$(patch_of "$1")";;
   esac
