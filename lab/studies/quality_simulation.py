@@ -2,7 +2,8 @@
 
     python -m lab.studies.quality_simulation --sessions 10000 --sessions-model iid
                                              [--data lab/data/cpu/quality/pool.npz] [--alpha 0.05]
-                                             [--boundary-sessions N] [--out lab/data/cpu/quality/simulation-iid.json]
+                                             [--boundary-sessions N] [--floor-quantile Q] [--rows TEXT]
+                                             [--out lab/data/cpu/quality/simulation-iid.json]
 
 The data are `lab/studies/quality_record.py`'s pool: 20 blocks of the 40-case corpus under their own seeds (800
 cases), scored for the baseline, two harmless changes (a reversed-batch rerun, 8-bit images), the demo's int8 and
@@ -170,6 +171,7 @@ class Baselines:
     cls: ChangeClass
     quality: QualityContract
     idx: np.ndarray
+    quantile: float = margin_spread.FLOOR_QUANTILE  # the floor's quantile (the product's unless explored)
     floors: np.ndarray | None = None
     points: np.ndarray | None = None
     taus: np.ndarray | None = None
@@ -180,7 +182,8 @@ class Baselines:
         blend = self.pool.scores[f"blend-{METRIC}-{self.cls.word}-1"]
         floors, points, taus = [], [], []
         for idx in self.idx:
-            point, floor = margin_spread.floor_of(self.pool.base[idx] - blend[idx], self.pool.prompts[idx], m)
+            point, floor = margin_spread.floor_of(self.pool.base[idx] - blend[idx], self.pool.prompts[idx], m,
+                                                  self.quantile)
             loss = self.pool.base[idx] - self.pool.scores["8bit"][idx]
             taus.append(margin_spread.tolerance_of(loss, self.quality.exact.envelope_multiple,
                                                    self.pool.task_base).tolerance)
@@ -220,7 +223,7 @@ def floor_table(baselines: dict[ChangeClass, Baselines]) -> dict[str, dict]:
     for cls, b in baselines.items():
         assert b.floors is not None and b.points is not None and b.taus is not None
         out[cls.word] = {"floor": quantiles(b.floors), "point": quantiles(b.points), "tau_q": quantiles(b.taus),
-                         "quantile": margin_spread.FLOOR_QUANTILE, "resamples": margin_spread.FLOOR_RESAMPLES}
+                         "quantile": b.quantile, "resamples": margin_spread.FLOOR_RESAMPLES}
     return out
 
 
@@ -239,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--alpha", type=float, default=None, help="alpha_q (default: the config's)")
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--rows", default="", help="only the rows whose change contains this text")
+    ap.add_argument("--floor-quantile", type=float, default=margin_spread.FLOOR_QUANTILE,
+                    help="the floor's bootstrap quantile (default: the product's; other values explore)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     started, date, where = time.perf_counter(), dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d"), machine()
@@ -250,8 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(args.seed)
     idx, other = draws(args.sessions_model, pool, args.sessions, rng), draws(args.sessions_model, pool,
                                                                              args.sessions, rng)
-    own = {cls: Baselines(pool, cls, quality, idx).measure() for cls in (APPROXIMATE, QUANTIZATION)}
-    independent = {cls: Baselines(pool, cls, quality, other).measure() for cls in (APPROXIMATE, QUANTIZATION)}
+    q = args.floor_quantile
+    own = {cls: Baselines(pool, cls, quality, idx, q).measure() for cls in (APPROXIMATE, QUANTIZATION)}
+    independent = {cls: Baselines(pool, cls, quality, other, q).measure() for cls in (APPROXIMATE, QUANTIZATION)}
     floors = floor_table(own)
     for cls, f in floors.items():
         print(f"{cls}: floor over {args.sessions} simulated baselines p5 {f['floor']['p5']:.3g}, median "
@@ -267,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         sessions_idx = idx
         if row.boundary and args.boundary_sessions and args.boundary_sessions != args.sessions:
             sessions_idx = draws(args.sessions_model, pool, args.boundary_sessions, rng)
-            baselines = Baselines(pool, row.cls, quality, sessions_idx).measure()
+            baselines = Baselines(pool, row.cls, quality, sessions_idx, q).measure()
         result = rate(row, pool, quality, sessions_idx, baselines)
         table.append(_record(row, pool, quality, result, time.perf_counter() - t))
         _print(table[-1])
