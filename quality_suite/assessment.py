@@ -38,9 +38,10 @@ class Outputs:
     evidence: audit.AuditEvidence
 
 
-NO_SPREAD = ("the baseline stores no spread of a degradation at the margin (taken before the task-score tests "
-             "had their spread floor), so an approximate or quantization change cannot be judged against it; take "
-             "a fresh baseline: `dit-ar init --tag NEW` then `dit-ar baseline` (docs/design/quality-verdict.md)")
+NO_SPREAD = ("the baseline stores no spread floor of the current kind or no tau_q (taken before the task-score tests "
+             "used a quantile of the floor's bootstrap and the quantization tolerance), so an approximate or "
+             "quantization change cannot be judged against it; take a fresh baseline: `dit-ar init --tag NEW` then "
+             "`dit-ar baseline` (docs/design/quality-verdict.md)")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class BaselineReference:
     task_envelope: dict[str, float] = field(default_factory=dict)  # a score's benign variation at baseline
     task_resolution: dict[str, float] = field(default_factory=dict)  # what a harmless change does to each score
     task_spread: dict[str, dict[str, float]] | None = None  # the tests' spread floors (None: the baseline has none)
+    task_tolerance: dict[str, float] | None = None  # tau_q per metric (None: the baseline has none)
 
 
 @dataclass(frozen=True)
@@ -119,14 +121,21 @@ class QualityAssessment:
 
     @staticmethod
     def test_text(r: TestResult) -> str:
-        """'judge_accuracy vs baseline: degradation +0.0012 [upper bound +0.019; se 0.0071, at-margin floor 0.0071]
-        vs approximate margin 0.025 over 40 cases: MORE' (the se is the larger of the sample's and the floor)."""
+        """'judge_accuracy vs baseline: degradation +0.0012 [upper bound +0.011; se 0.0042, at-margin floor 0.0042]
+        vs approximate margin 0.025 over 160 cases; severe cases (loss > 0.5) 0 of 160 [bound 2.28% <= 2.5%],
+        n_min 119: PASS' (the se is the larger of the sample's and the floor; a quantization's line gives the cases
+        beyond tau_q, p0 and n_pass instead; a set metric's says it is reported, not gated)."""
         if not r.looks:
             return f"{r.metric} vs {r.reference}: {r.reason}"
         look = r.last
-        return (f"{r.metric} vs {r.reference}: degradation {look.estimate:+.3g} [upper bound {look.upper:+.3g}; "
-                f"se {look.se:.2g}, at-margin floor {look.floor_se:.2g}] vs {r.margin_source} {r.margin:.3g} "
-                f"over {look.n} cases: {r.decision.value.upper()}")
+        floor = f", at-margin floor {look.floor_se:.2g}" if r.gated else ""
+        line = (f"{r.metric} vs {r.reference}: degradation {look.estimate:+.3g} [upper bound {look.upper:+.3g}; "
+                f"se {look.se:.2g}{floor}] vs {r.margin_source} {r.margin:.3g} over {look.n} cases")
+        if r.rule is not None:
+            line += f"; {r.condition_text()}"
+        if not r.gated:
+            return f"{line}: {r.reason or 'reported, not gated'}"
+        return f"{line}: {r.decision.value.upper()}" + (f" ({r.reason})" if r.reason and not r.passed else "")
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -167,20 +176,21 @@ def _tests(effective: str, scores: dict[str, task_metrics.TaskScore], baseline: 
     cls = ChangeClass.from_word(effective)
     if not cls.judged_on_the_task or not baseline.task_metrics:
         return ()
-    if baseline.task_spread is None:
+    if baseline.task_spread is None or baseline.task_tolerance is None:
         raise Refused(NO_SPREAD)
     resolution = baseline.task_resolution or task_tests.fallback_resolution(
         baseline.task_metrics, baseline.task_envelope, quality.exact.envelope_multiple)
-    specs = task_tests.specs(cls, quality, baseline.task_metrics, resolution, inputs.parent is not None,
-                             approximate_chain, baseline.task_spread)
+    figures = task_tests.Figures(baseline.task_metrics, resolution, baseline.task_spread, baseline.task_tolerance)
     base = inputs.baseline
     if base is None:
         base = CaseScores.of(task_metrics.compute(metric_names, baseline.outputs.images, cases, root, quality))
     refs = {task_tests.BASELINE: base.select([c.id for c in cases])}
-    if any(s.reference == task_tests.PARENT for s in specs) and inputs.parent is not None:
+    against_parent = inputs.parent is not None
+    if cls is ChangeClass.QUANTIZATION and inputs.parent is not None:
         refs[task_tests.PARENT] = inputs.parent()
     first = task_tests.Block(CaseScores.of(scores), refs)
-    return task_tests.run(specs, task_tests.design(quality, len(cases)), first, len(cases), inputs.supply)
+    return task_tests.run(cls, quality, figures, first, len(cases), inputs.supply, against_parent,
+                          approximate_chain).results
 
 
 def assess(declared: str, inherited: str, candidate: Outputs, baseline: BaselineReference, cases: list[Case],

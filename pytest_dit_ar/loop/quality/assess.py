@@ -22,7 +22,7 @@ def reference(session: Session, base: BaselineSummary, cases: list[Case]) -> Bas
     images, latents = load_cases(cases_dir(session.baseline_dir), cases)
     return BaselineReference(Outputs(images, latents, AuditEvidence.from_dict(base.evidence)), base.envelope,
                              base.task_metrics, base.task_case_pass, base.task_envelope, base.task_resolution,
-                             margin_spread.floors(base.task_spread))
+                             margin_spread.floors(base.task_spread), margin_spread.tolerances(base.task_spread))
 
 
 def assess_run(session: Session, declared_class: str, run: CandidateRun, ref: BaselineReference, cases: list[Case],
