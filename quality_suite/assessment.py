@@ -21,7 +21,7 @@ from dit_ar_contract.classes import ChangeClass
 from dit_ar_contract.config import QualityContract
 from dit_ar_contract.errors import Refused
 
-from . import audit, gates, perceptual, sharpness, task_metrics, task_tests
+from . import audit, gates, own_change, perceptual, sharpness, task_metrics, task_tests
 from .artifacts import per_case_fidelity
 from .case_scores import CaseScores
 from .corpora import Case
@@ -92,6 +92,8 @@ class QualityAssessment:
     fidelity: dict[str, dict[str, float]] = field(default_factory=dict)
     approximate_outputs: bool = False  # the outputs may drift like an approximation's (dit_ar_contract.classes)
     task_tests: tuple[TestResult, ...] = ()  # the paired non-inferiority tests (approximate, quantization)
+    own_class: str = ""  # the class of the change from the best (quality_suite/own_change.py); "": not judged
+    own_reasons: tuple[str, ...] = ()  # what the audit found against the best's pipeline
 
     def case_checks(self, case_id: str) -> tuple[gates.Check, ...]:
         return self.per_case[case_id].checks
@@ -107,7 +109,7 @@ class QualityAssessment:
     def headline(self, tests: bool = True) -> str:
         """One line for the ledger: the class, the worst fidelity, the task scores and (with `tests`) each paired
         task-score test's degradation with its upper bound."""
-        parts = [f"class={self.effective_class}"]
+        parts = [own_change.class_line(self.effective_class, self.own_class)]
         for key in ("psnr_db", "ssim", "latent_rel_l2"):
             if key in self.summary:
                 worst = self.summary[key]["worst"]
@@ -147,6 +149,7 @@ class QualityAssessment:
                                "checks": [c.as_dict() for c in v.checks]} for cid, v in self.per_case.items()},
             "failures": [c.describe() for c in self.failures()], "approximate_outputs": self.approximate_outputs,
             "task_tests": [r.as_dict() for r in self.task_tests],
+            "own_class": self.own_class, "own_reasons": list(self.own_reasons),
         }
 
     @classmethod
@@ -165,7 +168,8 @@ class QualityAssessment:
                    dict(data.get("task_candidate") or {}), dict(data.get("task_baseline") or {}),
                    str(data.get("lpips", "not measured")), {cid: case.fidelity for cid, case in per_case.items()},
                    bool(data.get("approximate_outputs", False)),
-                   tuple(TestResult.from_dict(r) for r in data.get("task_tests") or ()))
+                   tuple(TestResult.from_dict(r) for r in data.get("task_tests") or ()),
+                   str(data.get("own_class", "")), tuple(str(r) for r in data.get("own_reasons") or ()))
 
 
 def _tests(effective: str, scores: dict[str, task_metrics.TaskScore], baseline: BaselineReference,
@@ -195,7 +199,8 @@ def _tests(effective: str, scores: dict[str, task_metrics.TaskScore], baseline: 
 
 def assess(declared: str, inherited: str, candidate: Outputs, baseline: BaselineReference, cases: list[Case],
            quality: QualityContract, metric_names: tuple[str, ...], root: Path,
-           whole_corpus: bool = True, inputs: TaskInputs | None = None) -> QualityAssessment:
+           whole_corpus: bool = True, inputs: TaskInputs | None = None,
+           parent: own_change.ParentOutputs | None = None) -> QualityAssessment:
     """Audit the class, measure fidelity and task quality, and apply the effective class's gate.
 
     A plain run of a few cases (`whole_corpus=False`, an IDE click on one case) is judged case by case:
@@ -203,7 +208,8 @@ def assess(declared: str, inherited: str, candidate: Outputs, baseline: Baseline
     a subset, so only per-case task metrics are computed and no aggregate check is made.
 
     `inputs.parent` is called only when the effective class is quantization; without `inputs` the tests compare
-    the corpus with the baseline's stored outputs alone."""
+    the corpus with the baseline's stored outputs alone. `parent` (the best's outputs, when the best is not the
+    original baseline) judges the candidate's own change against the best as well (quality_suite/own_change.py)."""
     fid = per_case_fidelity(candidate.images, candidate.latents, baseline.outputs.images, baseline.outputs.latents)
     # bit-identical latents and images in every case: fewer denoiser rows then removed redundant passes
     same = len(fid) == len(cases) > 0 and all(f["latent_max_abs"] == 0 and f["psnr_db"] == math.inf
@@ -223,6 +229,11 @@ def assess(declared: str, inherited: str, candidate: Outputs, baseline: Baseline
         checks = gates.case_checks(effective, case.id, fid[case.id], quality, baseline.envelope,
                                    baseline.task_case_pass.get(case.id), cand_pass.get(case.id), approx)
         per_case[case.id] = CaseResult(fid[case.id], tuple(checks), cand_pass.get(case.id))
+    own = own_change.judge(declared, candidate.images, candidate.latents, candidate.evidence, parent, quality,
+                           baseline.envelope) if parent is not None and whole_corpus else None
+    for cid, extra in (own.checks if own else {}).items():
+        if cid in per_case:
+            per_case[cid] = CaseResult(per_case[cid].fidelity, per_case[cid].checks + extra, per_case[cid].task_pass)
     summary = summarize(fid)
     task_cand = {k: v.value for k, v in scores.items()}
     tests = _tests(effective, scores, baseline, cases, quality, metric_names, root,
@@ -232,4 +243,5 @@ def assess(declared: str, inherited: str, candidate: Outputs, baseline: Baseline
                                        sharpness.mean_abs_log_change(candidate.images, baseline.outputs.images),
                                        tests) if whole_corpus else []
     return QualityAssessment(declared, effective, tuple(reasons), per_case, tuple(aggregate), summary, task_cand,
-                             dict(baseline.task_metrics), lpips_status, fid, approx, tests)
+                             dict(baseline.task_metrics), lpips_status, fid, approx, tests,
+                             own.cls.word if own else "", own.reasons if own else ())

@@ -29,6 +29,7 @@ from .candidate import CandidateWorkers, PhaseClock, further_inputs
 from .quality import assess as quality
 from .quality import reuse
 from .quality.generation import CandidateRun
+from .quality.parent import parent_outputs
 from .speed import timing
 from .speed.progress import TimingProgress
 from .workers.launch import launcher_for, memory_budget
@@ -148,9 +149,11 @@ class Evidence:
         self._phase("quality: metrics and gates against the baseline")
         t, whole = time.perf_counter(), self.case_ids is None
         self.reuse = reuse.best_judging(self.session, self.launcher, self.best_root, self.declared_class, run, whole)
+        parent = parent_outputs(self.session, self.launcher, self.best_root, cases, self.run, self.spec, self.live) \
+            if whole else None
         with further_inputs(self.workers, cases, self.live, self.reuse.assessment is None) as inputs:
             result = quality.assess_run(self.session, self.declared_class, run, ref, cases, self.run, whole,
-                                        inputs=inputs, reused=self.reuse.assessment)
+                                        inputs=inputs, reused=self.reuse.assessment, parent=parent)
         self.clock.spent("quality_metrics", t)
         return result
 
