@@ -19,18 +19,14 @@ from dit_ar_contract.errors import Refused
 from dit_ar_contract.status import Status
 
 from ..loop import conclusion
-from ..loop.conclusion import Candidate, ledger_row
-from ..loop.verdict import decide
 from ..state import gitops, ledger, records
 from ..state.best import Measurements
 from ..state.files import read_json_object, write_json_atomic
 from ..state.noise import NoiseProfile, record_spread, store_profile
-from ..state.runs import RunPaths
 from ..state.session import Session
 from .dispatch import Dispatch
 from .request import JudgeReply
 
-NODE_LOST = "node-lost"
 PROVENANCE = "fleet.json"  # in each run folder: where and how long the judging ran (GPU-seconds, attempt)
 
 
@@ -86,22 +82,6 @@ def _reset(session: Session, repo: git.Repo, row: ledger.LedgerRow, out: Callabl
     elif repo.is_ancestor(row.commit, head):
         out(f"dit-ar: HEAD moved past the judged commit {row.commit[:10]} while it was judged; the branch is left as "
             f"it is: `git rebase --onto {row.parent[:10]} {row.commit[:10]}` drops the discarded commit")
-
-
-def node_lost(session: Session, dispatch: Dispatch, gpus: int) -> conclusion.ExperimentOutcome:
-    """The CRASH of a candidate whose judge was lost after its code started: never judged again."""
-    where = f"host {dispatch.host or '?'}, node {dispatch.node[:12] or '?'}, slot {dispatch.slot}"
-    text = (f"{NODE_LOST}: the judge's node or process ({where}) was lost after the candidate's code started; a "
-            "candidate is never judged again after that (a crash or a hostile candidate is not retried into a keep)")
-    verdict = decide([], text, None, None)
-    run_dir = session.paths.run(dispatch.run_id)
-    RunPaths(run_dir).write_crash(text, "recorded by the session's driver: the judge did not answer")
-    who = Candidate(dispatch.run_id, dispatch.commit, dispatch.parent, dispatch.declared_class, dispatch.description,
-                    str(run_dir.relative_to(session.root)), dispatch.flags)
-    best = session.best()
-    row = ledger_row(session, who, verdict, None, None, best.measurements.median_ms if best else None)
-    return conclusion.ExperimentOutcome(row, verdict.reasons, time.time() - dispatch.started, None,
-                                        {"fleet": provenance(dispatch, None, gpus)})
 
 
 def baseline(session: Session, repo: git.Repo, run_dir: Path) -> None:

@@ -2,9 +2,13 @@
 
 `dit-ar experiment`, `baseline`, `calibrate` and `revalidate` in a session bound to a slot (`init --executor
 ray`) come here instead of running workers. The driver holds the session's lock, checks what it can without the
-slot (branch, clean tree, one commit on the best, a duplicate in the fleet), sends the judging (judging.py),
-unpacks what the judge hands back and records it (apply.py). A judging an earlier, killed driver left is
-re-attached and recorded first.
+slot (branch, clean tree, one commit on the best), claims the candidate in the fleet's index (a duplicate or a
+near-duplicate of a discard is refused there), sends the judging (judging.py), unpacks what the judge hands back
+and records it (apply.py). A judging an earlier, killed driver left is re-attached and recorded first.
+
+A judge lost after the candidate's code started (its node died, Ray's memory monitor killed it, ...) is a harness
+error: nothing is recorded against the candidate, the branch is not reset, the claim is released, and the driver
+prints one `REFUSED: harness error` line and exits 2.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from . import dispatch as dispatch_file
 from .dispatch import PREPARE, Dispatch
 from .executor import SLOT_CPUS, Executor
 from .judging import Judged, Judging
-from .request import JudgeRequest
+from .request import JudgeLost, JudgeRequest
 
 
 class Driver:
@@ -41,6 +45,7 @@ class Driver:
         self.repo = gitops.open_repo(self.session.root)
         self.paths, self.out = self.session.paths, out
         self.judging = Judging(executor, self.paths, out, echo)
+        self._ending = ""  # why the judging in hand ended without a verdict (the claim's release says it)
 
     @property
     def gpus(self) -> int:
@@ -60,14 +65,22 @@ class Driver:
             gitops.require_branch(self.repo, self.record.tag)
             gitops.require_clean(self.repo)
             shape = gitops.candidate_commit(self.repo, best.commit)
-            if not adopted_from:
-                index.refuse_duplicate(self.repo, self.session, best.commit, shape.sha)
             run_id = new_run_id(shape.sha)
             argv = ("experiment", "--classification", classification, "--description", description,
                     "--judge-only", "--run-id", run_id, *(("--unsandboxed",) if unsandboxed else ()), *extra)
-            return self._send(Dispatch("experiment", run_id, "", self.record.executor.slot, 1, PREPARE, time.time(),
-                                       shape.sha, shape.parent, classification, description,
-                                       "unsandboxed" if unsandboxed else ""), argv)
+            record = Dispatch("experiment", run_id, "", self.record.executor.slot, 1, PREPARE, time.time(), shape.sha,
+                              shape.parent, classification, description, "unsandboxed" if unsandboxed else "")
+            dispatch_file.write(self.paths, record)  # first: a claim is live while its session's record names it
+            try:
+                index.claim(self.repo, self.session, index.Claim(run_id, best.commit, shape.sha, description),
+                            check=not adopted_from)
+            except Refused:
+                dispatch_file.clear(self.paths)
+                raise
+            try:
+                return self._send(record, argv)
+            finally:
+                self._release_unless_recorded(run_id)
 
     def verb(self, kind: str, argv: tuple[str, ...]) -> int:
         """A baseline, a calibration or a re-validation in the slot (`argv`: the verb and its own arguments)."""
@@ -99,21 +112,40 @@ class Driver:
         if row is not None:  # recorded before the driver died: finish what is left, never record it again
             if record.kind == "experiment":
                 apply.finish(self.session, self.repo, row, self.out)
-            judge = self.judging.executor.attach(record.actor)
-            if judge is not None:
-                judge.release()
+                index.add(self.repo, self.session, row)  # once: a row already in the index is not added again
+            self._release_judge(record.actor)
             dispatch_file.clear(self.paths)
             return row.status.exit_code
         judged = self.judging.attach(record, wait)
         if judged is None:
             self.out(f"dit-ar: the judging of run {record.run_id} that an earlier driver left ended before the "
                      "candidate's code ran; nothing was recorded")
+            self._release_unless_recorded(record.run_id)
             return None
         if judged.running:
             self.out(f"dit-ar: run {record.run_id} ({record.kind}) is being judged on {record.host or '?'} (slot "
                      f"{record.slot}, {time.time() - record.started:.0f} s); it is recorded when it ends")
             return None
-        return self._record(judged)
+        try:
+            code = self._record(judged)
+        finally:
+            self._release_unless_recorded(record.run_id)
+        return None if code == EXIT_REFUSED and judged.lost is not None else code
+
+    def _release_judge(self, actor: str) -> None:
+        try:
+            judge = self.judging.executor.attach(actor)
+        except JudgeLost:
+            return
+        if judge is not None:
+            judge.release()
+
+    def _release_unless_recorded(self, run_id: str) -> None:
+        """A claim whose judging ended without a ledger row (a refusal, a harness error) is released; one still in
+        flight (its dispatch record names it) stays claimed."""
+        pending = dispatch_file.read(self.paths)
+        if (pending is None or pending.run_id != run_id) and not apply.recorded(self.session, run_id):
+            index.release(self.repo, self.session, run_id, self._ending or "ended without a verdict")
 
     # -- judging and recording ----------------------------------------------------------------------
     @contextmanager
@@ -133,13 +165,16 @@ class Driver:
     def _record(self, judged: Judged) -> int:
         record, reply = judged.dispatch, judged.reply
         run_dir = self.paths.run(record.run_id)
-        if reply is None:  # lost after the candidate's code started
-            outcome = apply.node_lost(self.session, record, self.gpus)
-            return self._experiment_recorded(outcome, run_dir, judged)
-        assert judged.judge is not None
-        data = judged.judge.archive(reply.archive_size)
-        archive.unpack(data, self.session.root,
-                       archive.allowed_members(self.paths, record.kind, record.run_id, self.session.lane_id))
+        if judged.lost is not None or reply is None:  # lost after the candidate's code started
+            return self._harness_error(judged, judged.lost or JudgeLost("judge-died", record.actor))
+        try:
+            self._unpack(judged)
+        except JudgeLost as lost:  # gone while its files were fetched
+            return self._harness_error(judged, lost)
+        except Refused as exc:  # an archive over its caps, a member outside what it may return
+            self._ending = f"refused: {str(exc)[:200]}"
+            self._done(judged)
+            raise
         run_dir.mkdir(parents=True, exist_ok=True)
         provenance = apply.provenance(record, reply, self.gpus)
         apply.note_provenance(run_dir, provenance)
@@ -153,6 +188,25 @@ class Driver:
         elif reply.exit_code == 0 or (reply.exit_code == 1 and record.kind != "baseline"):
             return self._verb_recorded(record.kind, run_dir, reply.exit_code, judged)  # 1: ended, nothing to record
         return self._refused(reply.exit_code, judged)
+
+    def _unpack(self, judged: Judged) -> None:
+        """The judge's archive, fetched to a file beside the session's state and checked against its caps before
+        anything of it is written into the session (fleet/archive.py)."""
+        record, reply, judge = judged.dispatch, judged.reply, judged.judge
+        assert reply is not None and judge is not None
+        allowed = archive.allowed_members(self.paths, record.kind, record.run_id, self.session.lane_id)
+        with archive.spooled(self.paths.dir, judge.chunk, reply.archive_size) as path:
+            archive.unpack(path, self.session.root, allowed)
+
+    def _harness_error(self, judged: Judged, lost: JudgeLost) -> int:
+        """The judge was lost after the candidate's code started: nothing recorded, HEAD kept, one line, exit 2."""
+        record = judged.dispatch
+        self._ending = f"harness error {lost.cause}"
+        self._done(judged)
+        self.out(f"REFUSED: harness error, the judge was lost: {lost} (run {record.run_id}, host {record.host or '?'}, "
+                 f"slot {record.slot}); nothing was recorded against the candidate and HEAD was kept: `dit-ar fleet "
+                 f"doctor` checks the nodes; run `dit-ar {record.kind}` again to judge it")
+        return EXIT_REFUSED
 
     def _experiment_recorded(self, outcome: conclusion.ExperimentOutcome, run_dir: Path, judged: Judged) -> int:
         apply.experiment(self.session, self.repo, outcome, run_dir, self.out)

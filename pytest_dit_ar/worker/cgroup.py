@@ -11,6 +11,13 @@
   sandbox) and memfds included; they are written by the kernel and hidden from the sandbox (its /sys has no
   cgroup tree), so `/proc/self/clear_refs` or freeing memory before a reading changes nothing. The harness
   samples anonymous + shared memory while the worker lives (`Sampler`) and also reads the kernel's peak.
+* **A hard memory limit.** `open_group(label, memory_max_mb)` sets the group's limit (v2 `memory.max`, no swap,
+  `memory.oom.group` so the whole sandbox goes; v1 `memory.limit_in_bytes`): beyond it the kernel kills the
+  worker, and nothing outside its group (the other side, another session's judging on the node) loses a page.
+  `oom_note` names such a kill from the kernel's own counter (v2 `memory.events`, v1 `memory.oom_control`:
+  `oom_kill`), so the worker's death is recorded as the candidate's CRASH, out of memory. Without a memory group
+  the child limits itself before exec (`limit_rlimit`: RLIMIT_DATA, per process; worker/host_limit.py says what
+  that leaves out).
 
 `open_group` returns None where no writable hierarchy exists (an unprivileged harness without delegation):
 then `proc_memory_mb` sums resident and shared memory from /proc, the sandbox's tmpfs use, and the memfds the
@@ -24,6 +31,7 @@ the end-to-end attack tests use it to judge the fallback itself (docs/design/san
 from __future__ import annotations
 
 import os
+import resource
 import secrets
 import threading
 import time
@@ -75,25 +83,29 @@ class Group:
     memory: Path | None = None
     memory_v2: bool = True
     dirs: list[Path] = field(default_factory=list)
+    limit_mb: float | None = None  # the hard memory limit the kernel enforces on the group (None: none)
 
     def procs_files(self) -> list[str]:
         """The cgroup.procs files a new process writes its PID to (from preexec_fn, before exec)."""
         return [str(d / "cgroup.procs") for d in self.dirs]
 
-    def enter(self) -> None:  # pragma: no cover - runs in the child before exec
-        """Join the group (errors are left for the parent to see: it checks the PID is in the group)."""
+    def enter(self) -> bool:  # pragma: no cover - runs in the child before exec
+        """Join the group; whether every write went through (the parent also checks the PID is in the group)."""
         pid = str(os.getpid()).encode()
+        joined = True
         for procs in self.procs_files():
             try:
                 fd = os.open(procs, os.O_WRONLY)
             except OSError:
+                joined = False
                 continue
             try:
                 os.write(fd, pid)
             except OSError:
-                pass
+                joined = False
             finally:
                 os.close(fd)
+        return joined
 
     def adopt(self, pid: int) -> bool:
         """Move a running process (all its threads) into the group from outside (a fork server's child,
@@ -155,6 +167,48 @@ class Group:
             return int((self.memory / name).read_text().split()[0]) / 2**20
         except (OSError, ValueError, IndexError):
             return None
+
+    def set_limit(self, mb: float) -> bool:
+        """Set the group's hard memory limit (the kernel kills a task of the group beyond it); whether it holds."""
+        if self.memory is None:
+            return False
+        limit = str(int(mb * 2**20))
+        try:
+            if self.memory_v2:
+                (self.memory / "memory.max").write_text(limit)
+                for name, value in (("memory.swap.max", "0"), ("memory.oom.group", "1")):
+                    if (self.memory / name).exists():
+                        (self.memory / name).write_text(value)
+            else:
+                (self.memory / "memory.limit_in_bytes").write_text(limit)
+                if (self.memory / "memory.memsw.limit_in_bytes").exists():  # swap accounting on: no swap either
+                    (self.memory / "memory.memsw.limit_in_bytes").write_text(limit)
+        except OSError:
+            return False
+        self.limit_mb = mb
+        return True
+
+    def oom_kills(self) -> int:
+        """How many of the group's tasks the kernel killed at its memory limit (its own counter)."""
+        if self.memory is None:
+            return 0
+        try:
+            text = (self.memory / ("memory.events" if self.memory_v2 else "memory.oom_control")).read_text()
+        except OSError:
+            return 0
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value)
+        return 0
+
+    def oom_note(self) -> str:
+        """What a worker's death was, when the kernel killed it at its memory limit ("" otherwise)."""
+        kills = self.oom_kills()
+        if not kills:
+            return ""
+        return (f"out of memory: the kernel killed it at its memory limit of {self.limit_mb or 0:.0f} MiB "
+                f"({'memory.events' if self.memory_v2 else 'memory.oom_control'} oom_kill {kills})")
 
     def pids(self) -> list[int]:
         found: set[int] = set()
@@ -222,8 +276,28 @@ def _v2_memory_ready(v2: Path) -> bool:
         return False
 
 
-def open_group(label: str) -> Group | None:
-    """A new cgroup for one worker, in whatever writable hierarchies this machine has; None without any."""
+def open_group(label: str, memory_max_mb: float | None = None) -> Group | None:
+    """A new cgroup for one worker, in whatever writable hierarchies this machine has, its memory limited to
+    `memory_max_mb` where a memory controller is writable; None without any."""
+    group = _open(label)
+    if group is not None and memory_max_mb:
+        group.set_limit(memory_max_mb)
+    return group
+
+
+def limit_rlimit(group: Group | None, joined: bool, memory_max_mb: float | None) -> None:  # pragma: no cover
+    """In the child before exec: where its group does not hold the memory limit (no memory controller, or joining
+    failed), RLIMIT_DATA does, per process (resource is imported at the top: nothing is imported in the child)."""
+    if not memory_max_mb or (group is not None and joined and group.limit_mb is not None):
+        return
+    limit = int(memory_max_mb * 2**20)
+    try:
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+    except (OSError, ValueError):
+        pass
+
+
+def _open(label: str) -> Group | None:
     name = f"{label}-{secrets.token_hex(6)}"
     group = Group(name)
     v2 = _v2_root()
@@ -257,6 +331,19 @@ def describe() -> str:
     parts = [f"cgroup v2 at {v2}" if v2 else "no writable cgroup v2"]
     parts += [f"v1 {c}" for c in ("freezer", "memory") if _v1(c)]
     return ", ".join(parts)
+
+
+def memory_limit_kind() -> str:
+    """Which mechanism holds a worker's hard memory limit here: a memory cgroup's, else RLIMIT_DATA (probed by
+    making a group and setting a limit on it)."""
+    group = _open("probe")
+    try:
+        if group is not None and group.set_limit(1 << 20):
+            return "cgroup v2 memory.max" if group.memory_v2 else "cgroup v1 memory.limit_in_bytes"
+    finally:
+        if group is not None:
+            group.remove()
+    return "RLIMIT_DATA"
 
 
 # -- without a cgroup: /proc -------------------------------------------------------------------------

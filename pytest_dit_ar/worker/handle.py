@@ -32,6 +32,7 @@ class SandboxPolicy:
     gpu: bool = False
     expose: tuple[Path, ...] = ()  # the project's folder (its fixed weights), besides the harness's
     mutable: tuple[str, ...] = ("model_under_test/",)  # what a side's sandbox shows of its tree
+    memory_max_mb: float | None = None  # each worker's hard host-memory limit (worker/host_limit.py; None: none)
 
 
 class WorkerHandle:
@@ -58,6 +59,16 @@ class WorkerHandle:
         self.group: cgroup.Group | None = None
         self.freezer = Freezer(self)  # stopped between requests (worker/freezer.py)
         self.memory = MemoryWatch(self)  # sampled by the harness while it lives (worker/memory.py)
+
+    @property
+    def memory_max_mb(self) -> float | None:
+        """This worker's hard host-memory limit (its cgroup's, else RLIMIT_DATA): the sandbox policy's."""
+        return self.sandbox.memory_max_mb if self.sandbox is not None else None
+
+    def death_note(self) -> str:
+        """Why the worker died, when the kernel says so: killed at its memory limit ("" otherwise)."""
+        group = self.group
+        return group.oom_note() if group is not None else ""
 
     @property
     def model_root(self) -> Path:

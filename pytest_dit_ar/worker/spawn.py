@@ -43,13 +43,14 @@ def _chown_tree(root: Path, uid: int) -> None:
                 pass
 
 
-def _child_setup(group: cgroup.Group | None):
+def _child_setup(group: cgroup.Group | None, memory_max_mb: float | None = None):
     """The child's first steps before exec: die with the harness, then join the worker's cgroup (so that
-    everything the worker starts is frozen, counted and killed with it)."""
+    everything the worker starts is frozen, counted and killed with it), its memory limited by the group or, where
+    the group cannot, by RLIMIT_DATA (worker/host_limit.py)."""
     def setup() -> None:  # pragma: no cover - runs in the child before exec
         _die_with_parent()
-        if group is not None:
-            group.enter()
+        joined = group.enter() if group is not None else False
+        cgroup.limit_rlimit(group, joined, memory_max_mb)
     return setup
 
 
@@ -64,7 +65,7 @@ def launch(w: WorkerHandle, argv: list[str], stdin: Any, stdout: Any) -> None:
     if w.sandbox is not None and sandbox_mod.privileged():
         os.chmod(w.stage, 0o755)
         os.chown(w.scratch, sandbox_mod.UNPRIVILEGED, sandbox_mod.UNPRIVILEGED)
-    w.group = cgroup.open_group(w.side)
+    w.group = cgroup.open_group(w.side, w.memory_max_mb)
     env = w.environment()
     with open(w.log_path, "ab") as log:
         stdout = log if stdout is None else stdout
@@ -75,7 +76,7 @@ def launch(w: WorkerHandle, argv: list[str], stdin: Any, stdout: Any) -> None:
             env.update(compile_settings(w))
             w.proc = subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=log,
                                          cwd=w.root, env={**os.environ, **env}, bufsize=0,
-                                         preexec_fn=_child_setup(w.group))
+                                         preexec_fn=_child_setup(w.group, w.memory_max_mb))
             check_group(w)
             w.memory.start()
             return
@@ -93,7 +94,7 @@ def launch(w: WorkerHandle, argv: list[str], stdin: Any, stdout: Any) -> None:
         try:
             w.proc = subprocess.Popen(sandbox_mod.command(spec, argv, write_end, filter_fd), stdin=stdin,
                                          stdout=stdout, stderr=log, bufsize=0, pass_fds=fds,
-                                         preexec_fn=_child_setup(w.group))
+                                         preexec_fn=_child_setup(w.group, w.memory_max_mb))
         finally:
             for fd in fds:
                 os.close(fd)
