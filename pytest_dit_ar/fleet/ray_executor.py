@@ -208,9 +208,16 @@ OOM_WORDS = ("running low on memory", "OUT_OF_MEMORY", "out of memory")
 NODE_WORDS = ("node died", "NODE_DIED", "node is dead", "raylet", "preempted", "node was removed")
 
 
+def _text(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - an error whose own text fails is still named by its type
+        return ""
+
+
 def _actor_died(exc: BaseException) -> str:
     """What an ActorDiedError's text says killed the actor (Ray puts the worker's exit type and detail there)."""
-    text = str(exc)
+    text = _text(exc)
     if any(w.lower() in text.lower() for w in OOM_WORDS):
         return "ray-oom"
     if getattr(exc, "preempted", False) or any(w.lower() in text.lower() for w in NODE_WORDS):
@@ -223,7 +230,7 @@ def loss(exc: BaseException, where: str) -> JudgeLost:
     cause = next(c for kind, c in LOSSES if isinstance(exc, kind))
     if isinstance(exc, rex.ActorDiedError):
         cause = _actor_died(exc)
-    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    first = next((line.strip() for line in _text(exc).splitlines() if line.strip()), "")
     return JudgeLost(cause, f"{where}: {type(exc).__name__}: {first[:300]}")
 
 
