@@ -168,48 +168,6 @@ class Group:
         except (OSError, ValueError, IndexError):
             return None
 
-    def set_limit(self, mb: float) -> bool:
-        """Set the group's hard memory limit (the kernel kills a task of the group beyond it); whether it holds."""
-        if self.memory is None:
-            return False
-        limit = str(int(mb * 2**20))
-        try:
-            if self.memory_v2:
-                (self.memory / "memory.max").write_text(limit)
-                for name, value in (("memory.swap.max", "0"), ("memory.oom.group", "1")):
-                    if (self.memory / name).exists():
-                        (self.memory / name).write_text(value)
-            else:
-                (self.memory / "memory.limit_in_bytes").write_text(limit)
-                if (self.memory / "memory.memsw.limit_in_bytes").exists():  # swap accounting on: no swap either
-                    (self.memory / "memory.memsw.limit_in_bytes").write_text(limit)
-        except OSError:
-            return False
-        self.limit_mb = mb
-        return True
-
-    def oom_kills(self) -> int:
-        """How many of the group's tasks the kernel killed at its memory limit (its own counter)."""
-        if self.memory is None:
-            return 0
-        try:
-            text = (self.memory / ("memory.events" if self.memory_v2 else "memory.oom_control")).read_text()
-        except OSError:
-            return 0
-        for line in text.splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill" and value.strip().isdigit():
-                return int(value)
-        return 0
-
-    def oom_note(self) -> str:
-        """What a worker's death was, when the kernel killed it at its memory limit ("" otherwise)."""
-        kills = self.oom_kills()
-        if not kills:
-            return ""
-        return (f"out of memory: the kernel killed it at its memory limit of {self.limit_mb or 0:.0f} MiB "
-                f"({'memory.events' if self.memory_v2 else 'memory.oom_control'} oom_kill {kills})")
-
     def pids(self) -> list[int]:
         found: set[int] = set()
         for d in self.dirs:
@@ -240,6 +198,53 @@ class Group:
                     break
                 except OSError:
                     time.sleep(0.02)
+
+
+# -- a hard memory limit --------------------------------------------------------------------------------
+def set_limit(group: Group, mb: float) -> bool:
+    """Set the group's hard memory limit (the kernel kills a task of the group beyond it); whether it holds."""
+    if group.memory is None:
+        return False
+    limit = str(int(mb * 2**20))
+    try:
+        if group.memory_v2:
+            (group.memory / "memory.max").write_text(limit)
+            for name, value in (("memory.swap.max", "0"), ("memory.oom.group", "1")):
+                if (group.memory / name).exists():
+                    (group.memory / name).write_text(value)
+        else:
+            (group.memory / "memory.limit_in_bytes").write_text(limit)
+            if (group.memory / "memory.memsw.limit_in_bytes").exists():  # swap accounting on: no swap either
+                (group.memory / "memory.memsw.limit_in_bytes").write_text(limit)
+    except OSError:
+        return False
+    group.limit_mb = mb
+    return True
+
+
+def oom_kills(group: Group) -> int:
+    """How many of the group's tasks the kernel killed at its memory limit (its own counter)."""
+    if group.memory is None:
+        return 0
+    try:
+        text = (group.memory / ("memory.events" if group.memory_v2 else "memory.oom_control")).read_text()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill" and value.strip().isdigit():
+            return int(value)
+    return 0
+
+
+def oom_note(group: Group | None) -> str:
+    """What a worker's death was, when the kernel killed it at its group's memory limit ("" otherwise)."""
+    kills = oom_kills(group) if group is not None else 0
+    if not kills:
+        return ""
+    assert group is not None
+    return (f"out of memory: the kernel killed it at its memory limit of {group.limit_mb or 0:.0f} MiB "
+            f"({'memory.events' if group.memory_v2 else 'memory.oom_control'} oom_kill {kills})")
 
 
 def _wait(done, timeout_s: float, message: str) -> None:
@@ -281,7 +286,7 @@ def open_group(label: str, memory_max_mb: float | None = None) -> Group | None:
     `memory_max_mb` where a memory controller is writable; None without any."""
     group = _open(label)
     if group is not None and memory_max_mb:
-        group.set_limit(memory_max_mb)
+        set_limit(group, memory_max_mb)
     return group
 
 
@@ -338,7 +343,7 @@ def memory_limit_kind() -> str:
     making a group and setting a limit on it)."""
     group = _open("probe")
     try:
-        if group is not None and group.set_limit(1 << 20):
+        if group is not None and set_limit(group, 1 << 20):
             return "cgroup v2 memory.max" if group.memory_v2 else "cgroup v1 memory.limit_in_bytes"
     finally:
         if group is not None:

@@ -18,7 +18,7 @@ from typing import Any
 from dit_ar_contract.device import LaneTarget
 from dit_ar_contract.errors import CandidateCrash
 
-from . import protocol, spawn
+from . import cgroup, protocol, spawn
 from . import sandbox as sandbox_mod
 from .bootstrap import BOOTSTRAP, PATH_VARIABLE
 from .channel import Replies
@@ -137,7 +137,7 @@ class WorkerProcess(WorkerHandle):
         return reply, elapsed
 
     def _died(self) -> str:
-        note = self.death_note()
+        note = cgroup.oom_note(self.group)  # the kernel killed it at its memory limit: says so
         return f" ({note})" if note else ""
 
     def _check_scratch(self) -> None:

@@ -61,16 +61,6 @@ class WorkerHandle:
         self.memory = MemoryWatch(self)  # sampled by the harness while it lives (worker/memory.py)
 
     @property
-    def memory_max_mb(self) -> float | None:
-        """This worker's hard host-memory limit (its cgroup's, else RLIMIT_DATA): the sandbox policy's."""
-        return self.sandbox.memory_max_mb if self.sandbox is not None else None
-
-    def death_note(self) -> str:
-        """Why the worker died, when the kernel says so: killed at its memory limit ("" otherwise)."""
-        group = self.group
-        return group.oom_note() if group is not None else ""
-
-    @property
     def model_root(self) -> Path:
         """Where the worker sees its side's tree (the same path for both sides when sandboxed)."""
         return sandbox_mod.MOUNT if self.sandbox else self.root

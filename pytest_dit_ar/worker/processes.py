@@ -37,8 +37,6 @@ class SideProcesses(Protocol):
 
     def kill(self) -> None: ...
 
-    def death_note(self) -> str: ...
-
 
 def running(pids: list[int]) -> list[int]:
     """The processes of `pids` that are not zombies: a zombie has exited, its memory, descriptors and GPU

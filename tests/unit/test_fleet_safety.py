@@ -331,18 +331,18 @@ def test_a_groups_limit_is_written_and_its_oom_kills_named(v2: bool, tmp_path: P
     for name in names:
         (tmp_path / name).write_text("")
     group = cgroup.Group("w", memory=tmp_path, memory_v2=v2, dirs=[tmp_path])
-    assert group.set_limit(512) and group.limit_mb == 512
+    assert cgroup.set_limit(group, 512) and group.limit_mb == 512
     limit = (tmp_path / ("memory.max" if v2 else "memory.limit_in_bytes")).read_text()
     assert limit == str(512 << 20)
     assert (tmp_path / "memory.swap.max").read_text() == "0" if v2 else \
         (tmp_path / "memory.memsw.limit_in_bytes").read_text() == str(512 << 20)
-    assert group.oom_note() == ""
+    assert cgroup.oom_note(group) == ""
     events = tmp_path / ("memory.events" if v2 else "memory.oom_control")
     events.write_text("low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\n" if v2 else
                       "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n")
-    assert group.oom_kills() == 1
-    assert group.oom_note().startswith("out of memory: the kernel killed it at its memory limit of 512 MiB")
-    assert cgroup.Group("none").oom_note() == "" and not cgroup.Group("none").set_limit(512)
+    assert cgroup.oom_kills(group) == 1
+    assert cgroup.oom_note(group).startswith("out of memory: the kernel killed it at its memory limit of 512 MiB")
+    assert cgroup.oom_note(None) == "" and not cgroup.set_limit(cgroup.Group("none"), 512)
 
 
 def test_a_workers_limit_is_the_lanes_or_its_slots_share_of_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
