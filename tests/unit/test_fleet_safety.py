@@ -217,6 +217,25 @@ def test_a_judge_lost_while_the_candidate_ran_records_nothing_and_exits_2(fleet_
     assert index.find(driver.repo, "dit-xl2-256", git(tree, "rev-parse", "HEAD^"), commit) is None
 
 
+def test_a_judging_left_by_a_killed_driver_whose_judge_is_gone_is_cleared_as_a_harness_error(
+        fleet_project: Path) -> None:
+    """The next `status`, `recover` or `experiment` finds the record, the judge gone: the same harness error (no row,
+    HEAD kept, the record cleared, the claim released), and the verb goes on (None: nothing was recorded)."""
+    from tests.helpers.fleet import CONFIG, candidate, stub_session
+    from tests.helpers.loop import git, ledger_rows
+
+    tree = stub_session(fleet_project, "left", "unused", "left:slot-0")
+    commit = candidate(tree, "\n# an idea whose driver was killed\n")
+    lines: list[str] = []
+    driver = Driver(tree / CONFIG, OneJudge(LostJudge()), out=lines.append, echo=None)
+    index.claim(driver.repo, driver.session, _claimed(tree, "run-left"))
+    assert driver.reattach(wait=True) is None
+    assert len(lines) == 1 and lines[0].startswith("REFUSED: harness error") and "judge-died" in lines[0], lines
+    assert [r for r in ledger_rows(tree) if r.status.is_experiment] == [] and git(tree, "rev-parse", "HEAD") == commit
+    assert dispatch.read(StatePaths(tree)) is None
+    assert [e.event for e in index.entries(driver.repo) if e.run_id == "run-left"] == ["claim", "release"]
+
+
 # -- the index: claims and near-duplicates -------------------------------------------------------------------------
 def _claimed(tree: Path, run_id: str, message: str = "an idea") -> index.Claim:
     """Write the session's dispatch record naming `run_id` (as the driver does first) and return its claim."""
