@@ -10,8 +10,9 @@ methods; tests call them with a stand-in. Ray's pitfalls handled here:
   which `device.resolve_lane` turns into the UUIDs the session's device was recorded by.
 - Memory: Ray's memory monitor kills workers by its own policy when its node runs low, and cannot see that memory
   sits in a sandboxed grandchild of one judge. The judge gives its verb its slot's share of the node's memory
-  (`Placement.memory_share`), each worker's hard limit is derived from it (worker/host_limit.py), and a candidate
-  beyond its limit is killed by the kernel inside its own cgroup: that judging's CRASH, no other's.
+  (`Placement.memory_share`), each worker's hard limit is derived from it (worker/host_limit.py), all the
+  judging's workers' groups sit inside one group of the judge's with a limit of their own (cgroup.open_judging),
+  and a candidate beyond a limit is killed by the kernel inside its own judging: its CRASH, no other's.
 - OMP_NUM_THREADS: Ray sets it to 1 in its workers; the judge's child gets the environment of a plain run, and
   never Ray's token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH).
 - Log deduplication: the verb's output goes to a log in the run folder and reaches the driver through `output`,
@@ -36,6 +37,7 @@ from dit_ar_contract.device import LaneTarget
 
 from ..state.paths import STATE_DIR, StatePaths
 from ..state.writer import JUDGE_VARIABLE
+from ..worker import cgroup, host_limit
 from ..worker.host_limit import SHARE_VARIABLE
 from .archive import FETCH_CHUNK_BYTES, allowed_members, archive
 from .request import JudgeReply, JudgeRequest, Placement, Prepared, ReplicaPayload
@@ -109,11 +111,18 @@ class JudgeWork:
         t = time.time()
         argv = [sys.executable, "-P", "-m", "pytest_dit_ar.cli", "--config", str(self.root / request.config),
                 *request.argv]
-        with open(self.log, "ab") as log:
-            proc = subprocess.Popen(argv, cwd=self.root, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    env=child_environment(placement),
-                                    preexec_fn=_die_with_parent)
-            code = proc.wait()
+        env = child_environment(placement)
+        group = cgroup.open_judging("judging", host_limit.judging_limit_mb(placement.memory_share))
+        if group is not None:  # every worker's group inside it: their memory together is held by its limit
+            env[cgroup.PARENT_VARIABLE] = group.name
+        try:
+            with open(self.log, "ab") as log:
+                proc = subprocess.Popen(argv, cwd=self.root, stdin=subprocess.DEVNULL, stdout=log,
+                                        stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)
+                code = proc.wait()
+        finally:
+            if group is not None:
+                group.remove()  # whatever of the judging is left ends with it
         paths = StatePaths(self.root)
         halt = paths.halt.read_text() if paths.halt.exists() else ""
         self.archive = paths.dir / ARCHIVE

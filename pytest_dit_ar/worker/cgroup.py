@@ -41,6 +41,7 @@ from pathlib import Path
 ROOT = Path("/sys/fs/cgroup")
 FREEZE_TIMEOUT_S = 30.0
 DISABLE_VARIABLE = "DIT_AR_NO_CGROUP"  # set (non-empty, not "0"): behave as if no cgroup were writable
+PARENT_VARIABLE = "DIT_AR_CGROUP_PARENT"  # a fleet judging's group (open_judging): workers' groups go inside it
 
 
 def disabled() -> bool:
@@ -190,14 +191,26 @@ class Group:
             except OSError:
                 pass
         for d in reversed(self.dirs):
-            for _ in range(50):
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.02)
+            _remove_dir(d)
+
+
+def _remove_dir(d: Path) -> None:
+    """Remove a group's folder, the groups inside it first (a judging's workers'), killing what runs in them."""
+    for child in [c for c in d.iterdir() if c.is_dir()] if d.is_dir() else []:
+        try:
+            for pid in (child / "cgroup.procs").read_text().split():
+                os.kill(int(pid), 9)
+        except (OSError, ValueError):
+            pass
+        _remove_dir(child)
+    for _ in range(50):
+        try:
+            d.rmdir()
+            break
+        except FileNotFoundError:
+            break
+        except OSError:
+            time.sleep(0.02)
 
 
 # -- a hard memory limit --------------------------------------------------------------------------------
@@ -238,13 +251,24 @@ def oom_kills(group: Group) -> int:
 
 
 def oom_note(group: Group | None) -> str:
-    """What a worker's death was, when the kernel killed it at its group's memory limit ("" otherwise)."""
+    """What a worker's death was, when the kernel killed it at its group's memory limit, or at its fleet judging's
+    (the limit of all the judging's workers together), ("" otherwise)."""
     kills = oom_kills(group) if group is not None else 0
     if not kills:
         return ""
-    assert group is not None
-    return (f"out of memory: the kernel killed it at its memory limit of {group.limit_mb or 0:.0f} MiB "
-            f"({'memory.events' if group.memory_v2 else 'memory.oom_control'} oom_kill {kills})")
+    assert group is not None and group.memory is not None
+    judging = _limit_mb(group.memory.parent, group.memory_v2) if group.memory.parent.name != "dit-ar" else None
+    also = f"its judging's workers: {judging:.0f} MiB together; " if judging else ""
+    return (f"out of memory: the kernel killed it at its memory limit of {group.limit_mb or 0:.0f} MiB ({also}"
+            f"{'memory.events' if group.memory_v2 else 'memory.oom_control'} oom_kill {kills})")
+
+
+def _limit_mb(folder: Path, v2: bool) -> float | None:
+    try:
+        value = (folder / ("memory.max" if v2 else "memory.limit_in_bytes")).read_text().strip()
+    except OSError:
+        return None
+    return int(value) / 2**20 if value.isdigit() and int(value) < 1 << 60 else None
 
 
 def _wait(done, timeout_s: float, message: str) -> None:
@@ -257,11 +281,18 @@ def _wait(done, timeout_s: float, message: str) -> None:
         pause = min(pause * 2, 0.01)
 
 
+def _base(parent: Path) -> Path:
+    """Where a worker's group is made in the hierarchy at `parent`: `dit-ar/`, or inside the fleet judging's group
+    the harness runs for (PARENT_VARIABLE), where that hierarchy has it."""
+    base = parent / "dit-ar"
+    judging = os.environ.get(PARENT_VARIABLE, "")
+    return base / judging if judging and (base / judging).is_dir() else base
+
+
 def _make(parent: Path, name: str) -> Path | None:
     try:
-        base = parent / "dit-ar"
-        base.mkdir(exist_ok=True)
-        path = base / name
+        (parent / "dit-ar").mkdir(exist_ok=True)
+        path = _base(parent) / name
         path.mkdir()
         return path
     except OSError:
@@ -269,16 +300,35 @@ def _make(parent: Path, name: str) -> Path | None:
 
 
 def _v2_memory_ready(v2: Path) -> bool:
-    """Whether a child of v2/dit-ar gets the memory controller (enabled down the tree where allowed)."""
+    """Whether a child of v2/dit-ar (or of the judging's group in it) gets the memory controller (enabled down the
+    tree where allowed)."""
     try:
         if "memory" not in (v2 / "cgroup.controllers").read_text().split():
             return False
-        for level in (v2, v2 / "dit-ar"):
+        for level in dict.fromkeys((v2, v2 / "dit-ar", _base(v2))):
             if "memory" not in (level / "cgroup.subtree_control").read_text().split():
                 (level / "cgroup.subtree_control").write_text("+memory")
         return True
     except OSError:
         return False
+
+
+def open_judging(label: str, memory_max_mb: float) -> Group | None:
+    """A fleet judging's group: the groups of its workers are made inside it (its name in PARENT_VARIABLE, in the
+    verb's environment), and its memory limit holds them all together. None where no memory controller is
+    writable (each worker's own limit still holds)."""
+    group = Group(f"{label}-{secrets.token_hex(6)}")
+    v2 = _v2_root()
+    if v2 is not None and _v2_memory_ready(v2):
+        group.memory = _make(v2, group.name)
+    elif _v1("memory") is not None:
+        group.memory, group.memory_v2 = _make(ROOT / "memory", group.name), False
+    if group.memory is not None:
+        group.dirs.append(group.memory)
+    if group.memory is None or not set_limit(group, memory_max_mb):
+        group.remove()
+        return None
+    return group
 
 
 def open_group(label: str, memory_max_mb: float | None = None) -> Group | None:

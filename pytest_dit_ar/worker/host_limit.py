@@ -4,9 +4,11 @@ The lane's `guardrails.host_memory_mb` sets it. Unset, it is derived from the ma
 machine's memory (MemTotal, or the harness's own cgroup limit when that is lower), times the share of the machine
 this judging may use. A local run uses the whole machine (share 1). A fleet's judge sets `SHARE_VARIABLE` for its
 verb to its slot's share of its node (the slot's GPUs over the node's, or its CPUs over the node's on a CPU lane),
-so the slots of one node together stay below `2 * HOST_MEMORY_SHARE` of it with both sides of every judging at
-their limit: under Ray's memory monitor's threshold (docs/design/scale.md), so a candidate that holds too much is
-killed by the kernel inside its own group, and Ray has no reason to kill another session's judge.
+and also puts all its workers' groups inside one group of its own, limited to two workers' worth of that share
+(`judging_limit_mb`, cgroup.open_judging): however many workers a judging runs (fork servers, pairs), the slots of
+one node together stay below `2 * HOST_MEMORY_SHARE` of it, under Ray's memory monitor's threshold
+(docs/design/scale.md). A candidate that holds too much is killed by the kernel inside its own judging, and Ray has
+no reason to kill another session's judge.
 
 Without a writable memory cgroup the limit is RLIMIT_DATA, set by the child before exec, and weaker: it is per
 process (a worker that starts N processes may hold N times it), it does not count shared memory (tmpfs files,
@@ -83,3 +85,10 @@ def derived_mb() -> float:
 def worker_limit_mb(configured: float | None) -> float:
     """One worker's hard host-memory limit: the lane's setting, else the machine's derived one."""
     return float(configured) if configured else derived_mb()
+
+
+def judging_limit_mb(share: float) -> float:
+    """The limit of a fleet judging's workers together (cgroup.open_judging): two workers' derived limits of the
+    slot's share of the node, whatever the lane sets for one worker; so the slots of a node never hold more than
+    `2 * HOST_MEMORY_SHARE` of it, however many workers each judging runs."""
+    return max(2 * MIN_LIMIT_MB, machine_mb() * 2 * HOST_MEMORY_SHARE * min(1.0, share))

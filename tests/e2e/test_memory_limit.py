@@ -59,3 +59,41 @@ def test_without_a_memory_cgroup_rlimit_data_holds_the_limit(loop_repo: Path, mo
     monkeypatch.setenv(cgroup.DISABLE_VARIABLE, "1")
     reason, text = crash_of(loop_repo)
     assert "MemoryError" in reason + text, reason
+
+
+def test_a_fleet_judgings_workers_are_held_together_by_its_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two workers, each under its own limit, inside one judging's group: together they may not pass the judging's
+    limit; the kernel kills one of them, and its death names both limits."""
+    import subprocess
+    import sys
+    import time
+
+    if cgroup.memory_limit_kind() == "RLIMIT_DATA":
+        pytest.skip("no writable memory cgroup here")
+    judging = cgroup.open_judging("judging-test", 320)
+    assert judging is not None and judging.limit_mb == 320
+    monkeypatch.setenv(cgroup.PARENT_VARIABLE, judging.name)
+    hold = "import time; x = [bytes([i % 250 + 1]) * (16 << 20) for i in range(13)]; print('held', flush=True); " \
+           "time.sleep(60)"  # 208 MiB each: under its own 256 MiB, two over the judging's 320 MiB
+    workers, procs = [], []
+    try:
+        for _ in range(2):
+            group = cgroup.open_group("w", 256)
+            assert group is not None and group.memory is not None and group.memory.parent.name == judging.name
+            workers.append(group)
+            procs.append(subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE,
+                                          preexec_fn=group.enter))
+            procs[-1].stdout.readline()  # the first holds its blocks before the second starts
+        deadline = time.monotonic() + 30
+        while all(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        killed = [g for g, p in zip(workers, procs) if p.poll() is not None]
+        assert len(killed) == 1 and -9 in [p.poll() for p in procs], [p.poll() for p in procs]
+        note = cgroup.oom_note(killed[0])
+        assert note.startswith("out of memory: the kernel killed it at its memory limit of 256 MiB"), note
+        assert "its judging's workers: 320 MiB together" in note, note
+    finally:
+        for p in procs:
+            p.kill()
+        judging.remove()  # the workers' groups inside it go with it
+    assert not judging.memory.exists()
