@@ -24,8 +24,8 @@ from dit_ar_contract.errors import Refused
 
 from ..state.paths import STATE_DIR, StatePaths
 
-MAX_UNPACKED_BYTES = 2 << 30  # a judging's files, unpacked (the embedded lane's run folder: about 1 MiB)
-MAX_MEMBERS = 20_000  # files and folders in one judging's archive
+MAX_UNPACKED_BYTES = 2 << 30  # a judging's files, unpacked (a judged embedded-lane run folder: about 350 KiB)
+MAX_MEMBERS = 20_000  # files and folders in one judging's archive (that run folder: 53 files)
 FETCH_CHUNK_BYTES = 32 << 20  # the part of an archive fetched at a time (well under a laptop's Ray object store)
 
 
