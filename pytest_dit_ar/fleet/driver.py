@@ -28,10 +28,10 @@ from ..state.paths import new_run_id
 from ..state.session import open_session
 from . import apply, index, payload
 from . import dispatch as dispatch_file
+from .apply import Recorder
 from .dispatch import PREPARE, Dispatch
 from .executor import SLOT_CPUS, Executor
 from .judging import Judging
-from .recording import Recorder
 from .request import JudgeLost, JudgeRequest
 
 

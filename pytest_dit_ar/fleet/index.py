@@ -11,18 +11,32 @@ lock by each session's own process. Three events:
 - `release`: the claim's judging ended without a verdict, and why.
 
 A candidate is refused (nothing sent) when the same tree was judged or is claimed against the same best tree on
-the same lane anywhere in the fleet, or when it is a near-duplicate (fleet/normal.py: the same diff with comments
+the same lane anywhere in the fleet, or when it is a near-duplicate (`normal_diff` below: the same diff with comments
 and layout stripped) of one claimed now or judged and discarded (a crash included), so two agents with one idea do
 not both spend a slot on it, and a discard is not re-rolled with a comment. `dit-ar fleet adopt` judges a commit
 kept elsewhere again here on purpose, and is not refused.
+
+Near-duplicates (`normal_diff`): the candidate's diff against the best with comments and layout stripped, digested.
+Per changed file (git's diff of the two commits):
+
+- Python (`.py`): the token stream (`tokenize`) without COMMENT, NL and ENCODING tokens and without the text of
+  INDENT, DEDENT and NEWLINE (only that they are there), so comments, blank lines, trailing spaces, line breaks
+  inside brackets and the width of indentation do not count. Strings count, docstrings included: a program can read
+  its own docstrings (`__doc__`), so a changed docstring is a changed program. A file that does not tokenize
+  falls back to the rule for other text.
+- Other text: its whitespace-separated words (layout does not count; comments do, whatever their syntax).
+- Binary files: their bytes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import io
 import json
 import os
 import time
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +51,6 @@ from ..state.ledger import LedgerRow
 from ..state.paths import StatePaths
 from ..state.session import Session
 from . import dispatch as dispatch_file
-from .normal import normal_diff
 
 FOLDER = "dit-ar-fleet"
 CLAIM, JUDGED, RELEASE = "claim", "judged", "release"
@@ -56,7 +69,7 @@ class JudgedCandidate:
     worktree: str
     run_dir: str
     description: str
-    normal: str = ""  # the diff against the best without comments and layout (normal.py); "" in older files
+    normal: str = ""  # the diff against the best without comments and layout (normal_diff); "" in older files
     event: str = JUDGED
     reason: str = ""  # a release's: why its judging ended without a verdict
     at: float = 0.0
@@ -147,7 +160,7 @@ def _refusal(earlier: JudgedCandidate, near: bool) -> Refused:
     how = "being judged now" if earlier.event == CLAIM else "already judged"
     what = ("differs only in comments and layout from one " if near else
             f"(tree {earlier.candidate_tree[:10]}) {'is' if earlier.event == CLAIM else 'was'} ")
-    why = " (a near-duplicate: normal.py)" if near else ""
+    why = " (a near-duplicate: the same change, comments and layout aside)" if near else ""
     return Refused(f"this candidate {what}{how} against the same best (tree {earlier.best_tree[:10]}) on lane "
                    f"{earlier.lane}{why}: {earlier.describe()}. Nothing was judged: change the idea, or judge that "
                    f"session's keep again here with `dit-ar fleet adopt --from {earlier.tag}`")
@@ -208,3 +221,56 @@ def release(repo: git.Repo, session: Session, run_id: str, reason: str) -> bool:
             return False
         _append(repo, dataclasses.replace(held, event=RELEASE, reason=reason, at=time.time()))
     return True
+
+
+# -- near-duplicates: the change as code, not as text ------------------------------------------------------
+DROPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING}
+MARKERS = {tokenize.INDENT, tokenize.DEDENT, tokenize.NEWLINE, tokenize.ENDMARKER}
+
+
+def python_tokens(text: str) -> str | None:
+    """The code of a Python file without comments and layout (None when it does not tokenize)."""
+    out = []
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type in DROPPED:
+                continue
+            out.append(tokenize.tok_name[tok.type] if tok.type in MARKERS else f"{tok.type}:{tok.string}")
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+    return "\x00".join(out)
+
+
+def normal_text(path: str, data: bytes) -> bytes:
+    """A file's content as far as near-duplicates go (the module's rules)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return b"binary\x00" + data
+    if path.endswith(".py"):
+        tokens = python_tokens(text)
+        if tokens is not None:
+            return b"python\x00" + tokens.encode()
+    return b"text\x00" + " ".join(text.split()).encode()
+
+
+def _blob(commit: git.Commit, path: str) -> bytes | None:
+    try:
+        return commit.tree[path].data_stream.read()
+    except KeyError:
+        return None
+
+
+def normal_diff(repo: git.Repo, best: str, candidate: str) -> str:
+    """sha256 of the candidate's diff against the best with comments and layout stripped: each changed path whose
+    normal content differs, with both sides' normal content. A change of comments and layout only digests to the
+    same value as no change at all."""
+    ours, theirs = repo.commit(best), repo.commit(candidate)
+    h = hashlib.sha256()
+    for path in sorted(p for p in repo.git.diff("--no-renames", "--name-only", best, candidate).splitlines() if p):
+        before, after = _blob(ours, path), _blob(theirs, path)
+        a = normal_text(path, before) if before is not None else b"absent"
+        b = normal_text(path, after) if after is not None else b"absent"
+        if a != b:
+            h.update(path.encode() + b"\x01" + hashlib.sha256(a).digest() + hashlib.sha256(b).digest())
+    return h.hexdigest()
