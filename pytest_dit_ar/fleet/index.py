@@ -117,7 +117,7 @@ def entries(repo: git.Repo) -> list[JudgedCandidate]:
     if not path.is_file():
         return []
     out = []
-    known = {f.name: f.type for f in dataclasses.fields(JudgedCandidate)}
+    known = {f.name for f in dataclasses.fields(JudgedCandidate)}
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
             data = json.loads(line)
