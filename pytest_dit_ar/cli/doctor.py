@@ -159,7 +159,7 @@ def doctor(config_path: Path, out=print) -> int:
 def _memory_limit_line(kind: str) -> str:
     """What holds each worker's hard host-memory limit here (worker/host_limit.py)."""
     if kind != "RLIMIT_DATA":
-        return f"memory limit: each worker's cgroup holds it ({kind}): beyond it the kernel kills that worker alone"
+        return f"memory limit: each worker's own cgroup holds it, {kind}; beyond it the kernel kills that worker alone"
     return ("memory limit: NO writable memory cgroup here (cgroup v2 delegation or v1 memory): RLIMIT_DATA holds it "
             "instead, per process and blind to shared memory (docs/design/sandbox-and-security.md)")
 

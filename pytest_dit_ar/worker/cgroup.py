@@ -394,7 +394,8 @@ def memory_limit_kind() -> str:
     group = _open("probe")
     try:
         if group is not None and set_limit(group, 1 << 20):
-            return "cgroup v2 memory.max" if group.memory_v2 else "cgroup v1 memory.limit_in_bytes"
+            return "cgroup v2 memory.max" if group.memory_v2 else \
+                "cgroup v1 memory.limit_in_bytes (no cgroup v2 memory controller delegated here)"
     finally:
         if group is not None:
             group.remove()
