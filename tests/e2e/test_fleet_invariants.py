@@ -312,30 +312,35 @@ def shared_node(fleet_cluster, loop_template: Path, tmp_path: Path):  # noqa: AN
 
 
 def test_a_memory_hog_in_one_slot_is_its_own_crash_and_the_other_slots_verdict_its_own(shared_node: dict) -> None:
-    """Slot A's candidate holds twice its worker's limit while slot B's honest candidate is judged on the same node:
-    the kernel kills A's worker inside its own group (A's CRASH, out of memory, named from the cgroup's oom_kill
-    counter) and B's verdict is the one a local run gives (removing the avoidable delay: KEEP). No judge is lost."""
+    """Slot A's candidate holds twice its worker's limit while slot B's candidate is judged on the same node: the
+    kernel kills A's worker inside its own group (A's CRASH, out of memory, named from the cgroup's oom_kill counter)
+    and B's verdict is the one a local run gives (tests/e2e/test_loop.py: brightened outputs are DISCARD-QUALITY,
+    decided by its whole corpus run, whatever the load does to timing). No judge is lost."""
+    from pytest_dit_ar.loop.speed.patching import wrap_generate
     from pytest_dit_ar.state.runs import RunPaths
     from pytest_dit_ar.worker import cgroup
     from tests.e2e.test_memory_limit import hog
-    from tests.helpers.loop import commit_change, experiment, last_line, set_slow
+    from tests.helpers.loop import commit_change, experiment, last_line
 
     hog_repo, honest = shared_node["hog"], shared_node["honest"]
     commit_change(hog_repo, "model_under_test/__init__.py", hog(HOG_LIMIT_MB), "hold twice the limit")
-    set_slow(honest, 0.0, "remove the avoidable delay")
+    commit_change(honest, "model_under_test/__init__.py", wrap_generate("q", """\
+        out = _gen(requests)
+        out.images = (out.images + 0.2).clamp(0, 1)
+        return out"""), "brighten the output")
     procs = {}
 
     def judge(side: str, repo: Path, description: str) -> None:
         procs[side] = experiment(repo, "exact", description)
 
     threads = [threading.Thread(target=judge, args=("hog", hog_repo, "a memory hog")),
-               threading.Thread(target=judge, args=("honest", honest, "remove the avoidable delay"))]
+               threading.Thread(target=judge, args=("honest", honest, "brighten the output"))]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=1800)
     hog_proc, honest_proc = procs["hog"], procs["honest"]
-    assert last_line(honest_proc) == "VERDICT: KEEP" and honest_proc.returncode == 0, \
+    assert last_line(honest_proc) == "VERDICT: DISCARD-QUALITY" and honest_proc.returncode == 1, \
         honest_proc.stdout[-3000:] + honest_proc.stderr[-2000:]
     assert last_line(hog_proc) == "VERDICT: CRASH" and hog_proc.returncode == 1, \
         hog_proc.stdout[-3000:] + hog_proc.stderr[-2000:]
@@ -343,5 +348,6 @@ def test_a_memory_hog_in_one_slot_is_its_own_crash_and_the_other_slots_verdict_i
     assert row.status is Status.CRASH and "out of memory" in row.reason, row.reason
     if cgroup.memory_limit_kind() != "RLIMIT_DATA":
         assert "oom_kill" in (RunPaths(hog_repo / row.run_dir).crash_text() or "")
+    assert "psnr_db" in honest_proc.stdout  # judged on its outputs, as a local run is
     assert "harness error" not in hog_proc.stdout + honest_proc.stdout  # neither judge was lost
     assert not any((repo / ".autoresearch" / "dispatch.json").exists() for repo in (hog_repo, honest))
