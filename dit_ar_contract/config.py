@@ -54,6 +54,7 @@ class Guardrails:
     startup_growth_pct: float | None = 100.0  # reported: the warm start's growth over the best's (decides nothing)
     startup_budget_s: float | None = 120.0  # the candidate's warm start (build + warm-up, cache present) at most
     emulated_vram_gb: float | None = None  # judge as on a card of this size: the sum of live workers (memory_plan)
+    host_memory_mb: float | None = None  # each worker's hard host-memory limit (None: from the machine, host_limit)
 
 
 @dataclass(frozen=True)
@@ -410,7 +411,7 @@ def _check_lane(r: _Reader, lane: Lane, root: Path) -> None:
     _positive(r, f"{where}.guardrails", peak_vram_gb=g.peak_vram_gb, peak_memory_mb=g.peak_memory_mb,
               p95_regression_pct=g.p95_regression_pct, memory_growth_pct=g.memory_growth_pct,
               startup_growth_pct=g.startup_growth_pct, startup_budget_s=g.startup_budget_s,
-              emulated_vram_gb=g.emulated_vram_gb)
+              emulated_vram_gb=g.emulated_vram_gb, host_memory_mb=g.host_memory_mb)
     _check_perf(r, lane.performance, f"{where}.performance")
     _check_quality(r, lane.quality, f"{where}.quality")
 

@@ -11,5 +11,6 @@ and hands an outcome back; the session's own process records it (git, the ledger
 - `dispatch`: the on-disk record of a judging in flight (a killed driver's successor re-attaches).
 - `driver`: the session's side: dispatch, retry, re-attach; `apply`: recording a reply once.
 - `ray_executor`: the only module that imports Ray (slots, the judge actor, node probes).
-- `index`: the fleet's judged candidates (a duplicate is refused); `registry`: the fleet's slots and sessions.
+- `index`: the candidates the fleet has sent (claimed) or judged (a duplicate, or a near-duplicate of a discard,
+  is refused); `registry`: the fleet's slots and sessions.
 """
