@@ -26,7 +26,7 @@ from ..loop.guards.checks import check_best, check_session
 from ..state import gitops
 from ..state.paths import new_run_id
 from ..state.session import open_session
-from . import apply, index, payload
+from . import apply, index, replica
 from . import dispatch as dispatch_file
 from .apply import Recorder
 from .dispatch import PREPARE, Dispatch
@@ -157,4 +157,4 @@ class Driver:
         request = JudgeRequest(record.kind, record.run_id, self.record.executor.fleet, self.record.tag,
                                self.session.lane_id, record.slot, self.recorder.gpus, SLOT_CPUS, config, argv)
         return self.recorder.record(self.judging.send(request, record,
-                                                      lambda: payload.pack(self.session, self.repo)))
+                                                      lambda: replica.pack(self.session, self.repo)))
