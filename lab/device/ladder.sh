@@ -41,7 +41,9 @@
 # examples/gpu-ladder/patches, noopK a one-comment commit, slowK a real slowdown (SLOW_MS, default 15, ms of sleep
 # before each generate), qfail the images' contrast cut by a fifth, declared numerical (it fails the fidelity
 # floors on every lane); each item's description is its own, so a resumed call skips what the ledger holds.
-# ROUNDS=lane keeps the lane's rounds. lab/device/night.sh is the night in miniature built on it.
+# ROUNDS=lane keeps the lane's rounds. CALIBRATE_AFTER=NN runs `dit-ar calibrate` (CALIBRATE_PAIRS A/A pairs, default
+# 6, within CALIBRATE_S seconds, default 150) on the best once item NN is judged: the machine's profile then
+# replaces the prior offset bound for the later experiments (lab/notebook/gpu-night.md). lab/device/night.sh is the night in miniature built on it.
 set -u
 start=$(date +%s)
 here="$(cd "$(dirname "$0")" && pwd)"; src="$(cd "$here/../.." && pwd)"
@@ -269,7 +271,17 @@ judge_item() {  # judge_item ITEM: one `dit-ar experiment`; returns 1 when the d
   stamp "$item: $(echo "$row" | cut -f6) $(echo "$row" | cut -f12)% ($(echo "$row" | cut -f10) -> $(echo "$row" | cut -f11) ms) in $(( $(date +%s) - t0 )) s"
   stamp "  phases: $(grep -a '^time: ' "$log" | tail -n 1 | cut -c7-)"
   picked "${PROFILE_AFTER-04 end}" "$item" && profile_best "$item"
+  picked "${CALIBRATE_AFTER:-}" "$item" && calibrate_best "$item"
   return 0
+}
+calibrate_best() {  # CALIBRATE_AFTER=NN: `dit-ar calibrate` on the best once that item is judged (once a session)
+  [ -f "$keep/calibrated" ] && return 0
+  [ "$(left)" -ge "${CALIBRATE_S:-150}" ] || { stamp "calibrate after $1: not started ($(left) s left)"; return 0; }
+  local t0; t0=$(date +%s)
+  timeout $(( $(left) - 20 )) python3 -m pytest_dit_ar.cli --config config/autoresearch.json calibrate \
+    --pairs "${CALIBRATE_PAIRS:-6}" --budget-s "${CALIBRATE_S:-150}" ${UNSANDBOXED:+--unsandboxed} >> "$log" 2>&1 \
+    && touch "$keep/calibrated"
+  stamp "calibrate after $1: $([ -f "$keep/calibrated" ] && echo done || echo FAILED, see session.txt) in $(( $(date +%s) - t0 )) s"
 }
 plan="${PLAN:-$(for p in "$src"/examples/gpu-ladder/patches/*.patch; do basename "$p" | cut -c1-2; done)}"
 for item in $plan; do
