@@ -102,6 +102,7 @@ class PerfProtocol:
     # and each pair's round noise leaks into it, so longer pairs give a smaller B (lab/notebook/eager-power.md)
     calibration_pairs: int = 8
     calibration_rounds: int | None = None
+    worker_log_mb: float = 4.0  # what one worker may write into its log; the rest is dropped (worker/log_relay.py)
 
     def fork_servers(self, is_cuda: bool) -> int:
         """Fork servers per side: two on CUDA lanes (two layouts; imports beside the quality run), one on CPU
@@ -426,7 +427,7 @@ def _check_perf(r: _Reader, p: PerfProtocol, where: str) -> None:
     if p.warmup_max_rounds < p.warmup_rounds:
         raise r.fail(f"{where}.warmup_max_rounds", p.warmup_max_rounds, f"at least warmup_rounds ({p.warmup_rounds})")
     _positive(r, where, warmup_window=p.warmup_window, warmup_steady_pct=p.warmup_steady_pct,
-              compile_cache_gb=p.compile_cache_gb)
+              compile_cache_gb=p.compile_cache_gb, worker_log_mb=p.worker_log_mb)
     if p.compile_cache_keep < 0:
         raise r.fail(f"{where}.compile_cache_keep", p.compile_cache_keep, "zero or more recent trees kept")
     if p.rounds < 4:

@@ -128,7 +128,7 @@ class CandidateWorkers:
             outputs = generate_corpus(worker, cases, lane.batch, self.key, lane.resolution,
                                       desc="quality: candidate corpus", live=live, gaps=quality_gaps(self.session))
             self.cold_start_s, self.cand_peak_mb = note_quality_worker(worker, build_s + outputs.first_s, lane.is_cuda)
-            self.warm.write_back()
+            worker.write_back_cache()  # the tree's first worker: what it compiled, for the tree's later workers
             audit = audit_evidence(worker, build, outputs, cases, lane.batch, self.key)
             t = clock.spent("quality_corpus", t)
             best_build = best_boot.result() if best_boot else None
