@@ -193,31 +193,12 @@ class Zygote(WorkerProcess):
                 os.close(fd)
             relay.handed_over()
         try:
-            handle = self._child(reply, to_child, from_child, log_path)
+            handle = forked_handle(self, reply, to_child, from_child, log_path)
         except CandidateCrash:
             relay.join(1.0)  # nothing holds the pipe any more: the relay ends
             raise
         self.forks += 1
         return ForkedWorker(self, handle, log_path, started, relay)
-
-    def _child(self, reply: dict[str, Any], to_child: int, from_child: int, log_path: Path) -> _ForkedHandle:
-        """The forked child the zygote's reply names, as a handle on its pipes; a refused fork or a child that
-        is gone at once is a CandidateCrash (both pipe ends closed)."""
-        problem = None
-        if not reply.get("ok"):
-            problem = f"the {self.side} fork server could not fork: {reply.get('error')}"
-        else:
-            inner = int(reply["pid"])
-            pid = host_pid(self._candidates(), inner) if self.namespace else inner
-            try:
-                if pid is not None:
-                    return _ForkedHandle(pid, to_child, from_child)
-            except ProcessLookupError:
-                pass
-            problem = f"the {self.side} worker forked by the fork server died at once"
-        os.close(to_child)
-        os.close(from_child)
-        raise CandidateCrash(problem, log_tail(log_path) if reply.get("ok") else "")
 
     def freeze(self) -> None:
         if self.sides is not None:
@@ -255,6 +236,26 @@ class Zygote(WorkerProcess):
                 self.kill()
             self.kill()  # whatever a child left in the sandbox goes with it
             self.proc = None
+
+
+def forked_handle(z: Zygote, reply: dict[str, Any], to_child: int, from_child: int, log_path: Path) -> _ForkedHandle:
+    """The child a zygote's fork reply names, as a handle on its pipes; a refused fork or a child that is gone at
+    once is a CandidateCrash (both pipe ends closed)."""
+    problem = None
+    if not reply.get("ok"):
+        problem = f"the {z.side} fork server could not fork: {reply.get('error')}"
+    else:
+        inner = int(reply["pid"])
+        pid = host_pid(z.namespace.pids(), inner) if z.namespace else inner
+        try:
+            if pid is not None:
+                return _ForkedHandle(pid, to_child, from_child)
+        except ProcessLookupError:
+            pass
+        problem = f"the {z.side} worker forked by the fork server died at once"
+    os.close(to_child)
+    os.close(from_child)
+    raise CandidateCrash(problem, log_tail(log_path) if reply.get("ok") else "")
 
 
 class ForkedWorker(WorkerProcess):
