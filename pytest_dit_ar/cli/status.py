@@ -247,6 +247,22 @@ def status(config_path: Path, as_json: bool = False, rows: int = 10, every_workt
     return 0
 
 
+def rewind(config_path: Path, before: str) -> int:
+    """`dit-ar recover --before COMMIT`: the best and the branch back to the best before that keep."""
+    from ..loop.guards import gpu_locks
+    from ..state.records import rewind_best
+
+    session = open_session(config_path)
+    lock = gpu_locks.hold_session_lock(session.paths, "recover when it has finished")
+    try:
+        moved = rewind_best(session, gitops.open_repo(session.root), before)
+    finally:
+        lock.release()
+    print(f"the best of {session.lane_id} moved back from {moved.best_was[:10]} to {moved.best_now[:10]} (before the "
+          f"keep of {moved.before[:10]}); the branch is there too, and the commits after it stay in `git reflog`")
+    return 0
+
+
 def recover(config_path: Path) -> int:
     """Reset the session branch to the recorded best (if HEAD fell behind) and restore a damaged baseline."""
     session = open_session(config_path)

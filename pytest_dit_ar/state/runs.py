@@ -298,6 +298,7 @@ class RevalidationRecord:
     headline: str | None = None
     agree: bool | None = None
     warning: str | None = None
+    role_check: RoleCheck | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RevalidationRecord:
@@ -305,12 +306,13 @@ class RevalidationRecord:
             value = data.get(key)
             return fields_from(Estimate, value) if isinstance(value, Mapping) and value else None
 
-        held = data.get("holdout")
+        held, check = data.get("holdout"), data.get("role_check")
         values = {k: data[k] for k in ("run_id", "best_commit", "baseline_commit", "segments", "rounds", "headline",
                                        "agree", "warning") if k in data}
         return cls(**values, created=str(data.get("created") or ""), measured=estimate("measured"),
                    product=estimate("product"), steps=len(data.get("steps") or ()),
-                   holdout=fields_from(HoldoutRecord, held) if isinstance(held, Mapping) and held else None)
+                   holdout=fields_from(HoldoutRecord, held) if isinstance(held, Mapping) and held else None,
+                   role_check=fields_from(RoleCheck, check) if isinstance(check, Mapping) else None)
 
 
 def read_revalidation(run_dir: Path) -> RevalidationRecord | None:

@@ -27,9 +27,10 @@ import secrets
 from collections.abc import Callable
 from pathlib import Path
 
-from dit_ar_contract.config import Guardrails
+from dit_ar_contract.config import Guardrails, PerfProtocol
 from dit_ar_contract.errors import Refused
 from dit_ar_contract.sides import Role
+from dit_ar_contract.status import Status
 from perf_suite.sequential import DECISIONS, KEEP, Look
 from perf_suite.shift import shift
 from quality_suite.corpora import load_corpus
@@ -37,9 +38,10 @@ from quality_suite.corpora import load_corpus
 from ...state import gitops, ledger
 from ...state.best import BestRecord
 from ...state.files import write_json_atomic
+from ...state.ledger import LedgerRow
 from ...state.paths import now
 from ...state.perf_record import PerfRecord
-from ...state.roles import RoleCheck, RoleFinding, read_roles, record_check
+from ...state.roles import LaneRoles, RoleCheck, RoleFinding, read_roles, record_check
 from ...state.runs import RunPaths, read_timing
 from ...state.session import Session
 from ...worker.client import WorkerLauncher
@@ -65,31 +67,28 @@ def clean_times(perf: PerfRecord, role: Role) -> list[float]:
     return times
 
 
-def slower_as_best(session: Session, perf: PerfRecord, best: BestRecord) -> str | None:
-    """Why to check now, when this run timed the best significantly slower (by twice the lane's minimum
-    improvement, one-sided Mann-Whitney at its alpha) than its candidate side ran in the run that made it the
-    best; None otherwise, or without that run's timing."""
-    then = read_timing(session.paths.run(best.run_id))
+def slower_as_best(then: PerfRecord | None, perf: PerfRecord, protocol: PerfProtocol, keep_run: str) -> str | None:
+    """Why to check now, when this run (`perf`) timed the best significantly slower (by twice the lane's minimum
+    improvement, one-sided Mann-Whitney at its alpha) than its candidate side ran in `then`, the run that made it
+    the best; None otherwise, or without that run's timing."""
     if then is None:
         return None
     found = shift(clean_times(then, Role.CANDIDATE), clean_times(perf, Role.BEST))
-    p = session.lane.performance
-    if found is None or not found.slower(2 * p.min_improvement_pct, p.alpha):
+    if found is None or not found.slower(2 * protocol.min_improvement_pct, protocol.alpha):
         return None
-    return (f"the best ran {found.describe()} slower as the best than as the candidate in run {best.run_id}, which "
-            "kept it")
+    return f"the best ran {found.describe()} slower as the best than as the candidate in run {keep_run}, which kept it"
 
 
-def reason_to_check(session: Session, perf: PerfRecord | None, best: BestRecord | None,
+def reason_to_check(protocol: PerfProtocol, then: PerfRecord | None, perf: PerfRecord | None, keep_run: str,
                     draw: random.Random = DRAW) -> str | None:
     """Why this experiment times the best against itself (None: it does not): the best slower as the best than
     as its candidate, else the lane's share of experiments, drawn."""
-    if perf is None or best is None or perf.look is None:
+    if perf is None or perf.look is None:
         return None
-    slower = slower_as_best(session, perf, best)
+    slower = slower_as_best(then, perf, protocol, keep_run)
     if slower is not None:
         return slower
-    fraction = session.lane.performance.role_check_fraction
+    fraction = protocol.role_check_fraction
     return f"drawn for {fraction:.0%} of experiments" if draw.random() < fraction else None
 
 
@@ -156,25 +155,29 @@ def run_check(session: Session, launcher: WorkerLauncher, run_dir: Path, commit:
     return check
 
 
-def finding_for(session: Session, best: BestRecord, check: RoleCheck) -> RoleFinding:
-    """Who introduced the role dependence: the first keep since the last best in the history that passed a check
-    (since the baseline when none did); the way back is the best before it."""
-    history = best.history or (best.commit,)
-    roles = read_roles(session.paths, session.lane_id)
+def finding_for(history: tuple[str, ...], roles: LaneRoles, rows: list[LedgerRow], check: RoleCheck,
+                run_id: str) -> RoleFinding:
+    """Who introduced the role dependence of the best (the last commit of `history`, the baseline first): the
+    first keep since the last best that passed a check (since the baseline when none did); the way back is the
+    best before it. `rows`: the lane's ledger (the keep's run id); `run_id`: the best's own run."""
     passed = [i for i, commit in enumerate(history[:-1]) if roles.passed(commit)]
     start = passed[-1] + 1 if passed else 1
     if start >= len(history):  # the baseline is the best: there is no way back
-        return RoleFinding(check, history[0], best.run_id, "")
+        return RoleFinding(check, history[0], run_id, "")
     introduced = history[start]
-    rows = [r for r in ledger.read(session.paths.ledger) if r.commit == introduced and r.lane == session.lane_id]
-    return RoleFinding(check, introduced, rows[-1].run_id if rows else "", history[start - 1])
+    keeps = [r.run_id for r in rows if r.commit == introduced and r.status is Status.KEEP]
+    return RoleFinding(check, introduced, keeps[-1] if keeps else "", history[start - 1])
 
 
 def judge_best(session: Session, launcher: WorkerLauncher, run_dir: Path, best: BestRecord, why: str) -> RoleCheck:
     """Run the check on the lane's best and record it (with the mark, when it is role-dependent)."""
     check = run_check(session, launcher, run_dir, best.commit, why)
-    record_check(session.paths, session.lane_id, check, finding_for(session, best, check) if check.role_dependent
-                 else None)
+    finding = None
+    if check.role_dependent:
+        rows = [r for r in ledger.read(session.paths.ledger) if r.lane == session.lane_id]
+        finding = finding_for(best.history or (best.commit,), read_roles(session.paths, session.lane_id), rows, check,
+                              best.run_id)
+    record_check(session.paths, session.lane_id, check, finding)
     return check
 
 
@@ -182,8 +185,10 @@ def after_timing(session: Session, launcher: WorkerLauncher, run_dir: Path, perf
                  best: BestRecord | None, phase: Callable[[str], None] | None = None) -> RoleCheck | None:
     """An experiment's check after its timing (`reason_to_check`), recorded; a role-dependent best is refused: the
     refusal names the keep that introduced it and the way back, and nothing is judged against it."""
-    why = reason_to_check(session, perf, best)
-    if why is None or best is None:
+    if best is None:
+        return None
+    why = reason_to_check(session.lane.performance, read_timing(session.paths.run(best.run_id)), perf, best.run_id)
+    if why is None:
         return None
     if phase is not None:
         phase("the best against itself, side-blind")
