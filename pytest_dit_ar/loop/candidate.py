@@ -33,7 +33,7 @@ from .speed.measurement import measure
 from .speed.measurement_plan import MeasurementPlan, RoundCheck, Side
 from .speed.pairs import Pair, boot
 from .speed.progress import TimingProgress
-from .workers import memory_plan
+from .workers import first_worker, memory_plan
 from .workers.live import Live
 
 
@@ -93,6 +93,12 @@ class CandidateWorkers:
         corpus, the best side's worker boots, and both stay up as the first timing pair, so an experiment pays
         for process start-up once instead of twice. A crash kills every worker started here."""
         name = Role.CANDIDATE.label
+        t = time.perf_counter()
+        lane = self.session.lane
+        first_worker.fill_cache(self.launcher, name, self.candidate_root, self.spec(self.candidate_root),
+                                tuple(c.prompt for c in cases), lane.batch, lane.resolution,
+                                self.run.worker_log(name, "first"))  # never judged nor timed (its docstring)
+        clock.spent("first_worker", t)
         self.warm.adopt(self.session, self.launcher, (self.candidate_root, self.best_root), self.run.dir,
                         self.prefetch_best, clock)
         worker = self.warm.fork(Role.CANDIDATE) or \

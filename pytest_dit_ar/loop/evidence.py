@@ -166,7 +166,8 @@ class Evidence:
         if self._perf is None:
             if self.best_root is None:
                 raise RuntimeError("no best worktree to compare with")
-            check = timing.round_check(self.quality(), self.baseline().envelope, self.session)
+            rows = self._run.outputs.denoiser_rows_per_image if self._run else None
+            check = timing.round_check(self.quality(), self.baseline().envelope, self.session, rows)
             self._phase("speed: the candidate against the best in fresh worker pairs, interleaved rounds")
             plan = self.workers.plan(tuple(c.prompt for c in self.cases()), self.roofline_ms(), check,
                                      timing.offset_bound(self.session))

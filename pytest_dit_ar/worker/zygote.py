@@ -73,7 +73,12 @@ def prelude(device: str = "cpu") -> None:
 
 
 def send(sock: socket.socket, message: dict[str, Any]) -> None:
-    sock.send(json.dumps(message).encode("utf-8"))
+    """One message to the harness; a closed peer is not an error here (the harness has gone, or, in an exec'd
+    worker, the peer is the process's own request, closed once sent): the next read ends the loop."""
+    try:
+        sock.send(json.dumps(message).encode("utf-8"))
+    except OSError:
+        pass
 
 
 def _die_with_parent() -> None:
