@@ -100,6 +100,7 @@ def rewind_best(session: Session, repo: git.Repo, before: str) -> Rewind:
         kept = ", ".join(c[:10] for c in history[1:]) or "none"
         raise Refused(f"{before!r} is not one keep of lane {session.lane_id}'s best chain (its keeps: {kept}); "
                       "name one by 7 or more hex digits")
+    gitops.require_branch(repo, session.started.tag)
     gitops.require_clean(repo)
     index = matches[0]
     target = history[index - 1]

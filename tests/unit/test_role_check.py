@@ -141,6 +141,7 @@ def test_the_way_back_moves_the_best_and_the_branch_and_clears_the_mark(tmp_path
     monkeypatch.setattr(records.gitops, "sync_worktree", lambda repo, path, sha: done.append(f"sync_worktree {sha}"))
     monkeypatch.setattr(records.gitops, "reset_to", lambda repo, sha, mutable: done.append(f"reset_to {sha}"))
     monkeypatch.setattr(records.gitops, "require_clean", lambda repo: None)
+    monkeypatch.setattr(records.gitops, "require_branch", lambda repo, tag: None)
     with pytest.raises(Refused, match="not one keep"):
         records.rewind_best(session, None, COMMITS[0][:10])  # the baseline: nothing before it
     moved = records.rewind_best(session, None, COMMITS[1][:10])
