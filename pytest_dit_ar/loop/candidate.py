@@ -93,12 +93,7 @@ class CandidateWorkers:
         corpus, the best side's worker boots, and both stay up as the first timing pair, so an experiment pays
         for process start-up once instead of twice. A crash kills every worker started here."""
         name = Role.CANDIDATE.label
-        t = time.perf_counter()
-        lane = self.session.lane
-        first_worker.fill_cache(self.launcher, name, self.candidate_root, self.spec(self.candidate_root),
-                                tuple(c.prompt for c in cases), lane.batch, lane.resolution,
-                                self.run.worker_log(name, "first"))  # never judged nor timed (its docstring)
-        clock.spent("first_worker", t)
+        clock.spent("first_worker", fill_first_cache(self, cases))
         self.warm.adopt(self.session, self.launcher, (self.candidate_root, self.best_root), self.run.dir,
                         self.prefetch_best, clock)
         worker = self.warm.fork(Role.CANDIDATE) or \
@@ -225,6 +220,18 @@ class CandidateWorkers:
             self.first_pair.close()
             self.first_pair = None
         self.close_forks()
+
+
+def fill_first_cache(w: CandidateWorkers, cases: list[Case]) -> float:
+    """Before the quality run, a new candidate tree's cache is filled by a worker neither judged nor timed
+    (loop/workers/first_worker.py; unsandboxed workers write the tree's folder themselves, hidden or not); returns
+    when it started (for the phase clock)."""
+    t, lane, name = time.perf_counter(), w.session.lane, Role.CANDIDATE.label
+    if w.launcher.sandbox is not None:
+        first_worker.fill_cache(w.launcher, name, w.candidate_root, w.spec(w.candidate_root),
+                                tuple(c.prompt for c in cases), lane.batch, lane.resolution,
+                                w.run.worker_log(name, "first"))
+    return t
 
 
 def untimed_quality_pair(workers: CandidateWorkers, plan: MeasurementPlan) -> None:

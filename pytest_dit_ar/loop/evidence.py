@@ -42,8 +42,7 @@ class Evidence:
                  prefetch_best: bool = False, candidate_root: Path | None = None, sandboxed: bool = True,
                  case_ids: set[str] | None = None):
         self.session, self.declared_class, self.run_dir = session, declared_class, run_dir
-        self.run = RunPaths(run_dir)
-        self.best_root = best_root
+        self.run, self.best_root = RunPaths(run_dir), best_root
         self.candidate_root = candidate_root or session.root  # a clean checkout of HEAD in experiments
         self.prefetch_best = prefetch_best  # boot the best side during the quality run (experiments time it next)
         self.sandboxed = sandboxed

@@ -2,7 +2,7 @@
 worker, a timed segment) from what its sandbox shows: a probe in model_under_test/ (tests/helpers/role_view.py) runs
 in every kind of worker the harness starts, through the session's own launcher and the names the harness gives
 their logs, exec'd and forked from the fork servers, on the CPU lane and with a CUDA lane's sandbox settings (the
-GPU device nodes bound, the CUDA variables, two fork servers per side); its views are equal once the values
+GPU device nodes bound, the CUDA variables); its views are equal once the values
 `role_view.PER_WORKER` names are replaced. docs/design/sandbox-and-security.md lists the channels."""
 
 from __future__ import annotations
@@ -91,18 +91,17 @@ def test_workers_of_every_role_and_phase_see_the_same_room(tmp_path: Path) -> No
     session = open_session(repo / "config" / "autoresearch.json", need_session=False)
     launcher = launcher_for(session)
     run = RunPaths(session.paths.run("probe"))
-    cpu = views(launcher, cand, best, run, (("candidate", "quality"), ("best", "block0"), ("candidate", "cases"),
-                                            ("best", "cases")), session.lane.performance.fork_servers(False), 2)
-    assert len(cpu) == 8
+    cpu = views(launcher, cand, best, run, (("candidate", "quality"), ("best", "block0"), ("candidate", "cases")),
+                session.lane.performance.fork_servers(False), 2)
+    assert len(cpu) == 7
     assert_same(cpu)
-    # a CUDA lane's sandbox: the GPU device nodes (none on this machine), the CUDA variables, two fork servers
+    # a CUDA lane's sandbox: the GPU device nodes (none on this machine) and the CUDA variables
     target = dataclasses.replace(launcher.target, env={"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
                                                        "CUDA_VISIBLE_DEVICES": "GPU-00000000-0000-0000-0000-0"})
     assert launcher.sandbox is not None
     gpu_launcher = WorkerLauncher(target, launcher.threads, launcher.timeout_s,
                                   dataclasses.replace(launcher.sandbox, gpu=True), launcher.caches, launcher.mutable)
-    gpu = views(gpu_launcher, cand, best, RunPaths(session.paths.run("probe-gpu")), (("candidate", "quality"),),
-                session.lane.performance.fork_servers(True), 2)
+    gpu = views(gpu_launcher, cand, best, RunPaths(session.paths.run("probe-gpu")), (("candidate", "quality"),), 1, 1)
     assert_same(gpu)
     assert gpu["candidate-quality"]["os.environ"]["CUDA_VISIBLE_DEVICES"].startswith("GPU-")
     shutil.rmtree(session.paths.dir / "worktrees")

@@ -43,11 +43,14 @@ def _fd_targets():
     return " ".join(out)
 
 
+_ME = os.urandom(8).hex()  # this process (PIDs repeat: every worker's serving process has the same one)
+
+
 def _marker(folder, name):
     """Whether another process left `name`-* in `folder`; leave this one's."""
     try:
-        others = [n for n in os.listdir(folder) if n.startswith(name) and n != f"{name}{os.getpid()}"]
-        with open(os.path.join(folder, f"{name}{os.getpid()}"), "w") as f:
+        others = [n for n in os.listdir(folder) if n.startswith(name) and n != name + _ME]
+        with open(os.path.join(folder, name + _ME), "w") as f:
             f.write("x")
         return bool(others)
     except OSError:
