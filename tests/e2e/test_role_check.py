@@ -70,8 +70,10 @@ def test_a_role_dependent_best_is_marked_refused_and_rewound(tmp_path: Path, mon
     assert refused.returncode == 2, refused.stdout[-2000:]
     said = refused.stdout + refused.stderr
     assert "role-dependent" in said and keep[:10] in said and f"dit-ar recover --before {keep[:10]}" in said
+    assert f"ROLE-DEPENDENT best: the best {keep[:10]}" in run(repo, "status", check=True).stdout
     moved = run(repo, "recover", "--before", keep[:10], check=True)
     assert origin[:10] in moved.stdout
     assert git(repo, "rev-parse", "HEAD") == origin
     assert open_session(repo / "config" / "autoresearch.json").best().commit == origin
     assert read_roles(session.paths, session.lane_id).finding is None
+    assert "ROLE-DEPENDENT" not in run(repo, "status", check=True).stdout
