@@ -37,6 +37,13 @@
 # a fresh machine; its chain starts there); PROFILE_AFTER; STEPS; ROUNDS; SCRATCH (default /tmp/ladder); FRESH=1
 # discards an earlier session in SCRATCH; LANE=embedded-cpu rehearses the whole flow on this machine's CPU (no
 # wheels; every patch is a no-op on the CPU lane, so each step is judged as one).
+# PLAN="noop1 01 slow1 02 qfail ..." judges these items in order instead of the patches alone: NN is a patch of
+# examples/gpu-ladder/patches, noopK a one-comment commit, slowK a real slowdown (SLOW_MS, default 15, ms of sleep
+# before each generate), qfail the images' contrast cut by a fifth, declared numerical (it fails the fidelity
+# floors on every lane); each item's description is its own, so a resumed call skips what the ledger holds.
+# ROUNDS=lane keeps the lane's rounds. CALIBRATE_AFTER=NN runs `dit-ar calibrate` (CALIBRATE_PAIRS A/A pairs, default
+# 6, within CALIBRATE_S seconds, default 150) on the best once item NN is judged: the machine's profile then
+# replaces the prior offset bound for the later experiments (lab/notebook/gpu-night.md). lab/device/night.sh is the night in miniature built on it.
 set -u
 start=$(date +%s)
 here="$(cd "$(dirname "$0")" && pwd)"; src="$(cd "$here/../.." && pwd)"
@@ -70,7 +77,7 @@ wait_warm() {  # WARM=1: wait (at most 150 s) until the warm fork servers the la
 echo "=== call at $(date -u '+%Y-%m-%d %H:%M:%S') UTC, lane $lane, deadline in $(left) s" >> "$log"
 stamp "call starts (lane $lane, scratch $scratch)"
 
-setup_machine() {  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED (as docs/device/h200_env.sh)
+setup_machine() {  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED (as lab/device/gpu_env.sh)
   if [ "$lane" = embedded-cpu ]; then
     export PYTHONPATH="$src" PYTHONUNBUFFERED=1
   else
@@ -110,7 +117,8 @@ cfg = json.load(open(path))
 lane = cfg["lanes"][sys.argv[1]]
 if sys.argv[2]:
     lane["steps"] = int(sys.argv[2])
-lane.setdefault("performance", {})["rounds"] = int(sys.argv[3])
+if sys.argv[3] != "lane":  # ROUNDS=lane keeps the lane's own
+    lane.setdefault("performance", {})["rounds"] = int(sys.argv[3])
 if sys.argv[4]:  # WARM=1: the quality run's pair is forked from the servers the last run started
     lane["performance"]["warm_servers"] = True
 json.dump(cfg, open(path, "w"), indent=2)
@@ -210,35 +218,76 @@ else
   if [ -f "$project/.autoresearch/session.json" ]; then cd "$project" || exit 2; else setup_project; fi
   baseline || { finish; cp "$log" "$OUT/session.txt"; cp "$times" "$OUT/timing.txt"; exit 1; }
 fi
-for patch in "$src"/examples/gpu-ladder/patches/*.patch; do
-  name="$(basename "$patch" .patch)"; nn="${name%%-*}"; cls="$(echo "$name" | cut -d- -f2)"
-  desc="$(sed -n 's/^Subject: //p' "$patch" | head -1)"
-  if [ -n "${ONLY:-}" ] && ! picked "$ONLY" "$name"; then continue; fi
-  if picked "${START:-}" "$name"; then continue; fi
+patch_of() { ls "$src"/examples/gpu-ladder/patches/"$1"-*.patch 2>/dev/null | head -1; }  # patch_of NN
+# One plan item: its class, description and the change it commits (judge_item ITEM). Items: NN (a patch of
+# examples/gpu-ladder/patches), noopK (one comment), slowK (a sleep of SLOW_MS ms before each generate: a real
+# slowdown), qfail (the images' contrast cut by a fifth, declared numerical: fails the fidelity floors on every lane).
+item_class() {
+  case "$1" in noop*) echo exact;; slow*) echo exact;; qfail) echo numerical;;
+    *) basename "$(patch_of "$1")" .patch | cut -d- -f2;; esac
+}
+item_desc() {
+  case "$1" in
+    noop*) echo "a no-op against the best (one comment, ${1#noop})";;
+    slow*) echo "a slowdown: ${SLOW_MS:-15} ms of sleep before each generate (${1#slow})";;
+    qfail) echo "the images' contrast cut by a fifth, declared numerical (a quality failure)";;
+    *) sed -n 's/^Subject: //p' "$(patch_of "$1")" | head -1;;
+  esac
+}
+item_apply() {
+  case "$1" in
+    noop*) printf '\n# a comment: nothing changes (%s)\n' "$1" >> model_under_test/__init__.py;;
+    slow*) python3 -c "import sys; from pytest_dit_ar.loop.speed.patching import sleep_patch
+sys.stdout.write(sleep_patch(${SLOW_MS:-15} / 1000.0, tag='$1'))" >> model_under_test/__init__.py;;
+    qfail) python3 -c "import sys; from pytest_dit_ar.loop.speed.patching import wrap_generate
+sys.stdout.write(wrap_generate('qfail', 'out = _gen(requests)\nout.images = out.images * 0.8 + 0.1\nreturn out'))" \
+      >> model_under_test/__init__.py;;
+    *) git apply "$(patch_of "$1")";;
+  esac
+}
+judge_item() {  # judge_item ITEM: one `dit-ar experiment`; returns 1 when the deadline stops the plan
+  local item="$1" cls desc need t0 row
+  cls="$(item_class "$item")"; desc="$(item_desc "$item")"
+  if [ -z "$cls" ] || [ -z "$desc" ]; then stamp "$item: no such plan item"; return 0; fi
   if cut -f16 "$ledger" | grep -qxF -- "$desc"; then
-    picked "${PROFILE_AFTER-04 end}" "$name" && profile_best "$nn"
-    continue
+    picked "${PROFILE_AFTER-04 end}" "$item" && profile_best "$item"
+    return 0
   fi
-  need="$min_left"; grep -q '^+.*\.compile(' "$patch" && need="$min_left_compile"
-  if [ "$(left)" -lt "$need" ]; then
-    stamp "$name: not started ($(left) s left); the chain stops here"; stopped=1; break
-  fi
-  git apply "$patch" || { stamp "$name: the patch does not apply to the best"; continue; }
+  need="$min_left"
+  case "$item" in [0-9][0-9]) grep -q '^+.*\.compile(' "$(patch_of "$item")" && need="$min_left_compile";; esac
+  if [ "$(left)" -lt "$need" ]; then stamp "$item: not started ($(left) s left); the plan stops here"; return 1; fi
+  item_apply "$item" || { stamp "$item: the change does not apply to the best"; return 0; }
   git add -A model_under_test && git commit -qm "$desc"
   wait_warm
-  echo "=== $name ($cls): $desc  [$(date -u +%H:%M:%S)]" >> "$log"
+  echo "=== $item ($cls): $desc  [$(date -u +%H:%M:%S)]" >> "$log"
   t0=$(date +%s)
   timeout $(( $(left) - 15 )) python3 -m pytest_dit_ar.cli --config config/autoresearch.json experiment \
     --classification "$cls" --description "$desc" ${UNSANDBOXED:+--unsandboxed} >> "$log" 2>&1
   row="$(tail -n 1 "$ledger")"
-  if [ "$(echo "$row" | cut -f16)" = "$desc" ]; then
-    rm -f "$keep/profile-end.json"  # the best may have moved: the final profile is taken again
-    stamp "$name: $(echo "$row" | cut -f6) $(echo "$row" | cut -f12)% ($(echo "$row" | cut -f10) -> $(echo "$row" | cut -f11) ms) in $(( $(date +%s) - t0 )) s"
-    stamp "  phases: $(grep -a '^time: ' "$log" | tail -n 1 | cut -c7-)"
-    picked "${PROFILE_AFTER-04 end}" "$name" && profile_best "$nn"
-  else
-    stamp "$name: stopped by the deadline after $(( $(date +%s) - t0 )) s (nothing recorded)"; stopped=1; break
+  if [ "$(echo "$row" | cut -f16)" != "$desc" ]; then
+    stamp "$item: stopped by the deadline after $(( $(date +%s) - t0 )) s (nothing recorded)"; return 1
   fi
+  [ "$(echo "$row" | cut -f6)" = keep ] && rm -f "$keep/profile-end.json"  # the best moved: profile it again
+  stamp "$item: $(echo "$row" | cut -f6) $(echo "$row" | cut -f12)% ($(echo "$row" | cut -f10) -> $(echo "$row" | cut -f11) ms) in $(( $(date +%s) - t0 )) s"
+  stamp "  phases: $(grep -a '^time: ' "$log" | tail -n 1 | cut -c7-)"
+  picked "${PROFILE_AFTER-04 end}" "$item" && profile_best "$item"
+  picked "${CALIBRATE_AFTER:-}" "$item" && calibrate_best "$item"
+  return 0
+}
+calibrate_best() {  # CALIBRATE_AFTER=NN: `dit-ar calibrate` on the best once that item is judged (once a session)
+  [ -f "$keep/calibrated" ] && return 0
+  [ "$(left)" -ge "${CALIBRATE_S:-150}" ] || { stamp "calibrate after $1: not started ($(left) s left)"; return 0; }
+  local t0; t0=$(date +%s)
+  timeout $(( $(left) - 20 )) python3 -m pytest_dit_ar.cli --config config/autoresearch.json calibrate \
+    --pairs "${CALIBRATE_PAIRS:-6}" --budget-s "${CALIBRATE_S:-150}" ${UNSANDBOXED:+--unsandboxed} >> "$log" 2>&1 \
+    && touch "$keep/calibrated"
+  stamp "calibrate after $1: $([ -f "$keep/calibrated" ] && echo done || echo FAILED, see session.txt) in $(( $(date +%s) - t0 )) s"
+}
+plan="${PLAN:-$(for p in "$src"/examples/gpu-ladder/patches/*.patch; do basename "$p" | cut -c1-2; done)}"
+for item in $plan; do
+  if [ -n "${ONLY:-}" ] && ! picked "$ONLY" "$item"; then continue; fi
+  if picked "${START:-}" "$item"; then continue; fi
+  judge_item "$item" || { stopped=1; break; }
 done
 [ -n "${NOOP:-}" ] && [ -z "${stopped:-}" ] && noop_step
 [ -z "${stopped:-}" ] && case " ${PROFILE_AFTER-04 end} " in *" end "*) profile_best end;; esac

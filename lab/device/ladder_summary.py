@@ -4,8 +4,12 @@ session's baseline, twice: as the product of the kept steps' paired median ratio
 from one experiment's interleaved rounds: the figure the protocol trusts) and as the baseline's median over the
 last kept candidate's (absolute medians of different processes); the phase totals over the steps and, per step,
 its phases (the run record's phase record: start-up, quality corpus, quality judging, warm-up, timed rounds, round
-checks, close, other), warm-up rounds and what it reused. Reads PROJECT/.autoresearch, prints the lines, writes
-JSON.
+checks, close, other), warm-up rounds and what it reused; and the night's figures (`night`): judged experiments
+per hour (over the experiments' own wall time, and over the session from the baseline's end to the last row),
+the no-ops' outcomes and centring (each no-op's estimate and interval against its offset bound), the slowest
+KEEP and no-op, and the first timed pair's bias (its paired log ratio against the later pairs' of the same
+experiment, over every experiment timed in more than one pair). Reads PROJECT/.autoresearch, prints the lines,
+writes JSON.
 
     python3 lab/device/ladder_summary.py PROJECT OUT.json
 """
@@ -15,7 +19,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+import statistics
 import sys
+from datetime import datetime
 from pathlib import Path
 
 # the run record's phase record (pytest_dit_ar/state/phases.py); OLD_PHASES: the clock's names, for runs recorded
@@ -48,6 +54,7 @@ def steps(project: Path) -> tuple[dict | None, list[dict]]:
             continue
         record = _record(project, r["run_dir"], "experiment.json")
         seconds, phases = record.get("seconds") or {}, record.get("phases") or {}
+        perf = _record(project, r["run_dir"], "perf.json")
         table.append({"description": r["description"], "status": r["status"], "declared": r["declared_class"],
                       "effective": r["effective_class"], "estimate_pct": _float(r["improvement_pct"]),
                       "best_ms": _float(r["best_before"]), "candidate_ms": _float(r["candidate"]),
@@ -56,8 +63,76 @@ def steps(project: Path) -> tuple[dict | None, list[dict]]:
                       "phases_s": {k: phases[k] for k in PHASES if k in phases} if phases else
                       {k: seconds[k] for k in OLD_PHASES if k in seconds},
                       "warmup_rounds": phases.get("warmup_rounds"), "warmup_reused": phases.get("warmup_reused"),
-                      "judging_reused": phases.get("judging_reused")})
+                      "judging_reused": phases.get("judging_reused"), "timestamp": r["timestamp"],
+                      "look": perf.get("look") or {}, "segment_log_ratios": segment_log_ratios(perf)})
     return base, table
+
+
+def segment_log_ratios(perf: dict) -> list[float]:
+    """Per timed pair (segment), in order: log(median candidate round / median best round)."""
+    out = []
+    for seg in perf.get("segments") or []:
+        cand, best = seg.get("cand_s") or [], seg.get("best_s") or []
+        if cand and best:
+            out.append(math.log(statistics.median(cand) / statistics.median(best)))
+    return out
+
+
+NOOP = "a no-op against the best"
+
+
+def first_pair_bias(table: list[dict]) -> dict:
+    """The first pair's log ratio minus the mean of the later pairs' (per experiment with >= 2 pairs), in %."""
+    diffs = [100 * (r[0] - statistics.fmean(r[1:])) for r in (t["segment_log_ratios"] for t in table) if len(r) > 1]
+    return {"experiments": len(diffs), "mean_pct": statistics.fmean(diffs) if diffs else None,
+            "median_pct": statistics.median(diffs) if diffs else None, "per_experiment_pct": diffs}
+
+
+def _time(stamp: str) -> datetime | None:
+    try:
+        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S%z")
+    except (TypeError, ValueError):
+        return None
+
+
+def night(base: dict | None, table: list[dict]) -> dict:
+    """Experiments per hour, the no-ops' outcomes and centring, the slowest KEEP and no-op, the first pair's bias."""
+    walls = [t["wall_s"] for t in table if t["wall_s"]]
+    start, end = _time(base["timestamp"]) if base else None, _time(table[-1]["timestamp"]) if table else None
+    span = (end - start).total_seconds() if start and end else None
+    noops = [t for t in table if t["description"].startswith(NOOP)]
+    rows = [{"estimate_pct": t["estimate_pct"], "lower_pct": t["look"].get("lower_pct"),
+             "upper_pct": t["look"].get("upper_pct"), "bound_pct": t["look"].get("bound_pct"),
+             "status": t["status"]} for t in noops]
+    excluded = [r for r in rows if r["lower_pct"] is not None and r["bound_pct"] is not None
+                and (r["lower_pct"] > r["bound_pct"] or r["upper_pct"] < -r["bound_pct"])]
+    estimates = [r["estimate_pct"] for r in rows if r["estimate_pct"] is not None]
+    keeps = [t["wall_s"] for t in table if t["status"] == "keep" and t["wall_s"]]
+    return {"experiments": len(table), "experiment_wall_s": sum(walls),
+            "per_hour_own_wall": 3600 * len(walls) / sum(walls) if walls else None,
+            "session_span_s": span, "per_hour_session": 3600 * len(table) / span if span else None,
+            "noops": rows, "noops_discarded": sum(r["status"] != "keep" for r in rows),
+            "noop_median_pct": statistics.median(estimates) if estimates else None,
+            "noops_excluding_zero_beyond_bound": len(excluded),
+            "slowest_keep_s": max(keeps) if keeps else None,
+            "slowest_noop_s": max((t["wall_s"] for t in noops if t["wall_s"]), default=None),
+            "first_pair": first_pair_bias(table)}
+
+
+def night_lines(n: dict) -> list[str]:
+    fmt = (lambda x, spec=".1f": format(x, spec) if x is not None else "n/a")
+    fp = n["first_pair"]
+    return [f"night: {n['experiments']} judged experiments; {fmt(n['per_hour_own_wall'])} per hour of their own wall "
+            f"time ({fmt(n['experiment_wall_s'], '.0f')} s), {fmt(n['per_hour_session'])} per hour of the session "
+            f"({fmt(n['session_span_s'], '.0f')} s from the baseline's row to the last)",
+            f"no-ops: {len(n['noops'])}, discarded {n['noops_discarded']}, median estimate "
+            f"{fmt(n['noop_median_pct'], '+.2f')}%, intervals excluding 0 beyond the offset bound: "
+            f"{n['noops_excluding_zero_beyond_bound']}; "
+            + "; ".join(f"{fmt(r['estimate_pct'], '+.2f')}% [{fmt(r['lower_pct'], '+.2f')}, "
+                        f"{fmt(r['upper_pct'], '+.2f')}] bound {fmt(r['bound_pct'], '.2f')}" for r in n["noops"]),
+            f"slowest KEEP {fmt(n['slowest_keep_s'], '.0f')} s, slowest no-op {fmt(n['slowest_noop_s'], '.0f')} s",
+            f"first timed pair against the later pairs: mean {fmt(fp['mean_pct'], '+.2f')}%, median "
+            f"{fmt(fp['median_pct'], '+.2f')}% over {fp['experiments']} experiments timed in more than one pair"]
 
 
 def chain(base_ms: float | None, table: list[dict]) -> dict:
@@ -108,9 +183,10 @@ def lines(summary: dict) -> list[str]:
 
 def main(project: Path, out: Path) -> None:
     base, table = steps(project)
-    summary = {"chain": chain(_float(base["candidate"]) if base else None, table), "experiments": table}
+    summary = {"chain": chain(_float(base["candidate"]) if base else None, table), "experiments": table,
+               "night": night(base, table)}
     out.write_text(json.dumps(summary, indent=1))
-    print("\n".join(lines(summary)))
+    print("\n".join(lines(summary) + night_lines(summary["night"])))
 
 
 if __name__ == "__main__":

@@ -277,7 +277,11 @@ def rewind(config_path: Path, before: str) -> int:
 
 
 def recover(config_path: Path) -> int:
-    """Reset the session branch to the recorded best (if HEAD fell behind) and restore a damaged baseline."""
+    """Reset the session branch to the recorded best (if HEAD fell behind) and restore a damaged baseline; in a
+    fleet session, first record (or, its judge gone, clear as a harness error) a judging a killed driver left."""
+    from ..fleet.route import settle
+
+    settle(config_path)
     session = open_session(config_path)
     record = session.started
     repo = gitops.open_repo(session.root)

@@ -94,7 +94,7 @@ class WorkerProcess(WorkerHandle):
         self.worker_pid = found
         if self.group is None:
             return
-        group = cgroup.open_group(GROUP_LABEL)
+        group = cgroup.open_group(GROUP_LABEL, spawn.memory_limit_mb(self))
         if group is None or not group.adopt(found):
             if group is not None:
                 group.remove()
@@ -143,7 +143,7 @@ class WorkerProcess(WorkerHandle):
     def timed_request(self, op: str, timeout_s: float | None = None, **fields: Any) -> tuple[dict, float]:
         """Like request, and also the round-trip time in seconds measured with the harness's clock."""
         if self.proc is None or self.proc.poll() is not None:
-            raise CandidateCrash(f"{self.side} worker is not running", log_tail(self.log_path))
+            raise CandidateCrash(f"{self.side} worker is not running{self._died()}", log_tail(self.log_path))
         line = protocol.encode(protocol.request(op, **fields))
         self.thaw()
         start = time.perf_counter()
@@ -151,7 +151,8 @@ class WorkerProcess(WorkerHandle):
             self.proc.stdin.write(line)
             self.proc.stdin.flush()
         except BrokenPipeError:
-            raise CandidateCrash(f"{self.side} worker died before {op}", log_tail(self.log_path)) from None
+            raise CandidateCrash(f"{self.side} worker died before {op}{self._died()}", log_tail(self.log_path)) \
+                from None
         reply = self.replies.read(timeout_s or self.timeout_s)
         elapsed = time.perf_counter() - start
         self.freeze()
@@ -161,6 +162,10 @@ class WorkerProcess(WorkerHandle):
                                  str(reply.get("traceback", "")))
         self._check_scratch()
         return reply, elapsed
+
+    def _died(self) -> str:
+        note = cgroup.oom_note(self.group)  # the kernel killed it at its memory limit: says so
+        return f" ({note})" if note else ""
 
     def _check_scratch(self) -> None:
         """A worker may keep at most SCRATCH_LIMIT_MB in its scratch folder (the only host folder it can write)."""

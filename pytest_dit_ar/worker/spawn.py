@@ -39,17 +39,24 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
         pass
 
 
-def _child_setup(group: cgroup.Group | None, placed: tuple[tuple[int, int], ...] = ()):
-    """The child's first steps before exec: die with the harness, join the worker's cgroup (so that
-    everything the worker starts is frozen, counted and killed with it), put bubblewrap's descriptors at their
-    fixed numbers (`placed`: (descriptor, number) pairs)."""
+def _child_setup(group: cgroup.Group | None, memory_max_mb: float | None = None,
+                 placed: tuple[tuple[int, int], ...] = ()):
+    """The child's first steps before exec: die with the harness, join the worker's cgroup (so that everything the
+    worker starts is frozen, counted and killed with it), its memory limited by the group or, where the group
+    cannot, by RLIMIT_DATA (worker/host_limit.py); put bubblewrap's descriptors at their fixed numbers (`placed`:
+    (descriptor, number) pairs)."""
     def setup() -> None:  # pragma: no cover - runs in the child before exec
         _die_with_parent()
-        if group is not None:
-            group.enter()
+        joined = group.enter() if group is not None else False
+        cgroup.limit_rlimit(group, joined, memory_max_mb)
         for fd, number in placed:
             os.dup2(fd, number)
     return setup
+
+
+def memory_limit_mb(w: WorkerHandle) -> float | None:
+    """The worker's hard host-memory limit (its sandbox policy's; worker/host_limit.py): none unsandboxed."""
+    return w.sandbox.memory_max_mb if w.sandbox is not None else None
 
 
 def fixed_fds() -> tuple[int, int] | None:
@@ -95,7 +102,7 @@ def launch(w: WorkerHandle, argv: list[str], stdin: Any, stdout: Any) -> None:
     if w.sandbox is not None and sandbox_mod.privileged():
         os.chmod(w.stage, 0o755)
         os.chown(w.scratch, sandbox_mod.UNPRIVILEGED, sandbox_mod.UNPRIVILEGED)
-    w.group = cgroup.open_group(GROUP_LABEL)
+    w.group = cgroup.open_group(GROUP_LABEL, memory_limit_mb(w))
     relay = w.relay = w.logs.relay(w.log_path).start()
     try:
         out = relay.write_fd if stdout is None else stdout
@@ -116,7 +123,8 @@ def _plain(w: WorkerHandle, argv: list[str], stdin: Any, stdout: Any, stderr: in
     if cache is not None:
         env.update(cache_env(cache))
     w.proc = subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=stderr, cwd=w.root,
-                              env={**os.environ, **env}, bufsize=0, preexec_fn=_child_setup(w.group))
+                              env={**os.environ, **env}, bufsize=0,
+                              preexec_fn=_child_setup(w.group, memory_limit_mb(w)))
 
 
 def _sandboxed(w: WorkerHandle, argv: list[str], stdin: Any, stdout: Any, stderr: int) -> None:
@@ -137,7 +145,8 @@ def _sandboxed(w: WorkerHandle, argv: list[str], stdin: Any, stdout: Any, stderr
         w.proc = subprocess.Popen(sandbox_mod.command(sandbox_spec(w, tree, cache), argv, numbers[0],
                                                       numbers[1] if filter_fd is not None else None),
                                   stdin=stdin, stdout=stdout, stderr=stderr, bufsize=0, pass_fds=numbers,
-                                  preexec_fn=_child_setup(w.group, tuple(zip(fds, numbers)) if fixed else ()))
+                                  preexec_fn=_child_setup(w.group, memory_limit_mb(w),
+                                                           tuple(zip(fds, numbers)) if fixed else ()))
     finally:
         for fd in fds:
             os.close(fd)
