@@ -33,7 +33,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.extended]
 
 def test_a_role_dependent_best_is_marked_refused_and_rewound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     require_sandbox()
-    repo = make_project_copy(tmp_path / "repo", perf={"role_check_fraction": 1.0})
+    # a large sleep to remove, and a large one in the best's role: each plain to see on a loaded 2-core machine
+    repo = make_project_copy(tmp_path / "repo", slow_s=0.6, perf={"role_check_fraction": 1.0})
     run(repo, "init", "--tag", "t1", "--lane", "embedded-cpu", check=True)
     run(repo, "baseline", "--quiet", check=True)
     origin = git(repo, "rev-parse", "HEAD")
@@ -54,7 +55,7 @@ def test_a_role_dependent_best_is_marked_refused_and_rewound(tmp_path: Path, mon
         real_sync(git_repo, path, sha)
         if path == session.paths.best_worktree:
             target = path / "model_under_test" / "__init__.py"
-            target.write_text(target.read_text() + sleep_patch(0.3, tag="role"))
+            target.write_text(target.read_text() + sleep_patch(0.6, tag="role"))
 
     monkeypatch.setattr(role_check.gitops, "sync_worktree", slowed_in_the_best_role)
     best = session.best()
