@@ -46,7 +46,8 @@ def test_a_role_dependent_best_is_marked_refused_and_rewound(tmp_path: Path, mon
     assert last_line(proc) == "VERDICT: KEEP", proc.stdout[-3000:]
     record = runs.read_experiment(repo / ledger_rows(repo)[-1].run_dir)
     assert record.role_check is not None and not record.role_check.role_dependent  # drawn: the baseline is honest
-    assert record.role_check.why.startswith("drawn") and "side-blind A/A of the best" in proc.stdout
+    why = record.role_check.why  # drawn, unless the best's timing as the best already called for it
+    assert (why.startswith("drawn") or "slower as the best" in why) and "side-blind A/A of the best" in proc.stdout
 
     session = open_session(repo / "config" / "autoresearch.json")
     real_sync = role_check.gitops.sync_worktree
