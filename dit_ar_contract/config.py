@@ -336,35 +336,34 @@ def _check_target(r: _Reader, t: Target) -> None:
               memory_bandwidth_gbs=t.memory_bandwidth_gbs)
 
 
+PERF_RANGES = (("bound_confidence", lambda x: 0 < x < 1, "a confidence level in (0, 1)"),
+               ("futility_power", lambda x: 0 <= x < 1, "a probability in [0, 1) (0 turns the stop off)"),
+               ("futility_from", lambda x: 0 <= x <= 1, "an information fraction in [0, 1]"),
+               ("alpha", lambda x: 0 < x < 0.5, "a significance level in (0, 0.5)"),
+               ("role_check_fraction", lambda x: 0 <= x <= 1, "a fraction of experiments in [0, 1]"),
+               ("warmup_rounds", lambda x: x >= 0, "zero or more warm-up rounds"),
+               ("compile_cache_keep", lambda x: x >= 0, "zero or more recent trees kept"),
+               ("revalidate_every", lambda x: x >= 0, "0 (never) or the number of keeps between automatic "
+                "re-validations"))
+
+
 def _check_perf(r: _Reader, p: PerfProtocol, where: str) -> None:
     _positive(r, where, rounds=p.rounds, min_segments=p.min_segments, threads=p.threads,
               round_timeout_s=p.round_timeout_s, offset_bound_pct=p.offset_bound_pct, futility_z=p.futility_z,
               bound_min_df=p.bound_min_df, pairs=p.pairs, look_every_rounds=p.look_every_rounds)
-    if not 0 < p.bound_confidence < 1:
-        raise r.fail(f"{where}.bound_confidence", p.bound_confidence, "a confidence level in (0, 1)")
-    if not 0 <= p.futility_power < 1:
-        raise r.fail(f"{where}.futility_power", p.futility_power, "a probability in [0, 1) (0 turns the stop off)")
-    if not 0 <= p.futility_from <= 1:
-        raise r.fail(f"{where}.futility_from", p.futility_from, "an information fraction in [0, 1]")
+    for key, ok, expected in PERF_RANGES:
+        if not ok(getattr(p, key)):
+            raise r.fail(f"{where}.{key}", getattr(p, key), expected)
     if p.pairs > 1 and not 4 <= p.first_look_rounds <= p.rounds:
         raise r.fail(f"{where}.first_look_rounds", p.first_look_rounds, f"4 to rounds ({p.rounds}) rounds per pair")
-    if p.warmup_rounds < 0:
-        raise r.fail(f"{where}.warmup_rounds", p.warmup_rounds, "zero or more warm-up rounds")
     if p.warmup_max_rounds < p.warmup_rounds:
         raise r.fail(f"{where}.warmup_max_rounds", p.warmup_max_rounds, f"at least warmup_rounds ({p.warmup_rounds})")
     _positive(r, where, warmup_window=p.warmup_window, warmup_steady_pct=p.warmup_steady_pct,
-              compile_cache_gb=p.compile_cache_gb)
-    if p.compile_cache_keep < 0:
-        raise r.fail(f"{where}.compile_cache_keep", p.compile_cache_keep, "zero or more recent trees kept")
+              compile_cache_gb=p.compile_cache_gb, worker_log_mb=p.worker_log_mb)
     if p.rounds < 4:
         raise r.fail(f"{where}.rounds", p.rounds, "at least 4 timed rounds per segment")
     if p.max_segments < p.min_segments:
         raise r.fail(f"{where}.max_segments", p.max_segments, f"at least min_segments ({p.min_segments})")
-    if not 0 < p.alpha < 0.5:
-        raise r.fail(f"{where}.alpha", p.alpha, "a significance level in (0, 0.5)")
-    if p.revalidate_every < 0:
-        raise r.fail(f"{where}.revalidate_every", p.revalidate_every, "0 (never) or the number of keeps between "
-                     "automatic re-validations")
     if p.cpu_affinity is not None and (not p.cpu_affinity or min(p.cpu_affinity) < 0):
         raise r.fail(f"{where}.cpu_affinity", list(p.cpu_affinity), "null or a non-empty list of CPU core numbers")
     for key, allowed in (("pair_cores", PAIR_CORES), ("time_quality_pair", TIME_QUALITY_PAIR)):

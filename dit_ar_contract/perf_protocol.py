@@ -67,6 +67,8 @@ class PerfProtocol:
     # and each pair's round noise leaks into it, so longer pairs give a smaller B (lab/notebook/eager-power.md)
     calibration_pairs: int = 8
     calibration_rounds: int | None = None
+    worker_log_mb: float = 4.0  # what one worker may write into its log; the rest is dropped (worker/log_relay.py)
+    role_check_fraction: float = 0.1  # experiments that also time the best against itself, side-blind (a drawn share)
 
     def fork_servers(self, is_cuda: bool) -> int:
         """Fork servers per side: two on CUDA lanes (two layouts; imports beside the quality run), one on CPU

@@ -81,7 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rows", type=int, default=10, help="how many recent ledger rows to show")
     p.add_argument("--all", action="store_true", help="the session of every git worktree of this repository "
                    "(sessions side by side, one per GPU)")
-    verb("recover", "restore the branch to the recorded best and a damaged baseline from its git copy", _recover)
+    p = verb("recover", "restore the branch to the recorded best and a damaged baseline from its git copy", _recover)
+    p.add_argument("--before", metavar="COMMIT", help="move the best and the branch back to the best before this keep "
+                   "(the way back past a role-dependent best; the commits after it stay in `git reflog`)")
     p = verb("revalidate", "time the best against the original baseline again (fresh workers) and judge the holdout; "
                            "never moves the best", _revalidate)
     p.add_argument("--unsandboxed", action="store_true", help=UNSANDBOXED)
@@ -202,9 +204,9 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _recover(args: argparse.Namespace) -> int:
-    from .status import recover
+    from .status import recover, rewind
 
-    return recover(args.config)
+    return rewind(args.config, args.before) if args.before else recover(args.config)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,7 @@ from ..state.baseline import BaselineSummary, manifest_problems
 from ..state.best import BestRecord
 from ..state.ledger import LedgerRow
 from ..state.paths import STATE_DIR
+from ..state.roles import refuse_if_marked
 from ..state.runs import RunPaths
 from ..state.session import Session, open_session
 
@@ -73,6 +74,7 @@ class SessionStatus:
     rows: tuple[LedgerRow, ...]  # the lane's whole ledger
     recent: int
     revalidation: dict[str, Any] | None = None  # the latest re-validation's line and warning (report.summary)
+    role_dependent: str | None = None  # the refusal while the best is marked role-dependent (state/roles.py)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -110,7 +112,7 @@ class SessionStatus:
                          "noise_floor_pct": timing.noise_floor_pct if timing else None},
             "counts": self.counts, "recent": [r.as_dict() for r in self.recent_rows],
             "recent_failures": [f.as_dict() for f in self.failures(root)],
-            "revalidation": self.revalidation,
+            "revalidation": self.revalidation, "role_dependent": self.role_dependent,
         }
 
 
@@ -127,7 +129,16 @@ def collect(session: Session, rows: int) -> SessionStatus:
         lane_id=session.lane_id, device=session.target.identity, head=head, best=best, best_ref=ref,
         head_relation=relation, fix=fix, baseline=runs.read_baseline(session.baseline_dir / runs.BASELINE_RECORD),
         baseline_problems=manifest_problems(session.baseline_dir), rows=lane_rows, recent=rows,
-        revalidation=_revalidation(session, list(lane_rows)))
+        revalidation=_revalidation(session, list(lane_rows)), role_dependent=_role_refusal(session))
+
+
+def _role_refusal(session: Session) -> str | None:
+    """Why every experiment is refused while the lane's best is marked role-dependent (None: it is not)."""
+    try:
+        refuse_if_marked(session.paths, session.lane_id)
+    except Refused as exc:
+        return str(exc)
+    return None
 
 
 def _revalidation(session: Session, rows: list[ledger.LedgerRow]) -> dict[str, Any] | None:
@@ -166,6 +177,8 @@ def _print(info: SessionStatus, root: Path) -> None:
     print(f"re-validation: {reval['headline']}" if reval else "re-validation: none yet (`dit-ar revalidate`)")
     if reval and reval.get("warning"):
         print(reval["warning"])
+    if info.role_dependent:
+        print(f"ROLE-DEPENDENT best: {info.role_dependent}")
     if info.recent_rows:
         print("recent (candidate: its median batch latency or images/s, the ledger's `candidate`; paired %: the "
               "verdict's paired estimate, the ledger's `improvement_pct`):")
@@ -244,6 +257,22 @@ def status(config_path: Path, as_json: bool = False, rows: int = 10, every_workt
         _print(info, session.root)
         if warm:
             print(warm)
+    return 0
+
+
+def rewind(config_path: Path, before: str) -> int:
+    """`dit-ar recover --before COMMIT`: the best and the branch back to the best before that keep."""
+    from ..loop.guards import gpu_locks
+    from ..state.records import rewind_best
+
+    session = open_session(config_path)
+    lock = gpu_locks.hold_session_lock(session.paths, "recover when it has finished")
+    try:
+        moved = rewind_best(session, gitops.open_repo(session.root), before)
+    finally:
+        lock.release()
+    print(f"the best of {session.lane_id} moved back from {moved.best_was[:10]} to {moved.best_now[:10]} (before the "
+          f"keep of {moved.before[:10]}); the branch is there too, and the commits after it stay in `git reflog`")
     return 0
 
 

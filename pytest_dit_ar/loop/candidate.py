@@ -33,7 +33,7 @@ from .speed.measurement import measure
 from .speed.measurement_plan import MeasurementPlan, RoundCheck, Side
 from .speed.pairs import Pair, boot
 from .speed.progress import TimingProgress
-from .workers import memory_plan
+from .workers import first_worker, memory_plan
 from .workers.live import Live
 
 
@@ -93,6 +93,7 @@ class CandidateWorkers:
         corpus, the best side's worker boots, and both stay up as the first timing pair, so an experiment pays
         for process start-up once instead of twice. A crash kills every worker started here."""
         name = Role.CANDIDATE.label
+        clock.spent("first_worker", fill_first_cache(self, cases))
         self.warm.adopt(self.session, self.launcher, (self.candidate_root, self.best_root), self.run.dir,
                         self.prefetch_best, clock)
         worker = self.warm.fork(Role.CANDIDATE) or \
@@ -128,7 +129,7 @@ class CandidateWorkers:
             outputs = generate_corpus(worker, cases, lane.batch, self.key, lane.resolution,
                                       desc="quality: candidate corpus", live=live, gaps=quality_gaps(self.session))
             self.cold_start_s, self.cand_peak_mb = note_quality_worker(worker, build_s + outputs.first_s, lane.is_cuda)
-            self.warm.write_back()
+            worker.write_back_cache()  # the tree's first worker: what it compiled, for the tree's later workers
             audit = audit_evidence(worker, build, outputs, cases, lane.batch, self.key)
             t = clock.spent("quality_corpus", t)
             best_build = best_boot.result() if best_boot else None
@@ -219,6 +220,18 @@ class CandidateWorkers:
             self.first_pair.close()
             self.first_pair = None
         self.close_forks()
+
+
+def fill_first_cache(w: CandidateWorkers, cases: list[Case]) -> float:
+    """Before the quality run, a new candidate tree's cache is filled by a worker neither judged nor timed
+    (loop/workers/first_worker.py; unsandboxed workers write the tree's folder themselves, hidden or not); returns
+    when it started (for the phase clock)."""
+    t, lane, name = time.perf_counter(), w.session.lane, Role.CANDIDATE.label
+    if w.launcher.sandbox is not None:
+        first_worker.fill_cache(w.launcher, name, w.candidate_root, w.spec(w.candidate_root),
+                                tuple(c.prompt for c in cases), lane.batch, lane.resolution,
+                                w.run.worker_log(name, "first"))
+    return t
 
 
 def untimed_quality_pair(workers: CandidateWorkers, plan: MeasurementPlan) -> None:

@@ -43,8 +43,7 @@ class Evidence:
                  prefetch_best: bool = False, candidate_root: Path | None = None, sandboxed: bool = True,
                  case_ids: set[str] | None = None):
         self.session, self.declared_class, self.run_dir = session, declared_class, run_dir
-        self.run = RunPaths(run_dir)
-        self.best_root = best_root
+        self.run, self.best_root = RunPaths(run_dir), best_root
         self.candidate_root = candidate_root or session.root  # a clean checkout of HEAD in experiments
         self.prefetch_best = prefetch_best  # boot the best side during the quality run (experiments time it next)
         self.sandboxed = sandboxed
@@ -167,7 +166,8 @@ class Evidence:
         if self._perf is None:
             if self.best_root is None:
                 raise RuntimeError("no best worktree to compare with")
-            check = timing.round_check(self.quality(), self.baseline().envelope, self.session)
+            rows = self._run.outputs.denoiser_rows_per_image if self._run else None
+            check = timing.round_check(self.quality(), self.baseline().envelope, self.session, rows)
             self._phase("speed: the candidate against the best in fresh worker pairs, interleaved rounds")
             plan = self.workers.plan(tuple(c.prompt for c in self.cases()), self.roofline_ms(), check,
                                      timing.offset_bound(self.session))

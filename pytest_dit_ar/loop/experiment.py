@@ -7,6 +7,7 @@ what it says.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ from ..state.ledger import LedgerRow
 from ..state.live import LiveFile
 from ..state.paths import StatePaths, new_run_id
 from ..state.phases import PhaseTimes
+from ..state.roles import RoleCheck
+from ..state.runs import LogCutRecord, LogsRecord
 from ..state.session import Session, open_session, verify_integrity
 from . import conclusion
 from .conclusion import Candidate, ledger_row, performance_finding, quality_finding
@@ -33,6 +36,7 @@ from .guards import gpu_locks, pregate
 from .guards.checks import RunGuard, check_best, check_session, check_stack
 from .guards.outcomes import TestOutcomes
 from .quality import reuse
+from .speed import role_check
 from .verdict import Verdict, decide
 
 
@@ -55,11 +59,12 @@ class Experiment:
         self.run_dir: Path | None = None
         self.evidence: Evidence | None = None
         self.verdict: Verdict | None = None
-        self._best: BestRecord | None = None
+        self.best: BestRecord | None = None  # the lane's best it is judged against
         self.started = time.time()
         self.stack: dict[str, str | None] = {}
         self.pregate: list[pregate.Finding] = []  # the static pre-gate's findings over the diff (flags only)
         self.live: LiveFile | None = None  # live.json for `dit-ar watch`
+        self.role_check: RoleCheck | None = None  # the best's side-blind A/A, when this run did one
 
     # -- before the run -------------------------------------------------------------------
     def acquire(self) -> None:
@@ -84,7 +89,7 @@ class Experiment:
         repo = self.repo = gitops.open_repo(session.root)
         gitops.require_branch(repo, record.tag)
         gitops.require_clean(repo)
-        best = self._best = check_best(session, repo, record.tag)
+        best = self.best = check_best(session, repo, record.tag)
         shape = gitops.candidate_commit(repo, best.commit)
         self.commit, self.parent = shape.sha, shape.parent
         self.pregate = pregate.scan_commit(repo, shape.parent, shape.sha,
@@ -132,6 +137,15 @@ class Experiment:
         self.guard.repair(damage)
         return self.conclude(decide(damage.problems, None, None, None))
 
+    def check_roles(self) -> None:
+        """The best's side-blind A/A when this run calls for it; a role-dependent best is a refusal
+        (role_check.after_timing). A fleet's judge leaves it to the session's own runs."""
+        ev = self.evidence
+        if ev is not None and self.session is not None and self.run_dir is not None and not self.judge_only:
+            self.role_check = role_check.after_timing(self.session, ev.launcher, self.run_dir,
+                                                      None if ev.crash else ev.performance_result, self.best,
+                                                      self.live.phase if self.live else None)
+
     def judge(self, outcomes: TestOutcomes) -> Verdict:
         """The verdict from the post-run guards, the evidence and the tests' outcomes."""
         evidence = self.evidence
@@ -154,7 +168,7 @@ class Experiment:
         self.verdict, outcome = verdict, self.outcome(verdict)
         conclusion.settle(session, repo, outcome, self.run_dir, judge_only=self.judge_only)
         if outcome.keep and not self.judge_only:  # a fleet's judge leaves the best's stored outputs alone
-            store_best_outputs(self.evidence, self._best)
+            store_best_outputs(self.evidence, self.best)
         if self.live is not None:
             self.live.finish(verdict.status.verdict_word)
         return verdict
@@ -163,11 +177,8 @@ class Experiment:
         """What the verdict records (pure): the row, the reasons, the measurements and the run record's details."""
         perf = self.evidence.performance_result if self.evidence else None
         measurements = Measurements(perf.median_ms(Role.CANDIDATE), perf.p95_ms(Role.CANDIDATE)) if perf else None
-        details = {"seconds": self.seconds(), **phase_record(self.evidence, self.seconds()), "software": self.stack,
-                   "startup": perf.startup() if perf else None, "pregate": pregate.as_records(self.pregate),
-                   "warm_servers": self.evidence.workers.warm.note if self.evidence else ""}
-        return conclusion.ExperimentOutcome(self._row(verdict), tuple(verdict.reasons), time.time() - self.started,
-                                            measurements, details,
+        return conclusion.ExperimentOutcome(row_of(self, verdict), tuple(verdict.reasons), time.time() - self.started,
+                                            measurements, run_details(self),
                                             conclusion.spread_to_pool(perf) if self.judge_only else None)
 
     def seconds(self) -> dict[str, float]:
@@ -176,16 +187,43 @@ class Experiment:
         total = time.time() - self.started
         return {**phases, "harness_and_pytest": max(0.0, total - sum(phases.values())), "total": total}
 
-    def _row(self, verdict: Verdict) -> LedgerRow:
-        session = self.session
-        assert session is not None and self.run_dir is not None
-        flags = "; ".join(f for f in ("" if self.sandboxed else "unsandboxed", pregate.flag(self.pregate)) if f)
-        who = Candidate(self.run_id, self.commit, self.parent, self.classification, self.description,
-                        str(self.run_dir.relative_to(session.root)), flags)
-        evidence = self.evidence
-        return ledger_row(session, who, verdict, evidence.quality_result if evidence else None,
-                          evidence.performance_result if evidence else None,
-                          self._best.measurements.median_ms if self._best else None)
+
+def row_of(exp: Experiment, verdict: Verdict) -> LedgerRow:
+    """The experiment's ledger row for `verdict`."""
+    session = exp.session
+    assert session is not None and exp.run_dir is not None
+    flags = "; ".join(f for f in ("" if exp.sandboxed else "unsandboxed", pregate.flag(exp.pregate)) if f)
+    who = Candidate(exp.run_id, exp.commit, exp.parent, exp.classification, exp.description,
+                    str(exp.run_dir.relative_to(session.root)), flags)
+    evidence = exp.evidence
+    best = exp.best
+    return ledger_row(session, who, verdict, evidence.quality_result if evidence else None,
+                      evidence.performance_result if evidence else None,
+                      best.measurements.median_ms if best else None)
+
+
+def run_details(exp: Experiment) -> dict[str, Any]:
+    """The run record's details beside the row: where the time went, the software, the start-up, the pre-gate's
+    findings, the warm servers, the worker logs cut at their cap, the best's side-blind A/A."""
+    perf = exp.evidence.performance_result if exp.evidence else None
+    return {"seconds": exp.seconds(), **phase_record(exp.evidence, exp.seconds()), "software": exp.stack,
+            "startup": perf.startup() if perf else None, "pregate": pregate.as_records(exp.pregate),
+            "warm_servers": exp.evidence.workers.warm.note if exp.evidence else "", "logs": logs_record(exp.evidence),
+            "role_check": dataclasses.asdict(exp.role_check) if exp.role_check else None}
+
+
+def logs_line(evidence: Evidence | None) -> str | None:
+    """The summary's line when a worker's log was cut at its cap."""
+    return LogsRecord.from_dict(logs_record(evidence)).line() if evidence else None
+
+
+def logs_record(evidence: Evidence | None) -> dict[str, Any]:
+    """The run record's `logs`: the cap of each worker's log and the logs cut at it (worker/log_relay.py)."""
+    if evidence is None:
+        return LogsRecord().as_dict()
+    book = evidence.launcher.logs
+    cut = tuple(LogCutRecord(c.name, c.dropped_bytes) for c in book.cut())
+    return LogsRecord(book.cap_bytes / 2**20, cut).as_dict()
 
 
 def phase_record(evidence: Evidence | None, spent: dict[str, float]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ It also judges the best on the lane's holdout corpus (loop/quality/holdout.py). 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -31,16 +32,18 @@ from quality_suite.corpora import load_corpus
 
 from ..state import gitops, ledger, runs
 from ..state.best import require_best
-from ..state.files import read_json_object, write_json_atomic
+from ..state.files import fields_from, read_json_object, write_json_atomic
 from ..state.ledger import LedgerRow
 from ..state.live import LiveFile
 from ..state.noise import read_noise
 from ..state.paths import new_run_id, now
 from ..state.perf_record import PerfRecord
+from ..state.roles import RoleCheck, read_roles
 from ..state.session import Session, open_session, verify_integrity
 from . import conclusion
 from .guards import gpu_locks
 from .quality import holdout
+from .speed import role_check
 from .speed.measurement import measure
 from .speed.measurement_plan import MeasurementPlan, Side
 from .workers.launch import launcher_for
@@ -156,6 +159,7 @@ class Revalidation:
     created: str = ""
     seconds: dict[str, float] = field(default_factory=dict)
     reasons: tuple[str, ...] = ()
+    role_check: RoleCheck | None = None  # the best against itself, side-blind (loop/speed/role_check.py)
 
     @property
     def agree(self) -> bool | None:
@@ -177,9 +181,11 @@ class Revalidation:
         measured = self.measured.describe() if self.measured else "not measured"
         product = self.product.describe() if self.product else "no kept steps"
         agree = {True: "agree", False: "DISAGREE", None: "not compared"}[self.agree]
+        roles = "; role-DEPENDENT" if self.role_check and self.role_check.role_dependent else \
+            "; no role difference" if self.role_check else ""
         return (f"re-validated {self.best_commit[:10]} vs original baseline {self.baseline_commit[:10]}: "
                 f"measured {measured}; product of {len(self.steps)} kept steps {product} ({agree}); "
-                f"{self.holdout.headline()}")
+                f"{self.holdout.headline()}{roles}")
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -194,11 +200,13 @@ class Revalidation:
         def interval(key: str) -> Interval | None:
             return Interval.from_dict(data[key]) if data.get(key) else None
 
+        check = data.get("role_check")
         return cls(data["run_id"], data["lane"], data["best_commit"], data["baseline_commit"], data["metric"],
                    interval("measured"), interval("product"), tuple(Step(**s) for s in data.get("steps") or ()),
                    int(data.get("segments", 0)), int(data.get("rounds", 0)),
                    holdout.HoldoutResult.from_dict(data.get("holdout") or {}), data.get("created", ""),
-                   dict(data.get("seconds") or {}), tuple(data.get("reasons") or ()))
+                   dict(data.get("seconds") or {}), tuple(data.get("reasons") or ()),
+                   fields_from(RoleCheck, check) if isinstance(check, dict) else None)
 
 
 def latest(session: Session) -> Revalidation | None:
@@ -346,8 +354,11 @@ def _run(session: Session, launcher: Any, best_commit: str, baseline_commit: str
         write_json_atomic(runs.RunPaths(run_dir).perf, perf.to_dict())
         live.phase("quality")
         held = _holdout(session, launcher, run_dir, best.effective_class)
-        result = _result(session, run_dir.name, best_commit, baseline_commit, plan, perf, held,
-                         {**perf.seconds, "total": time.time() - started}, best.history)
+        live.phase("the best against itself, side-blind")
+        roles = role_check.judge_best(session, launcher, run_dir, best, "dit-ar revalidate")
+        result = dataclasses.replace(_result(session, run_dir.name, best_commit, baseline_commit, plan, perf, held,
+                                             {**perf.seconds, "total": time.time() - started}, best.history),
+                                     role_check=roles)
         write_json_atomic(run_dir / RECORD, result.as_dict())
         row = _row(session, result, perf, run_dir, sandboxed)
         if judge_only:
@@ -365,6 +376,11 @@ def _run(session: Session, launcher: Any, best_commit: str, baseline_commit: str
     warning = result.warning()
     if warning:
         out(warning)
+    finding = read_roles(session.paths, session.lane_id).finding
+    if result.role_check is not None:
+        out(result.role_check.line())
+    if result.role_check is not None and result.role_check.role_dependent and finding is not None:
+        out("WARNING: " + finding.refusal())
     out(f"evidence in {run_dir.relative_to(session.root) if judge_only else run_dir}")
     return 0
 
@@ -396,4 +412,6 @@ def _row(session: Session, result: Revalidation, perf: PerfRecord, run_dir: Path
         description=f"re-validation of the best against the original baseline {result.baseline_commit[:10]}",
         run_dir=str(run_dir.relative_to(session.root)),
         reason=f"measured {result.measured.describe() if result.measured else 'nothing'} {agree} the product of "
-               f"{len(result.steps)} kept steps {product}", flags="" if sandboxed else "unsandboxed")
+               f"{len(result.steps)} kept steps {product}" + ("; the best is ROLE-DEPENDENT (roles.json)"
+                                                              if result.role_check and result.role_check.role_dependent
+                                                              else ""), flags="" if sandboxed else "unsandboxed")

@@ -156,6 +156,12 @@ class PluginSession:
             session.exitstatus = EXIT_REFUSED
             return
         exp.evidence.close()
+        try:
+            exp.check_roles()  # the best against itself, side-blind, when this run calls for it
+        except Refused as exc:  # the best is role-dependent: nothing is judged against it
+            self.refusal = str(exc)
+            session.exitstatus = EXIT_REFUSED
+            return
         verdict = exp.conclude(exp.judge(self.outcomes))
         self.last_line = verdict.line
         session.exitstatus = verdict.exit_code

@@ -58,6 +58,13 @@ def verdict_section(tr: Any, exp: Experiment) -> None:
                           f"fork servers started in {max(starts, default=0):.1f} s")
     for reason in verdict.reasons[:10]:
         tr.write_line(f"- {reason}")
+    if exp.role_check is not None:
+        tr.write_line(exp.role_check.line())
+    from ..loop.experiment import logs_line
+
+    logs = logs_line(exp.evidence)
+    if logs:
+        tr.write_line(logs)
     if exp.pregate:
         from ..loop.guards.pregate import summary as pregate_summary
 

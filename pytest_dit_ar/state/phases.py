@@ -16,7 +16,7 @@ from typing import Any
 
 # the clock's names per phase; what no name covers (git, guards, records, pytest) is `other`
 CLOCK_NAMES: dict[str, tuple[str, ...]] = {
-    "start_up": ("warm_servers_adopt", "quality_worker_start", "best_worker_start_not_overlapped",
+    "start_up": ("first_worker", "warm_servers_adopt", "quality_worker_start", "best_worker_start_not_overlapped",
                  "timing_startup", "timing_fork_servers_wait"),
     "quality_corpus": ("quality_corpus",),
     "quality_judging": ("quality_metrics",),

@@ -16,6 +16,8 @@ import git
 
 from dit_ar_contract.classes import MILDEST
 from dit_ar_contract.digest import sha256_file
+from dit_ar_contract.errors import Refused
+from dit_ar_contract.sides import Role
 from dit_ar_contract.status import Status
 
 from . import backup, gitops, integrity, ledger
@@ -24,7 +26,8 @@ from .best import BestRecord, Measurements, read_best
 from .files import read_json, write_json_atomic, write_record
 from .ledger import LedgerRow
 from .paths import now
-from .runs import RunPaths
+from .roles import Rewind, record_rewind
+from .runs import RunPaths, read_timing
 from .session import LaneBaseline, Session, SessionRecord
 from .writer import refuse_in_judge
 
@@ -82,3 +85,43 @@ def record_baseline(session: Session, repo: git.Repo, summary: BaselineSummary, 
 def write_session(session: Session, record: SessionRecord) -> None:
     write_json_atomic(session.paths.session, record.as_dict())
     session.record = record
+
+
+def rewind_best(session: Session, repo: git.Repo, before: str) -> Rewind:
+    """Move the lane's best back to the best before the keep `before` (a commit of its history after the baseline):
+    the ref, best.json (its record as that keep's row and timing give it, the history cut there), the worktree and
+    the branch; the move is recorded in roles.json, which clears a role-dependence mark. The commits after it stay
+    in git's reflog; the ledger keeps every row."""
+    refuse_in_judge(f"the best of lane {session.lane_id}")
+    best = read_best(session.paths).get(session.lane_id)
+    history = best.history if best else ()
+    matches = [i for i, commit in enumerate(history) if commit.startswith(before)] if len(before) >= 7 else []
+    if best is None or len(matches) != 1 or matches[0] == 0:
+        kept = ", ".join(c[:10] for c in history[1:]) or "none"
+        raise Refused(f"{before!r} is not one keep of lane {session.lane_id}'s best chain (its keeps: {kept}); "
+                      "name one by 7 or more hex digits")
+    gitops.require_branch(repo, session.started.tag)
+    gitops.require_clean(repo)
+    index = matches[0]
+    target = history[index - 1]
+    rows = [r for r in ledger.read(session.paths.ledger)
+            if r.commit == target and r.lane == session.lane_id and r.status in (Status.KEEP, Status.BASELINE)]
+    row = rows[-1] if rows else None
+    timing = read_timing(session.root / row.run_dir) if row else None
+    measured = Measurements(timing.median_ms(Role.CANDIDATE), timing.p95_ms(Role.CANDIDATE)) if timing \
+        else Measurements()
+    tag = session.started.tag
+    ref = gitops.best_ref(tag, session.lane_id)
+    gitops.set_ref(repo, ref, target)
+    record = BestRecord(commit=target, tag=tag, branch=gitops.branch_name(tag), run_id=row.run_id if row else "",
+                        updated=now(), ref=ref, measurements=measured,
+                        effective_class=(row.effective_class if row and row.status is Status.KEEP else "")
+                        or MILDEST.word, history=history[:index])
+    data = read_json(session.paths.best, {}) or {}
+    data[session.lane_id] = record.as_dict()
+    write_json_atomic(session.paths.best, data)
+    gitops.sync_worktree(repo, session.paths.best_worktree, target)
+    gitops.reset_to(repo, target, session.config.mutable_paths)
+    rewind = Rewind(history[index], best.commit, target, now())
+    record_rewind(session.paths, session.lane_id, rewind)
+    return rewind

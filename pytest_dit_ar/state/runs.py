@@ -30,6 +30,7 @@ from .ledger import LedgerRow
 from .paths import StatePaths
 from .perf_record import PERF_FORMAT, PerfRecord
 from .phases import PhaseTimes
+from .roles import RoleCheck
 from .session import SessionRecord
 
 if TYPE_CHECKING:  # imported on use: torch stays out of `dit-ar status`
@@ -145,9 +146,44 @@ def _mapping(value: Any) -> dict[str, Any]:
 # -- experiment.json -----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
+class LogCutRecord:
+    """A worker log cut at the cap: its name and the bytes of output dropped (worker/log_relay.py)."""
+
+    name: str
+    dropped_bytes: int
+
+
+@dataclass(frozen=True)
+class LogsRecord:
+    """experiment.json's `logs`: the cap of each worker's log (MiB) and the logs cut at it."""
+
+    cap_mb: float | None = None  # None: recorded before the cap existed
+    cut: tuple[LogCutRecord, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"cap_mb": self.cap_mb, "cut": [dataclasses.asdict(c) for c in self.cut]}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> LogsRecord:
+        data = _mapping(data)
+        cap = data.get("cap_mb")
+        return cls(float(cap) if isinstance(cap, (int, float)) else None,
+                   tuple(fields_from(LogCutRecord, c) for c in data.get("cut") or () if isinstance(c, Mapping)))
+
+    def line(self) -> str | None:
+        """The summary's line when a log was cut, else None."""
+        if not self.cut:
+            return None
+        names = ", ".join(f"{c.name} ({c.dropped_bytes / 2**20:.1f} MiB dropped)" for c in self.cut[:4])
+        more = f" and {len(self.cut) - 4} more" if len(self.cut) > 4 else ""
+        return f"worker logs cut at {self.cap_mb:g} MiB each (performance.worker_log_mb): {names}{more}"
+
+
+@dataclass(frozen=True)
 class ExperimentRecord:
     """experiment.json: the ledger row of the run (None when the record is partial), the verdict's reasons,
-    the wall time and where it went, the software stack."""
+    the wall time and where it went, the software stack, the worker logs cut at their cap and the best's side-blind
+    A/A when the run did one."""
 
     row: LedgerRow | None
     reasons: tuple[str, ...] = ()
@@ -155,6 +191,8 @@ class ExperimentRecord:
     seconds: dict[str, float] = field(default_factory=dict)
     software: dict[str, Any] = field(default_factory=dict)
     phases: PhaseTimes | None = None  # where the wall time went, by phase (None: recorded before the phases)
+    logs: LogsRecord = field(default_factory=LogsRecord)
+    role_check: RoleCheck | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ExperimentRecord:
@@ -162,10 +200,12 @@ class ExperimentRecord:
             row = LedgerRow.from_dict(data)
         except (TypeError, ValueError):
             row = None
+        check = data.get("role_check")
         return cls(row, tuple(str(r) for r in data.get("reasons") or ()), data.get("duration_s"),
                    {str(k): float(v) for k, v in _mapping(data.get("seconds")).items()
                     if isinstance(v, (int, float))}, _mapping(data.get("software")),
-                   PhaseTimes.from_dict(data.get("phases")))
+                   PhaseTimes.from_dict(data.get("phases")), LogsRecord.from_dict(data.get("logs")),
+                   fields_from(RoleCheck, check) if isinstance(check, Mapping) else None)
 
 
 def read_experiment(run_dir: Path) -> ExperimentRecord:
@@ -258,6 +298,7 @@ class RevalidationRecord:
     headline: str | None = None
     agree: bool | None = None
     warning: str | None = None
+    role_check: RoleCheck | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RevalidationRecord:
@@ -265,12 +306,13 @@ class RevalidationRecord:
             value = data.get(key)
             return fields_from(Estimate, value) if isinstance(value, Mapping) and value else None
 
-        held = data.get("holdout")
+        held, check = data.get("holdout"), data.get("role_check")
         values = {k: data[k] for k in ("run_id", "best_commit", "baseline_commit", "segments", "rounds", "headline",
                                        "agree", "warning") if k in data}
         return cls(**values, created=str(data.get("created") or ""), measured=estimate("measured"),
                    product=estimate("product"), steps=len(data.get("steps") or ()),
-                   holdout=fields_from(HoldoutRecord, held) if isinstance(held, Mapping) and held else None)
+                   holdout=fields_from(HoldoutRecord, held) if isinstance(held, Mapping) and held else None,
+                   role_check=fields_from(RoleCheck, check) if isinstance(check, Mapping) else None)
 
 
 def read_revalidation(run_dir: Path) -> RevalidationRecord | None:

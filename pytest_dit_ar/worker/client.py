@@ -23,8 +23,11 @@ from . import sandbox as sandbox_mod
 from .bootstrap import BOOTSTRAP, PATH_VARIABLE
 from .channel import Replies
 from .compile_cache import CompileCaches, tree_digest
-from .handle import SandboxPolicy, WorkerHandle
+from .handle import GROUP_LABEL, SandboxPolicy, WorkerHandle
+from .log_relay import LogBook
+from .memory import MemoryWatch
 from .outputs import folder_bytes, load_outputs, log_tail, number, parse_outputs, read_output
+from .processes import host_pid
 
 __all__ = ["PATH_VARIABLE", "Generated", "SandboxPolicy", "WorkerHandle", "WorkerLauncher", "WorkerProcess",
            "folder_bytes", "log_tail", "parse_outputs", "read_output"]
@@ -60,7 +63,8 @@ class WorkerProcess(WorkerHandle):
         return self.spawn().handshake()
 
     def spawn(self) -> "WorkerProcess":
-        """Start the process. Call from the main thread: the child dies with the thread that spawned it."""
+        """Start the process: the fork server's program on the request pipe, which forks the one process that
+        serves it (worker/zygote.py). Call from the main thread: the child dies with the thread that spawned it."""
         spawn.launch(self, self.argv(BOOTSTRAP), subprocess.PIPE, subprocess.PIPE)
         return self
 
@@ -73,9 +77,32 @@ class WorkerProcess(WorkerHandle):
         if not isinstance(identity, dict):
             raise CandidateCrash(f"{self.side} worker's hello carries no identity", log_tail(self.log_path))
         self.identity = identity
+        self.own_group(hello.get("pid"))
         self.prelude_s = number(hello.get("prelude_s")) or 0.0
         self.freeze()  # frozen between requests in every phase: the quality run looks like the timed rounds
         return self
+
+    def own_group(self, inner_pid: Any) -> None:
+        """Move the process that serves the requests (the prelude process's child, `inner_pid` in the sandbox) into
+        a cgroup of its own, as a fork server's child is: it is frozen, counted and killed apart from the prelude
+        process, and its view of its cgroup is the same as a forked worker's. Its memory is sampled from now on."""
+        if not isinstance(inner_pid, int) or self.proc is None:
+            return
+        found = host_pid(self.namespace.pids(), inner_pid) if self.namespace else inner_pid
+        if found is None:
+            raise CandidateCrash(f"{self.side} worker's process is gone", log_tail(self.log_path))
+        self.worker_pid = found
+        if self.group is None:
+            return
+        group = cgroup.open_group(GROUP_LABEL, spawn.memory_limit_mb(self))
+        if group is None or not group.adopt(found):
+            if group is not None:
+                group.remove()
+            return
+        self.sandbox_group, self.group = self.group, group
+        self.memory.stop()
+        self.memory = MemoryWatch(self)
+        self.memory.start()
 
     @property
     def device_name(self) -> str:
@@ -174,14 +201,16 @@ class WorkerLauncher:
     """Makes the workers of one lane: same device, environment, threads, memory cap, timeout and sandbox."""
 
     def __init__(self, target: LaneTarget, threads: int, timeout_s: float, sandbox: SandboxPolicy | None = None,
-                 caches: CompileCaches | None = None, mutable: tuple[str, ...] = ("model_under_test/",)):
+                 caches: CompileCaches | None = None, mutable: tuple[str, ...] = ("model_under_test/",),
+                 logs: LogBook | None = None):
         self.target, self.threads, self.timeout_s, self.sandbox = target, threads, timeout_s, sandbox
         self.caches, self.mutable = caches, mutable  # compile caches per tree (None: each worker's own scratch)
+        self.logs = logs or LogBook()  # the cap of each worker's log, and the logs cut (worker/log_relay.py)
 
     def worker(self, side: str, root: Path, log_path: Path) -> WorkerProcess:
         """A worker for `side` running the model found under `root` (not started yet)."""
         return WorkerProcess(side, root, self.target, self.threads, log_path, self.timeout_s, self.sandbox,
-                             self.caches, self.mutable)
+                             self.caches, self.mutable, self.logs)
 
     def tree_digest(self, root: Path) -> str:
         """The compile-cache key of the tree at `root` (what its workers' cache folder is named by)."""

@@ -32,24 +32,15 @@ from dit_ar_contract.errors import CandidateCrash, Refused
 from dit_ar_contract.sides import ROLES, Role
 
 from . import cgroup, protocol, spawn
-from .client import PATH_VARIABLE, WorkerLauncher, WorkerProcess, log_tail
-from .compile_cache import COMPILE_IN_PROCESS
+from .bootstrap import BOOTSTRAP
+from .client import WorkerLauncher, WorkerProcess, log_tail
+from .handle import GROUP_LABEL
+from .log_relay import LogRelay
+from .processes import host_pid
 
-ZYGOTE_BOOTSTRAP = ("import os, sys; sys.path[:0] = os.environ.pop('" + PATH_VARIABLE + "').split(os.pathsep); "
-                    "from pytest_dit_ar.worker.zygote import main; sys.exit(main())")
-NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
+__all__ = ["ZYGOTE_BOOTSTRAP", "ForkServers", "ForkedWorker", "PidHandle", "SideZygotes", "Zygote", "host_pid"]
 
-
-def host_pid(candidates: list[int], inner_pid: int) -> int | None:
-    """The host PID of the process that is `inner_pid` inside its PID namespace (the last NSpid field)."""
-    for pid in candidates:
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("NSpid:") and int(line.split()[-1]) == inner_pid:
-                    return pid
-        except (OSError, ValueError):
-            continue
-    return None
+ZYGOTE_BOOTSTRAP = BOOTSTRAP  # a fork server is started as every worker is; its stdin (a socket) tells it apart
 
 
 class PidHandle:
@@ -124,14 +115,11 @@ class Zygote(WorkerProcess):
         self.forks = 0
         self.fills_cache_late = True  # its cache copy is filled at its first fork (spawn.fill_cache_copy)
 
-    def environment(self) -> dict[str, str]:
-        return {**super().environment(), NVML_CHECK: "1", **COMPILE_IN_PROCESS}
-
     def spawn(self) -> "Zygote":
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.spawned_at = time.perf_counter()
         try:
-            spawn.launch(self, self.argv(ZYGOTE_BOOTSTRAP), theirs.fileno(), None)
+            spawn.launch(self, self.argv(BOOTSTRAP), theirs.fileno(), None)
         finally:
             theirs.close()
         self._sock = mine
@@ -192,37 +180,25 @@ class Zygote(WorkerProcess):
         self.thaw()  # a frozen zygote cannot fork
         if self.forks == 0:
             spawn.fill_cache_copy(self)  # the tree's cache as its first worker left it
-        log_path.parent.mkdir(parents=True, exist_ok=True)
         to_child, from_harness = os.pipe()[::-1]  # (write end kept here, read end for the child)
         from_child, to_harness = os.pipe()
-        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        relay = self.logs.relay(log_path).start()  # the child's stderr: a pipe the harness relays into its log
         started = time.perf_counter()
         try:
-            socket.send_fds(self._sock, [json.dumps({"op": "fork"}).encode()], [from_harness, to_harness, log])
+            socket.send_fds(self._sock, [json.dumps({"op": "fork"}).encode()],
+                            [from_harness, to_harness, relay.write_fd])
             reply = self._receive(60.0)
         finally:
-            for fd in (from_harness, to_harness, log):
+            for fd in (from_harness, to_harness):
                 os.close(fd)
-        if not reply.get("ok"):
-            os.close(to_child)
-            os.close(from_child)
-            raise CandidateCrash(f"the {self.side} fork server could not fork: {reply.get('error')}")
-        inner = int(reply["pid"])
-        pid = host_pid(self._candidates(), inner) if self.namespace else inner
-        if pid is None:
-            os.close(to_child)
-            os.close(from_child)
-            raise CandidateCrash(f"the {self.side} worker forked by the fork server died at once",
-                                 log_tail(log_path))
+            relay.handed_over()
         try:
-            handle = _ForkedHandle(pid, to_child, from_child)
-        except ProcessLookupError:
-            os.close(to_child)
-            os.close(from_child)
-            raise CandidateCrash(f"the {self.side} worker forked by the fork server died at once",
-                                 log_tail(log_path)) from None
+            handle = forked_handle(self, reply, to_child, from_child, log_path)
+        except CandidateCrash:
+            relay.join(1.0)  # nothing holds the pipe any more: the relay ends
+            raise
         self.forks += 1
-        return ForkedWorker(self, handle, log_path, started)
+        return ForkedWorker(self, handle, log_path, started, relay)
 
     def freeze(self) -> None:
         if self.sides is not None:
@@ -262,13 +238,35 @@ class Zygote(WorkerProcess):
             self.proc = None
 
 
+def forked_handle(z: Zygote, reply: dict[str, Any], to_child: int, from_child: int, log_path: Path) -> _ForkedHandle:
+    """The child a zygote's fork reply names, as a handle on its pipes; a refused fork or a child that is gone at
+    once is a CandidateCrash (both pipe ends closed)."""
+    problem = None
+    if not reply.get("ok"):
+        problem = f"the {z.side} fork server could not fork: {reply.get('error')}"
+    else:
+        inner = int(reply["pid"])
+        pid = host_pid(z.namespace.pids(), inner) if z.namespace else inner
+        try:
+            if pid is not None:
+                return _ForkedHandle(pid, to_child, from_child)
+        except ProcessLookupError:
+            pass
+        problem = f"the {z.side} worker forked by the fork server died at once"
+    os.close(to_child)
+    os.close(from_child)
+    raise CandidateCrash(problem, log_tail(log_path) if reply.get("ok") else "")
+
+
 class ForkedWorker(WorkerProcess):
     """A worker forked from a side's zygote: the same protocol and checks as an exec'd worker."""
 
-    def __init__(self, zygote: Zygote, handle: _ForkedHandle, log_path: Path, forked_at: float):
+    def __init__(self, zygote: Zygote, handle: _ForkedHandle, log_path: Path, forked_at: float,
+                 relay: LogRelay | None = None):
         super().__init__(zygote.side, zygote.root, zygote.target, zygote.threads, log_path, zygote.timeout_s,
-                         zygote.sandbox)
+                         zygote.sandbox, logs=zygote.logs)
         self.zygote = zygote
+        self.relay = relay
         self.proc = handle  # type: ignore[assignment]
         self.namespace = zygote.namespace
         self.scratch, self.stage = zygote.scratch, zygote.stage  # the zygote's mounts are the child's
@@ -278,7 +276,7 @@ class ForkedWorker(WorkerProcess):
         self.forked_at = forked_at
         self.ready_s: float | None = None  # fork request to hello, by the harness's clock
         # a cgroup of its own: its freeze is the kernel's and its memory figure is not the fork server's
-        self.group = cgroup.open_group(zygote.side + "-fork", spawn.memory_limit_mb(zygote))
+        self.group = cgroup.open_group(GROUP_LABEL, spawn.memory_limit_mb(zygote))
         if self.group is not None and not self.group.adopt(handle.pid):
             self.group.remove()
             self.group = None
@@ -286,6 +284,10 @@ class ForkedWorker(WorkerProcess):
 
     def spawn(self) -> "ForkedWorker":
         return self  # forked already
+
+    def write_back_cache(self) -> None:
+        """A forked first worker compiled into its fork server's copy of the cache (`Zygote.write_back_cache`)."""
+        self.zygote.write_back_cache()
 
     def handshake(self) -> "ForkedWorker":
         # a sibling's freeze stops the whole side, this unready child included (a pool forks its pairs before
@@ -335,6 +337,8 @@ class ForkedWorker(WorkerProcess):
             self.group = None
         self.frozen = False
         self.memory.stop()
+        if self.relay is not None:
+            self.relay.join(2.0)
 
     def close(self) -> None:
         if self.proc is None:
@@ -356,7 +360,8 @@ class SideZygotes:
         self.side, self.log_dir = side, log_dir
         self.zygotes = [Zygote(side, root, launcher.target, launcher.threads,
                                log_dir / f"forkserver-{side}-{i}.log", launcher.timeout_s, launcher.sandbox,
-                               launcher.caches, launcher.mutable, side_group=self) for i in range(count)]
+                               launcher.caches, launcher.mutable, launcher.logs, side_group=self)
+                        for i in range(count)]
         self.live: list[ForkedWorker] = []
         self.forked = 0
         self.times = ForkTimes()

@@ -18,10 +18,14 @@ from dit_ar_contract.device import LaneTarget
 from . import cgroup
 from . import sandbox as sandbox_mod
 from .bootstrap import PATH_VARIABLE, worker_sys_path
-from .compile_cache import CompileCaches
+from .compile_cache import COMPILE_IN_PROCESS, CompileCaches
 from .freezer import Freezer
+from .log_relay import LogBook, LogRelay
 from .memory import MemoryWatch
 from .processes import AffinityWatch, pin_threads, running
+
+NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
+GROUP_LABEL = "w"  # every worker's and fork server's cgroup is `w-<random>`: nothing in its name says the side
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,8 @@ class WorkerHandle:
 
     def __init__(self, side: str, root: Path, target: LaneTarget, threads: int, log_path: Path,
                  timeout_s: float = 600.0, sandbox: SandboxPolicy | None = None,
-                 caches: CompileCaches | None = None, mutable: tuple[str, ...] = ("model_under_test/",)):
+                 caches: CompileCaches | None = None, mutable: tuple[str, ...] = ("model_under_test/",),
+                 logs: LogBook | None = None):
         self.side, self.root, self.target = side, root, target
         self.threads, self.log_path, self.timeout_s = threads, log_path, timeout_s
         self.sandbox = sandbox
@@ -57,6 +62,10 @@ class WorkerHandle:
         self.proc: subprocess.Popen | None = None
         self.namespace: sandbox_mod.Namespace | None = None
         self.group: cgroup.Group | None = None
+        self.sandbox_group: cgroup.Group | None = None  # an exec'd worker's: its sandbox's init and prelude process
+        self.worker_pid = -1  # the host PID of the process that serves the requests, once known (its hello)
+        self.logs = logs or LogBook()  # the cap of the worker's log (worker/log_relay.py)
+        self.relay: LogRelay | None = None  # the harness thread that writes the worker's output into its log
         self.freezer = Freezer(self)  # stopped between requests (worker/freezer.py)
         self.memory = MemoryWatch(self)  # sampled by the harness while it lives (worker/memory.py)
 
@@ -78,12 +87,19 @@ class WorkerHandle:
         return argv
 
     def environment(self) -> dict[str, str]:
-        """The variables a worker gets on top of the lane's (the same for both sides)."""
-        return {**self.target.env, "PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": "PASSIVE",
-                PATH_VARIABLE: os.pathsep.join(worker_sys_path(self.root))}
+        """The variables a worker gets on top of the lane's: the same for both sides and every phase (a warm cache
+        or a cold one, exec'd or forked: every worker compiles in its own process and checks CUDA through NVML,
+        as a fork server's children must)."""
+        hidden = self.sandbox.hide if self.sandbox else None
+        return {**self.target.env, "PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": "PASSIVE", NVML_CHECK: "1",
+                **COMPILE_IN_PROCESS, PATH_VARIABLE: os.pathsep.join(worker_sys_path(self.root, hidden))}
 
     @property
     def pid(self) -> int:
+        """The host PID of the process that serves the requests (an exec'd worker's prelude process forks it),
+        else the process the harness started."""
+        if self.worker_pid > 0:
+            return self.worker_pid
         return self.proc.pid if self.proc else -1
 
     def processes(self) -> list[int]:
@@ -156,32 +172,71 @@ class WorkerHandle:
         return self.memory.gpu_per_device_mb()
 
     def kill(self) -> None:
-        """Kill every process of the worker (its sandbox, its cgroup), then remove what it could write."""
-        if self.namespace is not None:
-            self.namespace.kill()
-        if self.group is not None:
-            self.group.remove()  # kills what is left, thaws (a v1-frozen task dies only once thawed)
-        elif self.frozen and self.namespace is None and self.proc is not None:
-            self.thaw()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pass
-        self.freezer.frozen = False
-        self._wait_gone()
-        self.memory.stop()
-        self.group = None
-        if self.stage is not None:
-            shutil.rmtree(self.stage, ignore_errors=True)
-            self.stage = None
+        """Kill every process of the worker (its sandbox, its cgroups), then remove what it could write."""
+        kill_all(self)
 
-    def _wait_gone(self, timeout_s: float = 10.0) -> None:
-        """Wait (bounded) until no process of the sandbox is left: SIGKILL takes effect asynchronously."""
-        if self.namespace is None:
-            return
-        deadline = time.monotonic() + timeout_s
-        while running(self.namespace.pids()) and time.monotonic() < deadline:
-            self.namespace.kill()
-            time.sleep(0.02)
+    def write_back_cache(self) -> None:
+        """The tree's first worker compiled into its own copy of the tree's cache folder: that copy becomes the
+        folder (call while the worker is frozen or gone; later workers copy the folder)."""
+        write_back_cache(self)
+
+
+def kill_all(w: WorkerHandle) -> None:
+    """Kill every process of `w` (its sandbox, its cgroups; a group's removal thaws, as a v1-frozen task dies
+    only once thawed), wait until they are gone, stop its samplers and its relay, keep a first worker's cache,
+    remove its staging folder."""
+    if w.namespace is not None:
+        w.namespace.kill()
+    if w.group is not None:
+        w.group.remove()
+    elif w.frozen and w.namespace is None and w.proc is not None:
+        w.thaw()
+    if w.proc is not None and w.proc.poll() is None:
+        w.proc.kill()
+        try:
+            w.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+    if w.worker_pid > 0 and w.namespace is None:  # unsandboxed: the server outlives a killed prelude process
+        _kill_pid(w.worker_pid)
+    if w.sandbox_group is not None:
+        w.sandbox_group.remove()
+        w.sandbox_group = None
+    w.freezer.frozen = False
+    _wait_gone(w)
+    w.memory.stop()
+    w.group = None
+    if w.relay is not None:
+        w.relay.join(2.0)
+    if w.stage is not None:
+        write_back_cache(w)  # the tree's first worker: its copy of the cache becomes the tree's folder
+        shutil.rmtree(w.stage, ignore_errors=True)
+        w.stage = None
+
+
+def _wait_gone(w: WorkerHandle, timeout_s: float = 10.0) -> None:
+    """Wait (bounded) until no process of the sandbox is left: SIGKILL takes effect asynchronously."""
+    if w.namespace is None:
+        return
+    deadline = time.monotonic() + timeout_s
+    while running(w.namespace.pids()) and time.monotonic() < deadline:
+        w.namespace.kill()
+        time.sleep(0.02)
+
+
+def _kill_pid(pid: int) -> None:
+    try:
+        os.kill(pid, 9)
+    except OSError:
+        pass
+
+
+def write_back_cache(w: WorkerHandle) -> None:
+    """Copy a tree's first worker's cache copy (its staging folder's `cache`) into the tree's folder."""
+    if w.cache_source is None or w.stage is None or w.cache_warm is not False:
+        return
+    copy = w.stage / "cache"
+    if copy.is_dir():
+        shutil.copytree(copy, w.cache_source, symlinks=True, dirs_exist_ok=True)
+        if w.sandbox is not None:
+            sandbox_mod.give_to_worker(w.cache_source)

@@ -10,6 +10,8 @@ from typing import Any
 
 from dit_ar_contract.errors import CandidateCrash
 
+from . import log_relay
+
 OUTPUT_SLACK_MB = 64  # an output file may exceed its images' float32 size by this much (latents, header)
 
 
@@ -93,6 +95,8 @@ def number(value: Any) -> float | None:
 
 
 def log_tail(path: Path, lines: int = 30) -> str:
+    """The last lines of a worker's log (what its relay has already read is written first)."""
+    log_relay.settle(path)
     try:
         return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
     except OSError:

@@ -38,6 +38,18 @@ class SideProcesses(Protocol):
     def kill(self) -> None: ...
 
 
+def host_pid(candidates: list[int], inner_pid: int) -> int | None:
+    """The host PID of the process that is `inner_pid` inside its PID namespace (the last NSpid field)."""
+    for pid in candidates:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("NSpid:") and int(line.split()[-1]) == inner_pid:
+                    return pid
+        except (OSError, ValueError):
+            continue
+    return None
+
+
 def running(pids: list[int]) -> list[int]:
     """The processes of `pids` that are not zombies: a zombie has exited, its memory, descriptors and GPU
     context are released, and only its parent's wait is missing (the sandbox's init after a graceful exit

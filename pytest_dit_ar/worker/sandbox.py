@@ -83,6 +83,19 @@ def privileged() -> bool:
     return os.geteuid() == 0 and shutil.which("setpriv") is not None
 
 
+def give_to_worker(root: Path) -> None:
+    """Where the harness runs as root (the worker is nobody): give `root` and everything under it (links not
+    followed) to nobody, so that the worker can write there; nothing to do otherwise."""
+    if not privileged():
+        return
+    for dirpath, dirs, files in os.walk(root):
+        for name in (dirpath, *(os.path.join(dirpath, n) for n in (*dirs, *files))):
+            try:
+                os.chown(name, UNPRIVILEGED, UNPRIVILEGED, follow_symlinks=False)
+            except OSError:
+                pass
+
+
 def _nobody_may(st: os.stat_result, need: int) -> bool:
     """Whether nobody/nogroup (no supplementary groups) has the `need` bits (4 read, 1 search) on a file with
     stat `st`: the owner's bits if it owns it, the group's if the file is nogroup's, else the others'."""

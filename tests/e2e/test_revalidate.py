@@ -38,6 +38,11 @@ def test_revalidate_after_a_keep(loop_repo: Path) -> None:
     record = json.loads((loop_repo / rows[-1].run_dir / "revalidate.json").read_text())
     assert record["measured"]["estimate_pct"] > 0 and record["product"] is not None
     assert record["holdout"]["cases"] == 10 and record["holdout"]["ok"] is True
+    check = record["role_check"]  # the best against itself, side-blind: no role difference in an honest best
+    assert check["commit"] == kept and check["why"] == "dit-ar revalidate" and check["role_dependent"] is False
+    assert "side-blind A/A of the best" in proc.stdout
+    roles = json.loads((state / "roles.json").read_text())["embedded-cpu"]
+    assert roles["finding"] is None and roles["checks"][-1]["run_id"] == rows[-1].run_id
 
     status = run(loop_repo, "status", check=True).stdout
     assert "re-validation: re-validated" in status

@@ -73,8 +73,9 @@ def test_a_fork_passes_three_descriptors_and_the_worker_speaks_the_protocol(zygo
     assert worker.identity == {"kind": "cpu", "name": "fake"} and worker.ready_s is not None
     assert worker.request("peak") == {"ok": True, "answer": 42} and seen["op"] == "peak"
     thread.join(5)
+    worker.relay.join(5)  # the child closed its end: the relay has written everything and ends
     assert (tmp_path / "worker.log").read_text() == "child log line\n"
-    # the harness kept its two pipe ends and a pidfd; the child's ends and the log went to the zygote
+    # the harness kept its two pipe ends and a pidfd; the child's ends and the log pipe's went to the zygote
     assert len(os.listdir("/proc/self/fd")) - before == 3
     assert worker.scratch == z.scratch and z.forks == 1
 
@@ -164,11 +165,16 @@ def test_the_compile_stack_is_preloaded_on_every_lane() -> None:
     assert {"torch._dynamo", "torch._inductor.compile_fx"} <= {m for m, _ in PRELOAD}
 
 
-def test_a_worker_whose_cache_is_filled_compiles_in_process() -> None:
-    import types
+def test_every_worker_compiles_in_process_whatever_its_cache(tmp_path: Path) -> None:
+    """A cold cache (the tree's first worker: the candidate's quality run) and a warm one give the same
+    environment, exec'd or forked: a variable that differed would tell the quality run from the timed rounds."""
+    from pytest_dit_ar.worker.client import WorkerProcess
 
-    from pytest_dit_ar.worker.spawn import compile_settings
-
-    assert compile_settings(types.SimpleNamespace(cache_warm=True)) == {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
-    assert compile_settings(types.SimpleNamespace(cache_warm=False)) == {}  # its first compile keeps the pool
-    assert compile_settings(types.SimpleNamespace(cache_warm=None)) == {}  # no caches in play
+    envs = []
+    for warm in (True, False, None):
+        w = WorkerProcess("candidate", tmp_path, target(), 1, tmp_path / "w.log")
+        w.cache_warm = warm
+        envs.append(w.environment())
+    envs.append(Zygote("best", tmp_path, target(), 1, tmp_path / "fs.log", 30.0, None).environment())
+    assert all(env == envs[0] for env in envs)
+    assert envs[0]["TORCHINDUCTOR_COMPILE_THREADS"] == "1"

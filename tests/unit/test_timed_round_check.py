@@ -60,3 +60,30 @@ def test_a_numerical_change_gets_the_same_allowance_within_the_approximate_gate(
 def test_an_approximate_change_has_no_looser_gate() -> None:
     assert check("approximate")(*pair(0.0, n=1)) == []
     assert check("approximate")(*pair(0.9, n=1, image_noise=0.5))  # the first case outside its floors fails
+
+
+def with_rows(pair_: tuple[Generated, Generated], rows: float | None) -> tuple[Generated, Generated]:
+    cand, best = pair_
+    return Generated(cand.seconds, cand.images, cand.latents, rows, {}), best
+
+
+def test_a_candidate_that_runs_fewer_denoiser_rows_when_timed_fails() -> None:
+    """The red team's approximate candidate ran 4 sampling steps in its timed workers only: its outputs stayed
+    inside the approximate gate, its denoiser rows did not match the quality run's."""
+    lane = load_config("config/autoresearch.json").lanes["embedded-cpu"]
+    quality = types.SimpleNamespace(effective_class="approximate", approximate_outputs=False)
+    c = timing.round_check(quality, ENVELOPE, types.SimpleNamespace(lane=lane), 40.0)  # type: ignore[arg-type]
+    assert c(*with_rows(pair(0.0), 40.0)) == []
+    assert c(*with_rows(pair(0.0, seed=1), 8.0)) == []  # one round with fewer rows is allowed (an adaptive sampler)
+    failures = c(*with_rows(pair(0.0, seed=2), 8.0))
+    assert failures and "the program timed is not the program judged" in failures[-1]
+    assert "2 of 3 timed rounds ran fewer" in failures[-1]
+
+
+def test_rows_the_harness_cannot_count_judge_nothing() -> None:
+    lane = load_config("config/autoresearch.json").lanes["embedded-cpu"]
+    quality = types.SimpleNamespace(effective_class="approximate", approximate_outputs=False)
+    blind = timing.round_check(quality, ENVELOPE, types.SimpleNamespace(lane=lane), None)  # type: ignore[arg-type]
+    assert all(blind(*with_rows(pair(0.0, seed=s), 8.0)) == [] for s in range(4))  # no quality count
+    c = timing.round_check(quality, ENVELOPE, types.SimpleNamespace(lane=lane), 40.0)  # type: ignore[arg-type]
+    assert all(c(*with_rows(pair(0.0, seed=s), rows)) == [] for s, rows in enumerate((None, 0.0, None, 0.0)))

@@ -19,6 +19,7 @@ from dit_ar_contract.errors import Refused
 from ...state import gitops, tamper
 from ...state.best import BestRecord, require_best
 from ...state.files import write_bytes_atomic
+from ...state.roles import refuse_if_marked
 from ...state.session import Session, SessionRecord, verify_integrity
 
 
@@ -47,7 +48,9 @@ def check_session(session: Session) -> SessionRecord:
 
 
 def check_best(session: Session, repo: git.Repo, tag: str) -> BestRecord:
-    """The lane's best, refusing when best.json and the best ref disagree."""
+    """The lane's best, refusing when best.json and the best ref disagree, or while the best is marked
+    role-dependent (state/roles.py: the refusal names the keep that introduced it and the way back)."""
+    refuse_if_marked(session.paths, session.lane_id)
     best = require_best(session.best(), session.lane_id)
     ref = gitops.read_ref(repo, gitops.best_ref(tag, session.lane_id))
     if ref and ref != best.commit:

@@ -44,6 +44,7 @@ from ...state.perf_record import SegmentRecord
 from ...state.session import Session, open_session
 from ...worker.client import WorkerLauncher
 from ...worker.forkserver import ForkServers
+from ..workers import first_worker
 from ..workers.launch import launcher_for
 from .clean_rounds import GpuWatch
 from .measurement_plan import MeasurementPlan, Side
@@ -227,27 +228,13 @@ class Collection:
         self.arms[name] = ArmPairs(plan, self.launcher, self.cores, self.plan.pool, forks, best_launcher)
 
     def prime(self, side: Side, logs: Path) -> None:
-        """Fill a tree's compile cache before its fork servers start: an experiment's quality worker is the tree's first
-        (cold) worker and the only one that writes the folder (docs/design/sandbox-and-security.md); a study has no
-        quality run, so without this one exec'd worker per tree every forked worker found the cache empty and compiled
-        again into its throwaway copy (on an H200 a 46-61 s first warm-up round in every pair of a CUDA-graphed tree).
-        The cold start (build and first generate) goes into the tree's record."""
-        worker = self.launcher.worker(f"{side.name}-cache", side.root, logs / f"cache-{side.name}.log")
-        if worker.caches is None:
-            return
-        worker.spawn()
-        if worker.cache_warm:  # set when the worker opened its tree's folder
-            worker.kill()
-            return
-        try:
-            worker.handshake()
-            started = time.perf_counter()
-            worker.request("build", spec=side.spec)
-            reqs = [[self.prompts[i % len(self.prompts)], i] for i in range(self.session.lane.batch)]
-            worker.generate(reqs, resolution=self.session.lane.resolution)
-            worker.note_start(time.perf_counter() - started)
-        finally:
-            worker.close()
+        """Fill a tree's compile cache before its fork servers start, as an experiment does before its quality run
+        (loop/workers/first_worker.py): without it every forked worker of a study found the cache empty and compiled
+        again into its throwaway copy (on an H200 a 46-61 s first warm-up round in every pair of a CUDA-graphed
+        tree). The cold start (build and first generate) goes into the tree's record."""
+        lane = self.session.lane
+        first_worker.fill_cache(self.launcher, f"{side.name}-cache", side.root, side.spec, self.prompts, lane.batch,
+                                lane.resolution, logs / f"cache-{side.name}.log")
 
     def ready(self) -> None:
         """Wait for every arm's fork servers (their imports must not overlap a timed round)."""

@@ -30,16 +30,41 @@ LOOSER = {ChangeClass.EXACT: ChangeClass.NUMERICAL, ChangeClass.NUMERICAL: Chang
           ChangeClass.QUANTIZATION: ChangeClass.APPROXIMATE}  # an approximate change has no looser gate
 
 
+FEWER_ROWS_SHARE = 0.25  # of the timed rounds, how many may run fewer denoiser rows than the whole quality run (>= 1)
+
+
 @dataclass
 class _Tally:
     cases: int = 0  # timed cases judged so far in this experiment
     outside: int = 0  # of them, cases outside the class's gate but inside the next looser one
+    rounds: int = 0  # timed rounds whose denoiser rows were seen
+    fewer: int = 0  # of them, rounds that ran fewer rows per image than any generate of the quality run
 
     def allowed(self) -> int:
         return max(1, int(OUTSIDE_SHARE * self.cases))
 
 
-def round_check(quality: QualityAssessment, envelope: dict[str, float], session: Session) -> RoundCheck:
+def fewer_rows(tally: _Tally, judged_rows: float | None, timed_rows: float | None) -> list[str]:
+    """The timed rounds' denoiser rows per image against the quality run's (the fewest of its generates; both
+    counted by the harness's hook, worker/rows.py): a candidate that cuts steps only when it is timed runs fewer
+    in every such round. A round may run fewer (a sampler that adapts its steps to the request can), at most
+    FEWER_ROWS_SHARE of them (at least one); more is the timed work not being the judged work. No count (a graph
+    replay, several GPUs) is no finding: the outputs alone judge it."""
+    if judged_rows is None or not timed_rows:
+        return []
+    tally.rounds += 1
+    if timed_rows >= judged_rows * (1 - 1e-9):
+        return []
+    tally.fewer += 1
+    if tally.fewer <= max(1, int(FEWER_ROWS_SHARE * tally.rounds)):
+        return []
+    return [f"{timed_rows:g} denoiser rows per image in a timed round, where every generate of the judged quality "
+            f"run ran at least {judged_rows:g} ({tally.fewer} of {tally.rounds} timed rounds ran fewer): the program "
+            "timed is not the program judged"]
+
+
+def round_check(quality: QualityAssessment, envelope: dict[str, float], session: Session,
+                judged_rows: float | None = None) -> RoundCheck:
     """Candidate vs best outputs of the same timed requests under the effective class's per-case gate (with
     the quality gate's floors: the same `approximate_outputs` rule).
 
@@ -49,7 +74,7 @@ def round_check(quality: QualityAssessment, envelope: dict[str, float], session:
     corpus cases within 7.5e-7; its bf16 cast: 0.084 against 0.05, corpus within 0.018). So a timed case may
     leave the class's gate if it stays inside the next looser one (LOOSER), for at most OUTSIDE_SHARE of the
     timed cases so far (at least one); a change that differs only when timed differs on most of its rounds
-    and still fails."""
+    and still fails. Each timed round's denoiser rows are also held against the quality run's (`fewer_rows`)."""
     cls = ChangeClass.from_word(quality.effective_class)
     approx = quality.approximate_outputs
     contract = session.lane.quality
@@ -74,7 +99,8 @@ def round_check(quality: QualityAssessment, envelope: dict[str, float], session:
         fids = fidelity_batch([cand.images[i] for i in range(n)], [best.images[i] for i in range(n)],
                               [cand.latents[i] for i in range(n)], [best.latents[i] for i in range(n)])
         failures = [f for i, fid in enumerate(fids) for f in judged(i, fid)]
-        return [f"timed outputs against the best's for the same request: {f}" for f in failures[:3]]
+        return [f"timed outputs against the best's for the same request: {f}" for f in failures[:3]] + \
+            fewer_rows(tally, judged_rows, cand.rows_per_image)
 
     return check
 

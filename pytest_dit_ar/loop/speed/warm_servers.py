@@ -185,11 +185,6 @@ class WarmStart:
             self.note = f"not used: the {role.label} server could not fork ({exc}); that worker is exec'd"
             return None
 
-    def write_back(self) -> None:
-        """The tree's first worker compiled into its server's copy of the cache: that becomes the tree's folder."""
-        if self.servers is not None:
-            spawn.write_back_cache(self.servers.cand.zygotes[0])
-
     def close(self) -> None:
         """Close the servers (after the first pair: its workers live in their sandboxes)."""
         if self.servers is not None:

@@ -17,6 +17,7 @@ from ...state.session import Session
 from ...worker import host_limit, sandbox
 from ...worker.client import SandboxPolicy, WorkerLauncher
 from ...worker.compile_cache import CompileCaches
+from ...worker.log_relay import LogBook
 from . import memory_plan
 
 
@@ -55,7 +56,8 @@ def launcher_for(session: Session, sandboxed: bool = True) -> WorkerLauncher:
         if refusal:
             raise Refused(refusal)
     caches = CompileCaches(session.paths.compile_cache, p.compile_cache_gb, p.compile_cache_keep)
-    return WorkerLauncher(session.target, p.threads, p.round_timeout_s, policy, caches, session.config.mutable_paths)
+    return WorkerLauncher(session.target, p.threads, p.round_timeout_s, policy, caches, session.config.mutable_paths,
+                          LogBook.of_mb(p.worker_log_mb))
 
 
 def memory_budget(session: Session) -> memory_plan.MemoryBudget:
