@@ -258,9 +258,7 @@ class Lane:
     def weights_path(self, project: Path) -> str | None:
         """The lane's weights as an absolute path (relative ones resolve against the project); None: the preset's."""
         weights = self.weights
-        if weights and not Path(weights).is_absolute():
-            weights = str((project / weights).resolve())
-        return weights
+        return str((project / weights).resolve()) if weights and not Path(weights).is_absolute() else weights
 
     def metric_value(self, median_ms: float | None) -> float | None:
         """A batch latency in ms expressed as the lane's primary metric."""
@@ -319,9 +317,8 @@ class _Reader:
 
     def known(self, node: dict[str, Any], where: str, keys: typing.Iterable[str]) -> None:
         keys = set(keys)
-        for key in node:
-            if key not in keys:
-                raise UnknownKeyError(self.path, _join(where, key), keys)
+        for key in (k for k in node if k not in keys):
+            raise UnknownKeyError(self.path, _join(where, key), keys)
 
     def build(self, cls: type, node: Any, where: str) -> Any:
         """An instance of dataclass `cls` from `node`, every field type-checked, unknown keys refused."""
@@ -553,11 +550,16 @@ TOP_KEYS = ("schema_version", "target", "default_lane", "lanes", "mutable_paths"
 
 def load_config(path: str | Path = DEFAULT_CONFIG) -> Config:
     """Read, validate and return the config; every error names file, key, found and expected."""
-    path = Path(path)
-    if not path.is_file():
+    if not Path(path).is_file():
         raise ConfigError(path, "<file>", "missing", "an existing JSON file: pass --config PATH, or set up this "
                           "repository around your own pipeline with `dit-ar scaffold --pipeline PATH`")
-    text = path.read_text(encoding="utf-8")
+    return parse_config(Path(path).read_text(encoding="utf-8"), path)
+
+
+def parse_config(text: str, path: str | Path) -> Config:
+    """The config in `text`, as if read from `path` (its repository root is the folder above the file's folder):
+    the file itself, or the version of it a commit holds (`loop/guards/frozen.py` reads the best commit's)."""
+    path = Path(path)
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -580,19 +582,17 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> Config:
     if not lanes_raw:
         raise r.fail("lanes", lanes_raw, "at least one lane")
     lanes = {name: _lane(r, name, node, perf, quality, root) for name, node in lanes_raw.items()}
-    for lane in lanes.values():
-        if lane.gpus > target.gpu_count:
-            raise r.fail(f"lanes.{lane.name}.gpus", lane.gpus, f"at most target.gpu_count ({target.gpu_count}): "
-                         "the target machine has that many GPUs")
+    for lane in (lane for lane in lanes.values() if lane.gpus > target.gpu_count):
+        raise r.fail(f"lanes.{lane.name}.gpus", lane.gpus, f"at most target.gpu_count ({target.gpu_count}): "
+                     "the target machine has that many GPUs")
     default_lane = r.value(str, raw.get("default_lane"), "default_lane")
     if default_lane not in lanes:
         raise r.fail("default_lane", default_lane, f"one of the lanes {sorted(lanes)}")
     mutable, fixed = _paths(r, raw, "mutable_paths"), _paths(r, raw, "fixed_paths")
-    for m in mutable:
-        for f in fixed:
-            a, b = m.rstrip("/"), f.rstrip("/")
-            if a == b or a.startswith(b + "/") or b.startswith(a + "/"):
-                raise r.fail("mutable_paths", m, f"no overlap with fixed path {f!r}")
+    for m, f in ((m, f) for m in mutable for f in fixed):
+        a, b = m.rstrip("/"), f.rstrip("/")
+        if a == b or a.startswith(b + "/") or b.startswith(a + "/"):
+            raise r.fail("mutable_paths", m, f"no overlap with fixed path {f!r}")
     for lane in lanes.values():
         _check_metric_weights(r, lane, root, mutable)
     return Config(path=path.resolve(), root=root, sha256=hashlib.sha256(text.encode()).hexdigest(), target=target,

@@ -36,7 +36,7 @@ class _PrintCompletion(argparse.Action):
 def build_parser() -> argparse.ArgumentParser:
     from dit_ar_contract.classes import WORDS as CLASSES
 
-    from . import calibrate, demo, fleet, profile, report, scaffold, search, summary, watch
+    from . import calibrate, demo, fleet, guide, profile, report, scaffold, search, summary, watch
 
     parser = argparse.ArgumentParser(prog="dit-ar", description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -89,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     for module in (search, profile, report, demo, calibrate, watch, summary, fleet):
         _config_arg(module.add_parser(sub), top=False)
     scaffold.add_parser(sub)  # writes config/autoresearch.json at the git root: takes no --config
+    guide.add_parser(sub)  # reads the installed guides only: takes no --config
     return parser
 
 
@@ -165,8 +166,9 @@ def _experiment(args: argparse.Namespace) -> int:
 
     judge = ["--dit-ar-judge-only", *(["--dit-ar-run-id", args.run_id] if args.run_id else [])] \
         if args.judge_only else []
-    code = pytest.main(judge + experiment_pytest_args(args.config, args.classification, args.description, args.lane,
-                                                      args.unsandboxed) + extra)
+    # a refusal is its line and its way out, without pytest's banner (plugin/terminal.py's HeldOutput)
+    code = pytest.main(["--dit-ar-held-output"] + judge + experiment_pytest_args(
+        args.config, args.classification, args.description, args.lane, args.unsandboxed) + extra)
     if int(code) == 0 and not args.judge_only:  # a keep: every `revalidate_every` keeps the chain is timed again
         _revalidate_when_due(args)
     return int(code)
@@ -217,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
             return args.func(args)
         except Refused as exc:
             print(f"dit-ar {args.verb}: refused: {exc}", file=sys.stderr)
+            if exc.way_out:
+                print(f"way out: {exc.way_out}", file=sys.stderr)
             return EXIT_REFUSED
     except BrokenPipeError:  # `dit-ar status | head -1`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -7,6 +7,7 @@ selected; the session guards, judges, records and keeps or resets the candidate 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,9 @@ from dit_ar_contract.errors import EXIT_REFUSED, CandidateCrash, Refused
 
 from ..loop.guards.suites import MARKERS, SuiteFiles, suite_files
 from .collection import Collection, cases_needed
-from .terminal import last_line, one_line, show_progress
+from .terminal import held_output, last_line, one_line, show_progress
 
-REFUSED_EXIT = "dit-ar refused (the reason is the last line)"
+REFUSED_EXIT = "dit-ar refused (the reason and the way out are the last lines)"
 # what a suite test may end with: a failed check (assert, pytest.fail), the candidate's crash (its worker died,
 # raised, ran out of memory), a skip, an exit (a refusal); anything else is the harness's own error
 EXPECTED_OUTCOMES = (AssertionError, CandidateCrash, pytest.fail.Exception, pytest.skip.Exception,
@@ -64,6 +65,9 @@ class PluginSession:
         self.experiment = None
         self.outcomes = TestOutcomes()
         self.refusal: str | None = None
+        self.way_out = ""  # the refusal's own way out (else the session's, `state/way_out.py`)
+        self.held = held_output()  # `dit-ar experiment`'s held stdout: pytest's framing is dropped on a refusal
+        self.prerun: list[str] = []  # a verdict before any candidate code ran, in a few lines (held output only)
         self.harness_error: str | None = None  # an exception in the harness's own code (not the candidate's)
         self.last_line: str | None = None
         self.selected_cases: set[str] | None = None  # plain runs generate only the cases their tests need
@@ -76,9 +80,9 @@ class PluginSession:
     def collected(self, session: pytest.Session) -> None:
         """Start the experiment once the selection is known (refuse, or discard on scope, before anything runs).
         In a plain run, note which corpus cases the selected tests need, so only those are generated."""
-        if self.refusal:  # noted while collecting (a broken config or corpus, an unknown lane)
-            pytest.exit(REFUSED_EXIT, returncode=EXIT_REFUSED)
         if not self.experiment_mode:
+            if self.refusal:  # noted while collecting (a broken config or corpus, an unknown lane)
+                pytest.exit(REFUSED_EXIT, returncode=EXIT_REFUSED)
             self.selected_cases = cases_needed(session.items)
             return
         from ..loop.experiment import Experiment
@@ -90,20 +94,42 @@ class PluginSession:
             self.experiment = Experiment(self.config_path, self.lane, self.classification, self.description,
                                          sandboxed=not self.unsandboxed, judge_only=self.judge_only,
                                          run_id=self.run_id)
-            verdict = self.experiment.begin()
+            # a broken config or corpus noted while collecting is refused there, unless the commit broke it
+            verdict = self.experiment.begin(refusal=self.refusal)
         except Refused as exc:
-            self.refusal = str(exc)
+            self.refuse(exc, replace=True)
             if self.experiment is not None:
                 self.experiment.release()
+            self._drop_held(session)
             pytest.exit(REFUSED_EXIT, returncode=EXIT_REFUSED)
-        if verdict is not None:  # scope discard before anything ran
-            self.last_line = verdict.line
-            pytest.exit("dit-ar: " + "; ".join(verdict.reasons), returncode=verdict.exit_code)
+        if verdict is not None:  # scope discard before anything ran: its reasons are in the summary, once
+            self.refusal, self.last_line = None, verdict.line
+            self._drop_held(session)
+            if self.held is not None:
+                from .summary import prerun_lines
+
+                self.prerun = prerun_lines(self.experiment)
+            pytest.exit(f"dit-ar: {verdict.status.verdict_word} before any candidate code ran (the reasons are above)",
+                        returncode=verdict.exit_code)
+        if self.held is not None:  # the run starts: pytest's output from here on, its banner first
+            self.held.release()
         show_progress(self.config, self.experiment.evidence, self.experiment.session.lane.performance)
         from ..state.live import Tee
 
         # the timed rounds also go to live.json, for `dit-ar watch` in another terminal
         self.experiment.evidence.progress = Tee(self.experiment.evidence.progress, self.experiment.live)
+
+    def refuse(self, exc: Refused, replace: bool = False) -> None:
+        """Note a refusal (the first one, unless `replace`) with its way out."""
+        if replace or not self.refusal:
+            self.refusal, self.way_out = str(exc), exc.way_out
+
+    def _drop_held(self, session: pytest.Session) -> None:
+        """pytest's framing dropped (`dit-ar experiment`), unless collection failed: its errors are the reason."""
+        if self.held is not None and session.testsfailed:
+            self.held.release()
+        elif self.held is not None:
+            self.held.drop()
 
     # -- running -----------------------------------------------------------------------------------
     def raised(self, item: pytest.Item, call: pytest.CallInfo) -> None:
@@ -177,10 +203,20 @@ class PluginSession:
 
             warm_servers.start_next(exp.session, exp.config_path, exp.verdict is not None and exp.sandboxed and
                                     not exp.judge_only)
+        if self.held is not None and self.held.mode == "hold":  # the run never reached its start: nothing is lost
+            self.held.release()
+        if self.held is not None and sys.stdout is self.held:  # still in place (no output capture replaced it)
+            sys.stdout = self.held.stream
+        out = self.held.stream if self.held is not None else None
         if self.refusal:
-            last_line("REFUSED: " + one_line(self.refusal))
+            last_line("REFUSED: " + one_line(self.refusal), out)
+            way = self.way_out or (session_way_out(self.config_path) if self.experiment_mode else "")
+            if way:
+                last_line("way out: " + way, out)
         elif self.last_line:
-            last_line(self.last_line)
+            for line in self.prerun:
+                last_line(line, out)
+            last_line(self.last_line, out)
 
 
 def plain_evidence(config_path: Path, lane: str | None, classification: str | None, sandboxed: bool,
@@ -205,3 +241,13 @@ def harness_error(nodeid: str, call: pytest.CallInfo) -> str | None:
     if call.excinfo is None or call.excinfo.errisinstance(EXPECTED_OUTCOMES):
         return None
     return f"{nodeid} ({call.when}): {call.excinfo.exconly()[:500]}"
+
+
+def session_way_out(config_path: Path) -> str:
+    """What gets the user out of a refusal that left unjudged commits on the branch ('' when none are there)."""
+    from dit_ar_contract.config import repo_root_for
+
+    from ..state.way_out import unjudged
+
+    left = unjudged(repo_root_for(config_path))
+    return left.way_out if left is not None else ""

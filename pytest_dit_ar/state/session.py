@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dit_ar_contract import device
-from dit_ar_contract.config import Config, Lane, load_config
+from dit_ar_contract.config import Config, Lane, load_config, parse_config, repo_root_for
 from dit_ar_contract.device import DeviceIdentity, LaneTarget
 from dit_ar_contract.errors import Refused
 
@@ -128,9 +128,11 @@ def no_session(paths: StatePaths, config_path: str | Path) -> Refused:
     return Refused(f"no session in {paths.dir}: run `dit-ar --config {config_path} init --tag T` first")
 
 
-def open_session(config_path: str | Path, lane: str | None = None, need_session: bool = True) -> Session:
-    """Load config and session; the lane is the session's unless given; refuse when it cannot run here."""
-    config = load_config(config_path)
+def open_session(config_path: str | Path, lane: str | None = None, need_session: bool = True,
+                 config: Config | None = None) -> Session:
+    """Load config and session; the lane is the session's unless given; refuse when it cannot run here. `config`:
+    the config to use instead of the file's (the best commit's, for a commit that changed the file)."""
+    config = config or load_config(config_path)
     paths = StatePaths(config.root)
     record = read_record(paths)
     if need_session and record is None:
@@ -145,6 +147,28 @@ def open_session(config_path: str | Path, lane: str | None = None, need_session:
     if not target.runnable:
         raise Refused(f"lane {lane_obj.name!r} cannot run here: {target.problem}")
     return Session(config, lane_obj, target, paths, record)
+
+
+def best_commit_config(config_path: str | Path) -> Config | None:
+    """The config as the session's best commit holds it: the session's own, whatever a candidate commit did to the
+    file (the file itself where git does not track it); None without a session and best, or when neither loads."""
+    import git
+
+    paths = StatePaths(repo_root_for(config_path))
+    record = read_record(paths)
+    best = read_best(paths).get(record.lane_id) if record else None
+    if best is None:
+        return None
+    try:
+        repo = git.Repo(paths.root)
+        relative = Path(config_path).resolve().relative_to(Path(repo.working_dir).resolve()).as_posix()
+        text = repo.git.show(f"{best.commit}:{relative}", strip_newline_in_stdout=False)
+    except (ValueError, git.GitCommandError, git.InvalidGitRepositoryError, git.NoSuchPathError):
+        text = None
+    try:
+        return parse_config(text, config_path) if text is not None else load_config(config_path)
+    except Refused:
+        return None
 
 
 def slot_target(record: SessionRecord) -> LaneTarget:
