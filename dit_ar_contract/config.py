@@ -30,16 +30,23 @@ REQUIRED = dataclasses.MISSING
 # -- the contract's sections ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Target:
-    """The hardware the project optimises for; any other device runs as a labelled foreign lane."""
+    """The hardware the project optimises for; any other device runs as a labelled foreign lane. `device` "cuda": a
+    GPU model, described by the figures below (all required); "cpu": the machine's own CPU, for a project whose lanes
+    all run on it (`dit-ar scaffold --device cpu`; no GPU figures)."""
 
     name: str
     device_match: str
-    compute_capability: str
-    vram_gb: float
-    gpu_count: int
-    peak_tflops_bf16: float
-    memory_bandwidth_gbs: float
     allow_foreign_lanes: bool
+    device: str = "cuda"
+    compute_capability: str = ""
+    vram_gb: float = 0.0
+    gpu_count: int = 1
+    peak_tflops_bf16: float = 0.0
+    memory_bandwidth_gbs: float = 0.0
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.device == "cpu"
 
 
 @dataclass(frozen=True)
@@ -399,9 +406,13 @@ def _positive(r: _Reader, where: str, **values: float | None) -> None:
 
 
 def _check_target(r: _Reader, t: Target) -> None:
+    if t.device not in ("cuda", "cpu"):
+        raise r.fail("target.device", t.device, '"cuda" (a GPU model) or "cpu" (this machine\'s CPU)')
     cc = t.compute_capability
+    if t.is_cpu:
+        return
     if cc.count(".") != 1 or not all(part.isdigit() for part in cc.split(".")):
-        raise r.fail("target.compute_capability", cc, 'a string like "8.6"')
+        raise r.fail("target.compute_capability", cc or "<missing>", 'a string like "8.6"')
     _positive(r, "target", vram_gb=t.vram_gb, gpu_count=t.gpu_count, peak_tflops_bf16=t.peak_tflops_bf16,
               memory_bandwidth_gbs=t.memory_bandwidth_gbs)
 
@@ -532,18 +543,6 @@ def repo_root_for(config_path: Path) -> Path:
     return Path(config_path).resolve().parent.parent
 
 
-def target_name(config_path: Path) -> str | None:
-    """The target's name as the config file spells it, without validating the rest (for read-only views of
-    a session whose config may be of another version); None when the file does not say."""
-    try:
-        data = json.loads(Path(config_path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    target = data.get("target") if isinstance(data, dict) else None
-    name = target.get("name") if isinstance(target, dict) else None
-    return name if isinstance(name, str) else None
-
-
 TOP_KEYS = ("schema_version", "target", "default_lane", "lanes", "mutable_paths", "fixed_paths", "quality",
             "performance")
 
@@ -585,6 +584,8 @@ def parse_config(text: str, path: str | Path) -> Config:
     for lane in (lane for lane in lanes.values() if lane.gpus > target.gpu_count):
         raise r.fail(f"lanes.{lane.name}.gpus", lane.gpus, f"at most target.gpu_count ({target.gpu_count}): "
                      "the target machine has that many GPUs")
+    for lane in (lane for lane in lanes.values() if lane.is_cuda and target.is_cpu):
+        raise r.fail(f"lanes.{lane.name}.device", lane.device, "cpu: the target is a CPU (target.device)")
     default_lane = r.value(str, raw.get("default_lane"), "default_lane")
     if default_lane not in lanes:
         raise r.fail("default_lane", default_lane, f"one of the lanes {sorted(lanes)}")

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from dit_ar_contract.config import QualityContract
 from dit_ar_contract.errors import Refused
+from dit_ar_contract.guides import cite
 
 if TYPE_CHECKING:  # torch is imported where a score is computed: the setup checks (doctor) stay light
     import torch
@@ -36,7 +37,7 @@ HOW_TO = ("Classifier weights are never downloaded by the harness. On a machine 
           "copy {model}.pth to {path} and name it in config/autoresearch.json under quality.classifier "
           "(or lanes.<lane>.quality.classifier): {{\"model\": \"{model}\", \"weights\": \"<path>\", "
           "\"resize\": <resize_size>, \"crop\": <crop_size>, \"interpolation\": \"<printed, lower case>\"}}; "
-          "step by step: docs/guide/task-metrics.md.")
+          "step by step: " + cite("task-metrics") + ".")
 
 
 @dataclass(frozen=True)

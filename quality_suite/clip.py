@@ -23,13 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from dit_ar_contract.config import ClipSettings, QualityContract
 from dit_ar_contract.errors import Refused
+from dit_ar_contract.guides import cite
 
 from . import clip_weights
 
 if TYPE_CHECKING:  # torch is imported where a score is computed: the setup checks (doctor) stay light
     import torch
 
-GUIDE = "docs/guide/clip-weights.md"
+GUIDE = cite("clip-weights")
 HOW_TO = ("CLIP weights are never downloaded by the harness. On a machine with internet access, fetch them into a "
           "cache folder with\n"
           "  python -c \"import open_clip; "

@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from dit_ar_contract.errors import Refused
+from dit_ar_contract.guides import cite
 
 SUFFIXES = (".safetensors", ".bin", ".pth", ".pt")
 # open_clip's own order of preference for a checkpoint in a folder (safetensors first)
@@ -181,7 +182,7 @@ def _from_cache(folder: Path, model: str | None) -> Checkpoint:
     if not found:
         raise Refused(f"the hub cache folder {folder} holds no open_clip checkpoint ({OPEN_CLIP_NAMES[0]}, "
                       f"{OPEN_CLIP_NAMES[2]}, ...); fetch one into it on a machine with internet "
-                      "(docs/guide/clip-weights.md)")
+                      f"({cite('clip-weights')})")
     mine = _of_model(found, model)
     if not mine:
         raise Refused(f"the hub cache folder {folder} holds open_clip weights of "

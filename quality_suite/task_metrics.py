@@ -17,6 +17,7 @@ import numpy as np
 
 from dit_ar_contract.config import QualityContract
 from dit_ar_contract.errors import Refused
+from dit_ar_contract.guides import cite
 
 from .corpora import Case
 
@@ -168,7 +169,7 @@ def _check_classifier(root: Path, quality: QualityContract) -> None:
     check(quality, root)
 
 
-LOCAL_WEIGHTS_DOCS = "docs/guide/task-metrics.md; CLIP weights: docs/guide/clip-weights.md"
+LOCAL_WEIGHTS_DOCS = f"{cite('task-metrics')}; CLIP weights: {cite('clip-weights')}"
 
 REGISTRY: dict[str, TaskMetric] = {
     "judge_accuracy": TaskMetric("judge_accuracy", False, judge_accuracy, _check_judge, needs_labels=True,

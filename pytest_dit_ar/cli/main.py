@@ -82,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="the session of every git worktree of this repository "
                    "(sessions side by side, one per GPU)")
     verb("recover", "restore the branch to the recorded best and a damaged baseline from its git copy", _recover)
+    p = verb("case", "one corpus case by hand: the seed this session gives it and its image (PNG)", _case)
+    p.add_argument("case_id", metavar="ID", help="a corpus case id (as in the test ids), or <id>-r<k> for a replica")
+    p.add_argument("--baseline", action="store_true", help="the original baseline's stored image instead of one "
+                   "generated now by the current best")
+    p.add_argument("--out", type=Path, help="folder for the PNG (default .autoresearch/cases/)")
+    p.add_argument("--unsandboxed", action="store_true", help=UNSANDBOXED)
     p = verb("revalidate", "time the best against the original baseline again (fresh workers) and judge the holdout; "
                            "never moves the best", _revalidate)
     p.add_argument("--unsandboxed", action="store_true", help=UNSANDBOXED)
@@ -201,6 +207,19 @@ def _status(args: argparse.Namespace) -> int:
     from .status import status
 
     return status(args.config, as_json=args.json, rows=args.rows, every_worktree=args.all)
+
+
+def _case(args: argparse.Namespace) -> int:
+    from ..loop.case import write_case
+
+    made = write_case(args.config, args.case_id, args.baseline, args.out, sandboxed=not args.unsandboxed)
+    case = made.case
+    print(f"case {case.id}: {case.prompt!r}" + (f" (label {case.label})" if case.label is not None else ""))
+    print(f"seed: {made.seed} in this session (corpus seed {case.seed}, keyed by the session's secret: each session "
+          "has its own seeds, so a candidate cannot recognise the corpus)")
+    print(f"image: {made.png} ({made.source})")
+    print(f"by hand: build_pipeline(spec).generate([({case.prompt!r}, {made.seed})]) with the lane's workload")
+    return 0
 
 
 def _recover(args: argparse.Namespace) -> int:

@@ -133,7 +133,7 @@ def speed_lines(perf: PerfRecord, lane: Lane) -> list[str]:
     two disagree in direction."""
     look = perf.look
     assert look is not None
-    lines = [f"speed: {look.interval_text(2)} paired estimate "
+    lines = [f"speed: {look.figure_text(2)} paired estimate "
              f"(the verdict's figure: trimmed mean of each round's candidate/best time ratio, {look.rounds} rounds in "
              f"{look.segments} fresh worker pair{'s' if look.segments != 1 else ''}; + is faster)"]
     cand, best = perf.median_ms(Role.CANDIDATE), perf.median_ms(Role.BEST)

@@ -82,7 +82,7 @@ def test_a_lane_without_weights_gets_where_doctor_looked_and_what_to_put_where(m
     target = machine / "home" / "clip-cache"
     assert f"cache_dir='clip-cache')\"; copy clip-cache/ to {target} here" in text
     assert f'set lanes.{LANE}.quality.clip to {{"model": "ViT-B-32", "weights": "{target}"}}' in text
-    assert "docs/guide/clip-weights.md" in text
+    assert "`dit-ar guide clip-weights`" in text
 
 
 def test_weights_in_the_hub_cache_are_found_and_named_exactly(machine: Path) -> None:

@@ -22,6 +22,7 @@ import torch
 
 from dit_ar_contract.classes import ChangeClass
 from dit_ar_contract.errors import Refused
+from dit_ar_contract.guides import cite
 from quality_suite import calibration, task_metrics, task_tests
 from quality_suite.assessment import NO_SPREAD
 from quality_suite.case_scores import CaseScores
@@ -137,7 +138,7 @@ def run_quality_calibration(config_path: Path, blocks: int, sessions: int, sizes
     lane = session.lane
     if not lane.task_metrics:
         raise Refused(f"lane {lane.name} configures no task metric: the task-score tests have nothing to calibrate "
-                      "(lanes.<lane>.task_metrics; docs/design/quality-verdict.md)")
+                      f"(set lanes.{lane.name}.task_metrics: {cite('task-metrics')})")
     if blocks < 5:
         raise Refused(f"--blocks {blocks}: a quality calibration needs at least 5 blocks (the case budget's worth)")
     task_metrics.check_available(lane.task_metrics, lane.quality, session.root)
