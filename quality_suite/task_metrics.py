@@ -60,7 +60,8 @@ def _stack(images: dict[str, torch.Tensor], cases: list[Case]) -> torch.Tensor:
 def _labelled(cases: list[Case], metric: str) -> list[Case]:
     labelled = [c for c in cases if c.label is not None]
     if not labelled:
-        raise Refused(f"{metric} needs corpus cases with a 'label' (the class each case asks for)")
+        raise Refused(f"{metric} needs corpus cases with a 'label' (the class each case asks for): give the "
+                      "corpus its labels, or take the metric out of the lane's task_metrics")
     return labelled
 
 
@@ -116,7 +117,7 @@ def classifier_top1(images: dict[str, torch.Tensor], cases: list[Case], root: Pa
     wrong = [c.id for c in labelled if not 0 <= int(c.label) < scores.shape[1]]
     if wrong:
         raise Refused(f"classifier_top1: the classifier tells {scores.shape[1]} classes apart but the labels of "
-                      f"cases {wrong[:5]} are outside 0..{scores.shape[1] - 1}")
+                      f"cases {wrong[:5]} are outside 0..{scores.shape[1] - 1}: use a classifier of these classes")
     return _agreement(labelled, scores, _label_margin(scores, labelled))
 
 

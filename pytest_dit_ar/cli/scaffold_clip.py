@@ -46,7 +46,7 @@ def choose(root: Path, weights: Path, model: str | None, text_to_image: bool, mu
     """Find the checkpoint `weights` names and its architecture, or refuse saying what to pass instead."""
     if not text_to_image:
         raise Refused("--clip-weights scores images against their prompts, and a class-conditional pipeline has "
-                      f"none; score ImageNet classes with classifier_top1 (quality.classifier, {cite('task-metrics')})")
+                      f"none; use classifier_top1 for ImageNet classes (quality.classifier, {cite('task-metrics')})")
     given = _entry(root, weights)
     if given == mutable.rstrip("/") or given.startswith(mutable):
         raise Refused(f"--clip-weights {weights}: the CLIP weights are inside the mutable {mutable}, where a "

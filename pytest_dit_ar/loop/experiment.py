@@ -25,7 +25,7 @@ from ..state.ledger import LedgerRow
 from ..state.live import LiveFile
 from ..state.paths import StatePaths, new_run_id
 from ..state.phases import PhaseTimes
-from ..state.session import Session, open_session, verify_integrity
+from ..state.session import INTEGRITY_WAY_OUT, Session, open_session, verify_integrity
 from . import conclusion
 from .conclusion import Candidate, ledger_row, performance_finding, quality_finding
 from .evidence import Evidence
@@ -114,7 +114,8 @@ class Experiment:
                                          f"{outside}"], None, None, None))
         problems = verify_integrity(session)
         if problems:
-            raise Refused("fixed files differ from integrity.json before the run: " + "; ".join(problems[:5]))
+            raise Refused("fixed files differ from integrity.json before the run, and the commit did not change "
+                          "them: " + "; ".join(problems[:5]), way_out=INTEGRITY_WAY_OUT)
         gitops.sync_worktree(repo, session.paths.best_worktree, best.commit)
         if self.sandboxed:
             gitops.sync_worktree(repo, session.paths.candidate_worktree, self.commit)

@@ -151,7 +151,8 @@ def open_session(config_path: str | Path, lane: str | None = None, need_session:
 
 def best_commit_config(config_path: str | Path) -> Config | None:
     """The config as the session's best commit holds it: the session's own, whatever a candidate commit did to the
-    file (the file itself where git does not track it); None without a session and best, or when neither loads."""
+    file, checked against the best commit's files (its worktree: a commit may also have deleted the corpus); the
+    file itself where git does not track it. None without a session and best, or when it does not load."""
     import git
 
     paths = StatePaths(repo_root_for(config_path))
@@ -161,14 +162,27 @@ def best_commit_config(config_path: str | Path) -> Config | None:
         return None
     try:
         repo = git.Repo(paths.root)
-        relative = Path(config_path).resolve().relative_to(Path(repo.working_dir).resolve()).as_posix()
-        text = repo.git.show(f"{best.commit}:{relative}", strip_newline_in_stdout=False)
+        relative = Path(config_path).resolve().relative_to(Path(repo.working_dir).resolve())
+        text = repo.git.show(f"{best.commit}:{relative.as_posix()}", strip_newline_in_stdout=False)
     except (ValueError, git.GitCommandError, git.InvalidGitRepositoryError, git.NoSuchPathError):
-        text = None
+        text, relative = None, None
     try:
-        return parse_config(text, config_path) if text is not None else load_config(config_path)
+        if text is None or relative is None:
+            return load_config(config_path)
+        config = parse_config(text, _checkout_of(paths, best.commit) / relative)
     except Refused:
         return None
+    return dataclasses.replace(config, path=Path(config_path).resolve(), root=paths.root)
+
+
+def _checkout_of(paths: StatePaths, commit: str) -> Path:
+    """A folder holding `commit`'s files: the best's worktree when it is there, else the repository itself."""
+    import git
+
+    try:
+        return paths.best_worktree if git.Repo(paths.best_worktree).head.commit.hexsha == commit else paths.root
+    except (ValueError, git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return paths.root
 
 
 def slot_target(record: SessionRecord) -> LaneTarget:
@@ -182,6 +196,13 @@ def session_lane_name(config: Config, explicit: str | None = None) -> str:
     """Which lane a command without a loaded session means (read-only; never refuses for the device)."""
     record = read_record(StatePaths(config.root))
     return config.lane_name(explicit, record.lane if record else None)
+
+
+# what gets out of a difference in the fixed files that no commit of the session made (a file outside git, such as a
+# weights folder, changed; or the installed harness)
+INTEGRITY_WAY_OUT = ("put the fixed files back as they were at `dit-ar init` (`git status` shows tracked ones; a file "
+                     "outside git, such as weights, from where it came), or start a new session on them as they are: "
+                     "`dit-ar init --tag NEW` at the lane's baseline commit, then `dit-ar baseline`")
 
 
 def verify_integrity(session: Session) -> list[str]:

@@ -26,7 +26,7 @@ def hold_session_lock(paths: StatePaths, advice: str) -> FileLock:
     try:
         lock.acquire()
     except Timeout:
-        raise Refused(f"another experiment holds {paths.lock}: {advice}") from None
+        raise Refused(f"another experiment holds {paths.lock}", way_out=advice) from None
     return lock
 
 

@@ -169,6 +169,6 @@ def sizes_of(text: str) -> list[float]:
     except ValueError:
         raise Refused(f"--sizes {text!r}: expected comma-separated multiples such as 0.5,1,2,5") from None
     if not values or any(v <= 0 for v in values):
-        raise Refused(f"--sizes {text!r}: each size is a positive multiple of the margin")
+        raise Refused(f"--sizes {text!r}: each size must be a positive multiple of the margin")
     return values
 
