@@ -238,12 +238,25 @@ def main(argv: list[str] | None = None) -> int:
             return args.func(args)
         except Refused as exc:
             print(f"dit-ar {args.verb}: refused: {exc}", file=sys.stderr)
-            if exc.way_out:
-                print(f"way out: {exc.way_out}", file=sys.stderr)
+            way = exc.way_out or (_session_way_out(args.config) if args.verb in JUDGING_VERBS else "")
+            if way:
+                print(f"way out: {way}", file=sys.stderr)
             return EXIT_REFUSED
     except BrokenPipeError:  # `dit-ar status | head -1`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+JUDGING_VERBS = ("experiment", "recover")  # their refusals may leave a commit no verdict judged
+
+
+def _session_way_out(config: Path) -> str:
+    from ..state.way_out import session_way_out
+
+    try:
+        return session_way_out(config)
+    except Exception:  # noqa: BLE001 - a way out is advice; the refusal itself is already printed
+        return ""
 
 
 def entry() -> int:

@@ -75,7 +75,7 @@ class Experiment:
             self.lock.release()
             self.lock = None
 
-    def begin(self, refusal: str | None = None) -> Verdict | None:
+    def begin(self, refusal: Refused | None = None) -> Verdict | None:
         """Run every pre-run guard; refuse (raise Refused) or return a scope verdict, else None. A commit that
         changes frozen paths is discarded first (guards/frozen.py), before `refusal` (what the collection found
         wrong with the config or corpus, which such a commit may have broken) or any other guard reads them."""
@@ -83,8 +83,8 @@ class Experiment:
         touch = frozen.touched(self.config_path)
         if touch is not None:
             return self.discard_frozen(touch)
-        if refusal:
-            raise Refused(refusal)
+        if refusal is not None:
+            raise refusal
         session = self.session = open_session(self.config_path, self.lane_name)
         self.gpu_locks = gpu_locks.acquire_lane(session.target)
         record = check_session(session)

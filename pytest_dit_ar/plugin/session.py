@@ -19,6 +19,7 @@ from dit_ar_contract.config import DEFAULT_CONFIG
 from dit_ar_contract.errors import EXIT_REFUSED, CandidateCrash, Refused
 
 from ..loop.guards.suites import MARKERS, SuiteFiles, suite_files
+from ..state.way_out import session_way_out
 from .collection import Collection, cases_needed
 from .terminal import held_output, last_line, one_line, show_progress
 
@@ -95,7 +96,7 @@ class PluginSession:
                                          sandboxed=not self.unsandboxed, judge_only=self.judge_only,
                                          run_id=self.run_id)
             # a broken config or corpus noted while collecting is refused there, unless the commit broke it
-            verdict = self.experiment.begin(refusal=self.refusal)
+            verdict = self.experiment.begin(Refused(self.refusal, self.way_out) if self.refusal else None)
         except Refused as exc:
             self.refuse(exc, replace=True)
             if self.experiment is not None:
@@ -242,12 +243,3 @@ def harness_error(nodeid: str, call: pytest.CallInfo) -> str | None:
         return None
     return f"{nodeid} ({call.when}): {call.excinfo.exconly()[:500]}"
 
-
-def session_way_out(config_path: Path) -> str:
-    """What gets the user out of a refusal that left unjudged commits on the branch ('' when none are there)."""
-    from dit_ar_contract.config import repo_root_for
-
-    from ..state.way_out import unjudged
-
-    left = unjudged(repo_root_for(config_path))
-    return left.way_out if left is not None else ""

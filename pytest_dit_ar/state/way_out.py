@@ -38,10 +38,10 @@ class Unjudged:
     @property
     def way_out(self) -> str:
         """After a refusal: fix what it names and judge again, or set the commits aside."""
-        again = "run `dit-ar experiment` again" if self.commits == 1 else \
-            f"squash the {self.commits} commits into one (`git reset --soft {self.best[:10]} && git commit`) and run " \
+        again = "`dit-ar experiment` judges the commit" if self.commits == 1 else \
+            f"squash the {self.commits} commits into one (`git reset --soft {self.best[:10]} && git commit`) for " \
             "`dit-ar experiment`"
-        return f"fix what the refusal names and {again}; or set {self._them} aside: {self.set_aside}"
+        return f"fix what the refusal names, then {again}; or set {self._them} aside: {self.set_aside}"
 
     @property
     def _them(self) -> str:
@@ -64,3 +64,11 @@ def unjudged(root: Path) -> Unjudged | None:
         return Unjudged(head, best.commit, int(repo.git.rev_list("--count", f"{best.commit}..{head}")))
     except (Refused, git.GitCommandError, ValueError):
         return None
+
+
+def session_way_out(config_path: Path) -> str:
+    """What gets the user out of a refusal that left unjudged commits on the branch ('' when none are there)."""
+    from dit_ar_contract.config import repo_root_for
+
+    left = unjudged(repo_root_for(config_path))
+    return left.way_out if left is not None else ""

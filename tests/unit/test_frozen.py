@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from dit_ar_contract.errors import Refused
 from dit_ar_contract.status import Status
 from pytest_dit_ar.loop.experiment import Experiment
 from pytest_dit_ar.loop.guards.frozen import touched
@@ -75,7 +76,7 @@ def test_the_corpus_edit_ends_in_a_reset_and_one_ledger_row(tmp_path: Path) -> N
     sha = user.commit("drop a case")
     experiment = Experiment(user.config, None, "exact", "drop a case")
     try:
-        verdict = experiment.begin(refusal="the corpus does not match its checksum")
+        verdict = experiment.begin(Refused("the corpus does not match its checksum"))
     finally:
         experiment.release()
     assert verdict is not None and verdict.status is Status.DISCARD_SCOPE

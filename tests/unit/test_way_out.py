@@ -17,9 +17,8 @@ from pathlib import Path
 from dit_ar_contract.errors import ConfigError, UnknownKeyError
 from pytest_dit_ar.loop.guards import selection
 from pytest_dit_ar.loop.workers import memory_plan
-from pytest_dit_ar.plugin.session import session_way_out
 from pytest_dit_ar.state.session import INTEGRITY_WAY_OUT
-from pytest_dit_ar.state.way_out import unjudged
+from pytest_dit_ar.state.way_out import session_way_out, unjudged
 from quality_suite import classifier, clip, perceptual
 from tests.helpers.user_repo import user_repo
 
@@ -34,7 +33,6 @@ WAY_OUT = re.compile("|".join((COMMAND, ACTION, ACCEPTED)), re.IGNORECASE)
 
 # refusals whose words are made elsewhere: (module, the argument as written) -> where the words come from
 DYNAMIC = {
-    ("pytest_dit_ar/loop/experiment.py", "refusal"): "the collection's refusal of the config or the corpus",
     ("pytest_dit_ar/plugin/session.py", "problem"): "loop/guards/selection.refusal",
     ("pytest_dit_ar/loop/workers/launch.py", "refusal"): "worker/sandbox.unreadable_refusal ('fix: ...')",
     ("pytest_dit_ar/loop/baseline.py", "layout.reason"): "loop/workers/memory_plan.layout",
