@@ -55,7 +55,7 @@ class Experiment:
         self.run_dir: Path | None = None
         self.evidence: Evidence | None = None
         self.verdict: Verdict | None = None
-        self._best: BestRecord | None = None
+        self.best_before: BestRecord | None = None  # the lane's best when the experiment began
         self.started = time.time()
         self.stack: dict[str, str | None] = {}
         self.pregate: list[pregate.Finding] = []  # the static pre-gate's findings over the diff (flags only)
@@ -91,7 +91,7 @@ class Experiment:
         repo = self.repo = gitops.open_repo(session.root)
         gitops.require_branch(repo, record.tag)
         gitops.require_clean(repo)
-        best = self._best = check_best(session, repo, record.tag)
+        best = self.best_before = check_best(session, repo, record.tag)
         shape = gitops.candidate_commit(repo, best.commit)
         self.commit, self.parent = shape.sha, shape.parent
         self.pregate = pregate.scan_commit(repo, shape.parent, shape.sha,
@@ -132,7 +132,7 @@ class Experiment:
         anything of the commit is read; the session's own refusals (HALT, another device) still come first."""
         session = self.session = open_session(self.config_path, self.lane_name, config=touch.config)
         check_session(session)
-        self.repo, self._best = gitops.open_repo(session.root), session.best()
+        self.repo, self.best_before = gitops.open_repo(session.root), session.best()
         self.commit, self.parent = touch.commit, touch.parent
         self.run_dir = session.paths.run(self.preset_run_id or new_run_id(self.commit))
         self.run_id = self.run_dir.name
@@ -171,24 +171,13 @@ class Experiment:
         fleet's judge writes the outcome into the run folder for its session's process instead."""
         session, repo = self.session, self.repo
         assert session is not None and repo is not None and self.run_dir is not None
-        self.verdict, outcome = verdict, self.outcome(verdict)
+        self.verdict, outcome = verdict, outcome_of(self, verdict)
         conclusion.settle(session, repo, outcome, self.run_dir, judge_only=self.judge_only)
         if outcome.keep and not self.judge_only:  # a fleet's judge leaves the best's stored outputs alone
-            store_best_outputs(self.evidence, self._best)
+            store_best_outputs(self.evidence, self.best_before)
         if self.live is not None:
             self.live.finish(verdict.status.verdict_word)
         return verdict
-
-    def outcome(self, verdict: Verdict) -> conclusion.ExperimentOutcome:
-        """What the verdict records (pure): the row, the reasons, the measurements and the run record's details."""
-        perf = self.evidence.performance_result if self.evidence else None
-        measurements = Measurements(perf.median_ms(Role.CANDIDATE), perf.p95_ms(Role.CANDIDATE)) if perf else None
-        details = {"seconds": self.seconds(), **phase_record(self.evidence, self.seconds()), "software": self.stack,
-                   "startup": perf.startup() if perf else None, "pregate": pregate.as_records(self.pregate),
-                   "warm_servers": self.evidence.workers.warm.note if self.evidence else ""}
-        return conclusion.ExperimentOutcome(self._row(verdict), tuple(verdict.reasons), time.time() - self.started,
-                                            measurements, details,
-                                            conclusion.spread_to_pool(perf) if self.judge_only else None)
 
     def seconds(self) -> dict[str, float]:
         """Where the experiment's wall time went: the evidence's phases, the rest, and the total."""
@@ -196,16 +185,30 @@ class Experiment:
         total = time.time() - self.started
         return {**phases, "harness_and_pytest": max(0.0, total - sum(phases.values())), "total": total}
 
-    def _row(self, verdict: Verdict) -> LedgerRow:
-        session = self.session
-        assert session is not None and self.run_dir is not None
-        flags = "; ".join(f for f in ("" if self.sandboxed else "unsandboxed", pregate.flag(self.pregate)) if f)
-        who = Candidate(self.run_id, self.commit, self.parent, self.classification, self.description,
-                        str(self.run_dir.relative_to(session.root)), flags)
-        evidence = self.evidence
-        return ledger_row(session, who, verdict, evidence.quality_result if evidence else None,
-                          evidence.performance_result if evidence else None,
-                          self._best.measurements.median_ms if self._best else None)
+
+def outcome_of(exp: Experiment, verdict: Verdict) -> conclusion.ExperimentOutcome:
+    """What the verdict records (pure): the row, the reasons, the measurements and the run record's details."""
+    perf = exp.evidence.performance_result if exp.evidence else None
+    measurements = Measurements(perf.median_ms(Role.CANDIDATE), perf.p95_ms(Role.CANDIDATE)) if perf else None
+    details = {"seconds": exp.seconds(), **phase_record(exp.evidence, exp.seconds()), "software": exp.stack,
+               "startup": perf.startup() if perf else None, "pregate": pregate.as_records(exp.pregate),
+               "warm_servers": exp.evidence.workers.warm.note if exp.evidence else ""}
+    return conclusion.ExperimentOutcome(row_of(exp, verdict), tuple(verdict.reasons), time.time() - exp.started,
+                                        measurements, details,
+                                        conclusion.spread_to_pool(perf) if exp.judge_only else None)
+
+
+def row_of(exp: Experiment, verdict: Verdict) -> LedgerRow:
+    """The experiment's ledger row."""
+    session = exp.session
+    assert session is not None and exp.run_dir is not None
+    flags = "; ".join(f for f in ("" if exp.sandboxed else "unsandboxed", pregate.flag(exp.pregate)) if f)
+    who = Candidate(exp.run_id, exp.commit, exp.parent, exp.classification, exp.description,
+                    str(exp.run_dir.relative_to(session.root)), flags)
+    evidence = exp.evidence
+    return ledger_row(session, who, verdict, evidence.quality_result if evidence else None,
+                      evidence.performance_result if evidence else None,
+                      exp.best_before.measurements.median_ms if exp.best_before else None)
 
 
 def phase_record(evidence: Evidence | None, spent: dict[str, float]) -> dict[str, Any]:

@@ -7,7 +7,6 @@ selected; the session guards, judges, records and keeps or resets the candidate 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,8 @@ from dit_ar_contract.errors import EXIT_REFUSED, CandidateCrash, Refused
 from ..loop.guards.suites import MARKERS, SuiteFiles, suite_files
 from ..state.way_out import session_way_out
 from .collection import Collection, cases_needed
-from .terminal import held_output, last_line, one_line, show_progress
+from .ending import Ending
+from .terminal import held_output, show_progress
 
 REFUSED_EXIT = "dit-ar refused (the reason and the way out are the last lines)"
 # what a suite test may end with: a failed check (assert, pytest.fail), the candidate's crash (its worker died,
@@ -65,12 +65,8 @@ class PluginSession:
         self.run_id = config.getoption("dit_ar_run_id") or ""
         self.experiment = None
         self.outcomes = TestOutcomes()
-        self.refusal: str | None = None
-        self.way_out = ""  # the refusal's own way out (else the session's, `state/way_out.py`)
-        self.held = held_output()  # `dit-ar experiment`'s held stdout: pytest's framing is dropped on a refusal
-        self.prerun: list[str] = []  # a verdict before any candidate code ran, in a few lines (held output only)
+        self.ending = Ending(held_output())  # the refusal or verdict line the run ends with (plugin/ending.py)
         self.harness_error: str | None = None  # an exception in the harness's own code (not the candidate's)
-        self.last_line: str | None = None
         self.selected_cases: set[str] | None = None  # plain runs generate only the cases their tests need
         self._plain = None
         self.suites: SuiteFiles = suite_files()
@@ -82,55 +78,40 @@ class PluginSession:
         """Start the experiment once the selection is known (refuse, or discard on scope, before anything runs).
         In a plain run, note which corpus cases the selected tests need, so only those are generated."""
         if not self.experiment_mode:
-            if self.refusal:  # noted while collecting (a broken config or corpus, an unknown lane)
+            if self.ending.refusal:  # noted while collecting (a broken config or corpus, an unknown lane)
                 pytest.exit(REFUSED_EXIT, returncode=EXIT_REFUSED)
             self.selected_cases = cases_needed(session.items)
             return
-        from ..loop.experiment import Experiment
-
         try:
             problem = self.collection.refusal(session, self.classification, self.description)
             if problem:
                 raise Refused(problem)
+            refuse_unless_frozen_touch(self.ending, self.config_path)
+            from ..loop.experiment import Experiment  # torch and the suites: only for an experiment that starts
+
             self.experiment = Experiment(self.config_path, self.lane, self.classification, self.description,
                                          sandboxed=not self.unsandboxed, judge_only=self.judge_only,
                                          run_id=self.run_id)
             # a broken config or corpus noted while collecting is refused there, unless the commit broke it
-            verdict = self.experiment.begin(Refused(self.refusal, self.way_out) if self.refusal else None)
+            verdict = self.experiment.begin(self.ending.refused())
         except Refused as exc:
-            self.refuse(exc, replace=True)
+            self.ending.refuse(exc, replace=True)
             if self.experiment is not None:
                 self.experiment.release()
-            self._drop_held(session)
+            self.ending.drop(session)
             pytest.exit(REFUSED_EXIT, returncode=EXIT_REFUSED)
         if verdict is not None:  # scope discard before anything ran: its reasons are in the summary, once
-            self.refusal, self.last_line = None, verdict.line
-            self._drop_held(session)
-            if self.held is not None:
-                from .summary import prerun_lines
+            from .summary import prerun_lines
 
-                self.prerun = prerun_lines(self.experiment)
+            self.ending.verdict_before_the_run(verdict.line, prerun_lines(self.experiment), session)
             pytest.exit(f"dit-ar: {verdict.status.verdict_word} before any candidate code ran (the reasons are above)",
                         returncode=verdict.exit_code)
-        if self.held is not None:  # the run starts: pytest's output from here on, its banner first
-            self.held.release()
+        self.ending.started()
         show_progress(self.config, self.experiment.evidence, self.experiment.session.lane.performance)
         from ..state.live import Tee
 
         # the timed rounds also go to live.json, for `dit-ar watch` in another terminal
         self.experiment.evidence.progress = Tee(self.experiment.evidence.progress, self.experiment.live)
-
-    def refuse(self, exc: Refused, replace: bool = False) -> None:
-        """Note a refusal (the first one, unless `replace`) with its way out."""
-        if replace or not self.refusal:
-            self.refusal, self.way_out = str(exc), exc.way_out
-
-    def _drop_held(self, session: pytest.Session) -> None:
-        """pytest's framing dropped (`dit-ar experiment`), unless collection failed: its errors are the reason."""
-        if self.held is not None and session.testsfailed:
-            self.held.release()
-        elif self.held is not None:
-            self.held.drop()
 
     # -- running -----------------------------------------------------------------------------------
     def raised(self, item: pytest.Item, call: pytest.CallInfo) -> None:
@@ -170,21 +151,21 @@ class PluginSession:
             exp.evidence.close()
             guarded = exp.guard_before_refusal()  # what the candidate changed is judged before any refusal
             if guarded is not None:
-                self.last_line = guarded.line
+                self.ending.last_line = guarded.line
                 session.exitstatus = guarded.exit_code
                 return
         if exitstatus == pytest.ExitCode.INTERRUPTED:
-            self.refusal = self.refusal or "interrupted: nothing was recorded and HEAD was left as it was"
+            self.ending.refuse(Refused("interrupted: nothing was recorded and HEAD was left as it was"))
             session.exitstatus = EXIT_REFUSED
             return
         if self.harness_error:
-            self.refusal = ("the harness failed (not the candidate): " + self.harness_error.splitlines()[0] +
-                            "; nothing was recorded and HEAD was kept; please report it")
+            self.ending.refuse(Refused("the harness failed (not the candidate): " + self.harness_error.splitlines()[0]
+                                       + "; nothing was recorded and HEAD was kept; please report it"), replace=True)
             session.exitstatus = EXIT_REFUSED
             return
         exp.evidence.close()
         verdict = exp.conclude(exp.judge(self.outcomes))
-        self.last_line = verdict.line
+        self.ending.last_line = verdict.line
         session.exitstatus = verdict.exit_code
 
     def summary(self, tr: Any) -> None:
@@ -204,20 +185,20 @@ class PluginSession:
 
             warm_servers.start_next(exp.session, exp.config_path, exp.verdict is not None and exp.sandboxed and
                                     not exp.judge_only)
-        if self.held is not None and self.held.mode == "hold":  # the run never reached its start: nothing is lost
-            self.held.release()
-        if self.held is not None and sys.stdout is self.held:  # still in place (no output capture replaced it)
-            sys.stdout = self.held.stream
-        out = self.held.stream if self.held is not None else None
-        if self.refusal:
-            last_line("REFUSED: " + one_line(self.refusal), out)
-            way = self.way_out or (session_way_out(self.config_path) if self.experiment_mode else "")
-            if way:
-                last_line("way out: " + way, out)
-        elif self.last_line:
-            for line in self.prerun:
-                last_line(line, out)
-            last_line(self.last_line, out)
+        ending = self.ending
+        ending.write(session_way_out(self.config_path) if ending.refusal and self.experiment_mode else "")
+
+
+def refuse_unless_frozen_touch(ending: Ending, config_path: Path) -> None:
+    """A broken config or corpus noted while collecting is refused at once (git and state only: nothing heavy is
+    imported), unless HEAD's commit touched frozen paths: then it is the commit's scope discard, which the
+    experiment records (`Experiment.begin`)."""
+    refused = ending.refused()
+    if refused is not None:
+        from ..loop.guards.frozen import touched
+
+        if touched(config_path) is None:
+            raise refused
 
 
 def plain_evidence(config_path: Path, lane: str | None, classification: str | None, sandboxed: bool,

@@ -76,10 +76,10 @@ def scaffolded(venv: Venv, tmp_path: Path) -> Path:
     config = json.loads(config_path.read_text())
     assert config["target"]["device"] == "cpu" and "A5500" not in (repo / "program.md").read_text()
     lane = config["default_lane"]
-    config["lanes"][lane]["performance"] = {**FAST_PERF, "max_segments": 2}
+    config["lanes"][lane]["performance"] = FAST_PERF
     config_path.write_text(json.dumps(config, indent=2) + "\n")
     init = repo / "model_under_test" / "__init__.py"
-    init.write_text(init.read_text() + SLEEP_WRAPPER.format(delay=0.15))  # a cost a later candidate removes
+    init.write_text(init.read_text() + SLEEP_WRAPPER.format(delay=0.3))  # a cost a later candidate removes
     if sandbox.privileged():  # save_pretrained writes 0600 files; the workers run as nobody
         subprocess.run(["chmod", "-R", "a+rX", str(pipeline.resolve())], check=True)
     commit_all(repo, "Set up dit-ar")
