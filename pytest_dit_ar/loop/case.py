@@ -5,7 +5,8 @@ keyed_seed`, as every corpus run derives it), so a candidate that knows the publ
 quality run, and each session has seeds of its own. A case id's number (`s4102`) is the corpus seed, not the one
 generated; this says which one was, so that a user can call the pipeline with it. The image is the current best's,
 generated now in a harness worker (sandboxed, as in an experiment), or with `baseline` the original baseline's, as
-stored. A corpus case is named by its id, a replica of one (the task-score tests' further cases) by `<id>-r<k>`.
+stored; a JSON file beside the PNG records the prompt and both seeds. A corpus case is named by its id, a replica of
+one (the task-score tests' further cases) by `<id>-r<k>`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from quality_suite.corpora import Case, keyed_seed, load_corpus, replica_seed
 from ..state import gitops
 from ..state.baseline import cases_dir
 from ..state.best import require_best
+from ..state.files import write_json_atomic
 from ..state.paths import new_run_id
 from ..state.runs import RunPaths
 from ..state.session import Session, open_session
@@ -67,9 +69,11 @@ def write_case(config_path: Path, case_id: str, baseline: bool = False, out_dir:
     case = find_case(load_corpus(session.root / session.lane.corpus), case_id)
     folder = out_dir or session.paths.dir / "cases"
     folder.mkdir(parents=True, exist_ok=True)
-    if baseline:
-        return _baseline_image(session, case, folder)
-    return _best_image(session, case, folder, sandboxed)
+    made = _baseline_image(session, case, folder) if baseline else _best_image(session, case, folder, sandboxed)
+    write_json_atomic(made.png.with_suffix(".json"), {
+        "case": case.id, "prompt": case.prompt, "label": case.label, "corpus_seed": case.seed, "seed": made.seed,
+        "image": made.png.name, "source": made.source})
+    return made
 
 
 def _baseline_image(session: Session, case: Case, folder: Path) -> CaseImage:
