@@ -487,7 +487,14 @@ class Look:
         return self.interval_text(digits)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The look as perf.json holds it; a look read from a record written before `optimistic_pct` and `stop`
+        existed writes back without them."""
+        data = asdict(self)
+        if math.isnan(self.optimistic_pct):
+            del data["optimistic_pct"]
+        if not self.stop:
+            del data["stop"]
+        return data
 
 
 @dataclass

@@ -155,7 +155,8 @@ class PluginSession:
                 session.exitstatus = guarded.exit_code
                 return
         if exitstatus == pytest.ExitCode.INTERRUPTED:
-            self.ending.refuse(Refused("interrupted: nothing was recorded and HEAD was left as it was"))
+            self.ending.refuse(Refused("interrupted: nothing was recorded and HEAD was left as it was; run the "
+                                       "experiment again"))
             session.exitstatus = EXIT_REFUSED
             return
         if self.harness_error:

@@ -34,6 +34,10 @@ WAY_OUT = re.compile("|".join((COMMAND, ACTION, ACCEPTED)), re.IGNORECASE)
 # refusals whose words are made elsewhere: (module, the argument as written) -> where the words come from
 DYNAMIC = {
     ("pytest_dit_ar/plugin/session.py", "problem"): "loop/guards/selection.refusal",
+    ("pytest_dit_ar/plugin/ending.py", "self.refusal"): "a refusal noted earlier, raised again with its own way out",
+    ("pytest_dit_ar/plugin/session.py", "'the harness failed (not the candidate): ' + self.harness_error.splitlines()"
+     "[0] + '; nothing was recorded and HEAD was kept; please report it'"): "the session's way out, added when it is "
+                                                                           "printed (PluginSession.unconfigure)",
     ("pytest_dit_ar/loop/workers/launch.py", "refusal"): "worker/sandbox.unreadable_refusal ('fix: ...')",
     ("pytest_dit_ar/loop/baseline.py", "layout.reason"): "loop/workers/memory_plan.layout",
     ("pytest_dit_ar/loop/candidate.py", "layout.reason"): "loop/workers/memory_plan.layout",
