@@ -12,6 +12,7 @@ from dit_ar_contract.errors import Refused
 from dit_ar_contract.status import Status
 from pytest_dit_ar.loop.experiment import Experiment
 from pytest_dit_ar.loop.guards.frozen import touched
+from pytest_dit_ar.plugin.summary import prerun_lines
 from pytest_dit_ar.state import ledger
 from pytest_dit_ar.state.paths import StatePaths
 from pytest_dit_ar.state.session import best_commit_config
@@ -84,3 +85,5 @@ def test_the_corpus_edit_ends_in_a_reset_and_one_ledger_row(tmp_path: Path) -> N
     rows = ledger.read(StatePaths(user.root).ledger)
     assert [(r.status, r.commit, r.parent) for r in rows] == [(Status.DISCARD_SCOPE, sha, user.best)]
     assert user.repo.git.cat_file("-t", sha) == "commit"  # the way back: the commit is still in git
+    lines = prerun_lines(experiment)  # what `dit-ar experiment` prints before the verdict line
+    assert "\n".join(lines).count(f"corpus/{user.lane}.jsonl") == 1 and f"git cherry-pick -n {sha[:10]}" in lines[-1]
