@@ -21,7 +21,7 @@ from dit_ar_contract.classes import ChangeClass
 from dit_ar_contract.config import QualityContract
 from dit_ar_contract.errors import Refused
 
-from . import audit, gates, perceptual, sharpness, task_metrics, task_tests
+from . import audit, gates, own_change, perceptual, sharpness, task_metrics, task_tests
 from .artifacts import per_case_fidelity
 from .case_scores import CaseScores
 from .corpora import Case
@@ -38,9 +38,10 @@ class Outputs:
     evidence: audit.AuditEvidence
 
 
-NO_SPREAD = ("the baseline stores no spread of a degradation at the margin (taken before the task-score tests "
-             "had their spread floor), so an approximate or quantization change cannot be judged against it; take "
-             "a fresh baseline: `dit-ar init --tag NEW` then `dit-ar baseline` (docs/design/quality-verdict.md)")
+NO_SPREAD = ("the baseline stores no spread floor of the current kind or no tau_q (taken before the task-score tests "
+             "used a quantile of the floor's bootstrap and the quantization tolerance), so an approximate or "
+             "quantization change cannot be judged against it; take a fresh baseline: `dit-ar init --tag NEW` then "
+             "`dit-ar baseline` (docs/design/quality-verdict.md)")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class BaselineReference:
     task_envelope: dict[str, float] = field(default_factory=dict)  # a score's benign variation at baseline
     task_resolution: dict[str, float] = field(default_factory=dict)  # what a harmless change does to each score
     task_spread: dict[str, dict[str, float]] | None = None  # the tests' spread floors (None: the baseline has none)
+    task_tolerance: dict[str, float] | None = None  # tau_q per metric (None: the baseline has none)
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,8 @@ class QualityAssessment:
     fidelity: dict[str, dict[str, float]] = field(default_factory=dict)
     approximate_outputs: bool = False  # the outputs may drift like an approximation's (dit_ar_contract.classes)
     task_tests: tuple[TestResult, ...] = ()  # the paired non-inferiority tests (approximate, quantization)
+    own_class: str = ""  # the class of the change from the best (quality_suite/own_change.py); "": not judged
+    own_reasons: tuple[str, ...] = ()  # what the audit found against the best's pipeline
 
     def case_checks(self, case_id: str) -> tuple[gates.Check, ...]:
         return self.per_case[case_id].checks
@@ -105,7 +109,7 @@ class QualityAssessment:
     def headline(self, tests: bool = True) -> str:
         """One line for the ledger: the class, the worst fidelity, the task scores and (with `tests`) each paired
         task-score test's degradation with its upper bound."""
-        parts = [f"class={self.effective_class}"]
+        parts = [own_change.class_line(self.effective_class, self.own_class)]
         for key in ("psnr_db", "ssim", "latent_rel_l2"):
             if key in self.summary:
                 worst = self.summary[key]["worst"]
@@ -119,14 +123,21 @@ class QualityAssessment:
 
     @staticmethod
     def test_text(r: TestResult) -> str:
-        """'judge_accuracy vs baseline: degradation +0.0012 [upper bound +0.019; se 0.0071, at-margin floor 0.0071]
-        vs approximate margin 0.025 over 40 cases: MORE' (the se is the larger of the sample's and the floor)."""
+        """'judge_accuracy vs baseline: degradation +0.0012 [upper bound +0.011; se 0.0042, at-margin floor 0.0042]
+        vs approximate margin 0.025 over 160 cases; severe cases (loss > 0.5) 0 of 160 [bound 2.28% <= 2.5%],
+        n_min 119: PASS' (the se is the larger of the sample's and the floor; a quantization's line gives the cases
+        beyond tau_q, p0 and n_pass instead; a set metric's says it is reported, not gated)."""
         if not r.looks:
             return f"{r.metric} vs {r.reference}: {r.reason}"
         look = r.last
-        return (f"{r.metric} vs {r.reference}: degradation {look.estimate:+.3g} [upper bound {look.upper:+.3g}; "
-                f"se {look.se:.2g}, at-margin floor {look.floor_se:.2g}] vs {r.margin_source} {r.margin:.3g} "
-                f"over {look.n} cases: {r.decision.value.upper()}")
+        floor = f", at-margin floor {look.floor_se:.2g}" if r.gated else ""
+        line = (f"{r.metric} vs {r.reference}: degradation {look.estimate:+.3g} [upper bound {look.upper:+.3g}; "
+                f"se {look.se:.2g}{floor}] vs {r.margin_source} {r.margin:.3g} over {look.n} cases")
+        if r.rule is not None:
+            line += f"; {r.condition_text()}"
+        if not r.gated:
+            return f"{line}: {r.reason or 'reported, not gated'}"
+        return f"{line}: {r.decision.value.upper()}" + (f" ({r.reason})" if r.reason and not r.passed else "")
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -138,6 +149,7 @@ class QualityAssessment:
                                "checks": [c.as_dict() for c in v.checks]} for cid, v in self.per_case.items()},
             "failures": [c.describe() for c in self.failures()], "approximate_outputs": self.approximate_outputs,
             "task_tests": [r.as_dict() for r in self.task_tests],
+            "own_class": self.own_class, "own_reasons": list(self.own_reasons),
         }
 
     @classmethod
@@ -156,7 +168,8 @@ class QualityAssessment:
                    dict(data.get("task_candidate") or {}), dict(data.get("task_baseline") or {}),
                    str(data.get("lpips", "not measured")), {cid: case.fidelity for cid, case in per_case.items()},
                    bool(data.get("approximate_outputs", False)),
-                   tuple(TestResult.from_dict(r) for r in data.get("task_tests") or ()))
+                   tuple(TestResult.from_dict(r) for r in data.get("task_tests") or ()),
+                   str(data.get("own_class", "")), tuple(str(r) for r in data.get("own_reasons") or ()))
 
 
 def _tests(effective: str, scores: dict[str, task_metrics.TaskScore], baseline: BaselineReference,
@@ -167,25 +180,27 @@ def _tests(effective: str, scores: dict[str, task_metrics.TaskScore], baseline: 
     cls = ChangeClass.from_word(effective)
     if not cls.judged_on_the_task or not baseline.task_metrics:
         return ()
-    if baseline.task_spread is None:
+    if baseline.task_spread is None or baseline.task_tolerance is None:
         raise Refused(NO_SPREAD)
     resolution = baseline.task_resolution or task_tests.fallback_resolution(
         baseline.task_metrics, baseline.task_envelope, quality.exact.envelope_multiple)
-    specs = task_tests.specs(cls, quality, baseline.task_metrics, resolution, inputs.parent is not None,
-                             approximate_chain, baseline.task_spread)
+    figures = task_tests.Figures(baseline.task_metrics, resolution, baseline.task_spread, baseline.task_tolerance)
     base = inputs.baseline
     if base is None:
         base = CaseScores.of(task_metrics.compute(metric_names, baseline.outputs.images, cases, root, quality))
     refs = {task_tests.BASELINE: base.select([c.id for c in cases])}
-    if any(s.reference == task_tests.PARENT for s in specs) and inputs.parent is not None:
+    against_parent = inputs.parent is not None
+    if cls is ChangeClass.QUANTIZATION and inputs.parent is not None:
         refs[task_tests.PARENT] = inputs.parent()
     first = task_tests.Block(CaseScores.of(scores), refs)
-    return task_tests.run(specs, task_tests.design(quality, len(cases)), first, len(cases), inputs.supply)
+    return task_tests.run(cls, quality, figures, first, len(cases), inputs.supply, against_parent,
+                          approximate_chain).results
 
 
 def assess(declared: str, inherited: str, candidate: Outputs, baseline: BaselineReference, cases: list[Case],
            quality: QualityContract, metric_names: tuple[str, ...], root: Path,
-           whole_corpus: bool = True, inputs: TaskInputs | None = None) -> QualityAssessment:
+           whole_corpus: bool = True, inputs: TaskInputs | None = None,
+           parent: own_change.ParentOutputs | None = None) -> QualityAssessment:
     """Audit the class, measure fidelity and task quality, and apply the effective class's gate.
 
     A plain run of a few cases (`whole_corpus=False`, an IDE click on one case) is judged case by case:
@@ -193,7 +208,8 @@ def assess(declared: str, inherited: str, candidate: Outputs, baseline: Baseline
     a subset, so only per-case task metrics are computed and no aggregate check is made.
 
     `inputs.parent` is called only when the effective class is quantization; without `inputs` the tests compare
-    the corpus with the baseline's stored outputs alone."""
+    the corpus with the baseline's stored outputs alone. `parent` (the best's outputs, when the best is not the
+    original baseline) judges the candidate's own change against the best as well (quality_suite/own_change.py)."""
     fid = per_case_fidelity(candidate.images, candidate.latents, baseline.outputs.images, baseline.outputs.latents)
     # bit-identical latents and images in every case: fewer denoiser rows then removed redundant passes
     same = len(fid) == len(cases) > 0 and all(f["latent_max_abs"] == 0 and f["psnr_db"] == math.inf
@@ -213,6 +229,11 @@ def assess(declared: str, inherited: str, candidate: Outputs, baseline: Baseline
         checks = gates.case_checks(effective, case.id, fid[case.id], quality, baseline.envelope,
                                    baseline.task_case_pass.get(case.id), cand_pass.get(case.id), approx)
         per_case[case.id] = CaseResult(fid[case.id], tuple(checks), cand_pass.get(case.id))
+    own = own_change.judge(declared, candidate.images, candidate.latents, candidate.evidence, parent, quality,
+                           baseline.envelope) if parent is not None and whole_corpus else None
+    for cid, extra in (own.checks if own else {}).items():
+        if cid in per_case:
+            per_case[cid] = CaseResult(per_case[cid].fidelity, per_case[cid].checks + extra, per_case[cid].task_pass)
     summary = summarize(fid)
     task_cand = {k: v.value for k, v in scores.items()}
     tests = _tests(effective, scores, baseline, cases, quality, metric_names, root,
@@ -222,4 +243,5 @@ def assess(declared: str, inherited: str, candidate: Outputs, baseline: Baseline
                                        sharpness.mean_abs_log_change(candidate.images, baseline.outputs.images),
                                        tests) if whole_corpus else []
     return QualityAssessment(declared, effective, tuple(reasons), per_case, tuple(aggregate), summary, task_cand,
-                             dict(baseline.task_metrics), lpips_status, fid, approx, tests)
+                             dict(baseline.task_metrics), lpips_status, fid, approx, tests,
+                             own.cls.word if own else "", own.reasons if own else ())

@@ -1,8 +1,9 @@
 """Error rates of the task-score tests, measured: known degradations and harmless changes applied by the harness
 to a pool of outputs, and simulated sessions drawn from the pool's per-case scores (pure but for the images).
 
-`dit-ar calibrate --quality` (loop/quality/calibration.py) generates the pool on the session's lane;
-lab/studies/quality_simulation.py replays recorded pools over many more sessions. Both use this code.
+`dit-ar calibrate --quality` (loop/quality/calibration.py) generates the pool on the session's lane and runs the
+gate over simulated sessions drawn from it (quality_suite/pool_sessions.py); lab/studies/quality_simulation.py
+replays recorded pools over many more sessions. Both use this code.
 
 * The pool is a list of *blocks*: each block is the corpus once, under its own seeds. A simulated session takes
   blocks in a random order: its first look sees one block (the corpus), its later looks the next blocks, up to
@@ -16,17 +17,15 @@ lab/studies/quality_simulation.py replays recorded pools over many more sessions
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from . import task_metrics, task_tests
+from . import task_tests
 from .case_scores import CaseScores
 from .corpora import Case
-from .noninferiority import Design, TestSpec, degradation, set_look
 
 
 def other_case(cases: Sequence[Case], i: int) -> int:
@@ -76,21 +75,6 @@ def weight_for(degradation: Callable[[float], float], target: float, grid: int =
     return hi_w
 
 
-class PoolSupply:
-    """The later blocks of one simulated session (task_tests.CaseSupply) over recorded per-case scores."""
-
-    def __init__(self, ids: list[str], cand: CaseScores, refs: dict[str, CaseScores]) -> None:
-        self.ids, self.cand, self.refs, self.used = ids, cand, refs, 0
-
-    def available(self) -> int:
-        return len(self.ids) - self.used
-
-    def take(self, count: int, references: tuple[str, ...]) -> task_tests.Block:
-        block = self.ids[self.used:self.used + count]
-        self.used += len(block)
-        return task_tests.Block(self.cand.select(block), {r: self.refs[r].select(block) for r in references})
-
-
 @dataclass(frozen=True)
 class PassRate:
     """How often simulated sessions passed a test: passes of sessions, and the mean case count at the decision."""
@@ -111,63 +95,3 @@ class PassRate:
         lo = float(stats.beta.ppf(0.025, k, n - k + 1)) if k > 0 else 0.0
         hi = float(stats.beta.ppf(0.975, k + 1, n - k)) if k < n else 1.0
         return lo, hi
-
-
-def spread_of(name: str, base: np.ndarray, cand: np.ndarray, margin: float, measured: float,
-              resamples: int = 200) -> float:
-    """The spread of the degradation of paired rows, scaled to `margin` (`measured`: the rows' degradation)."""
-    metric = task_metrics.metric(name)
-    if metric.statistic is None:
-        raw = float(degradation(base, cand, metric.lower_is_better).std(ddof=1))
-    else:
-        look = set_look(base, cand, metric.statistic, metric.lower_is_better, 0.05, resamples, 0)
-        raw = look.se * math.sqrt(len(base))
-    return raw * margin / measured if measured > 0 else raw
-
-
-def floored(specs: Sequence[TestSpec], base: CaseScores, at_margin: CaseScores,
-            blocks: Sequence[Sequence[str]]) -> list[TestSpec]:
-    """The specs with the spread floor a baseline of these blocks' cases would measure (`spread_of`
-    of `at_margin`, a blend at 1 x each spec's margin); set metrics keep none."""
-    from dataclasses import replace
-
-    ids = [cid for block in blocks for cid in block]
-    out = []
-    for s in specs:
-        if s.statistic is not None:
-            out.append(s)
-            continue
-        b, c = base.select(ids).paired(at_margin.select(ids), s.metric)
-        measured = block_degradation(s.metric, base, at_margin, blocks)
-        out.append(replace(s, spread=spread_of(s.metric, b, c, s.margin, measured)))
-    return out
-
-
-def session(specs: Sequence[TestSpec], design: Design, base: CaseScores, cand: CaseScores,
-            blocks: Sequence[Sequence[str]], order: Sequence[int], at_margin: CaseScores | None = None
-            ) -> tuple[bool, int]:
-    """One simulated session over the blocks in `order` (the first as the corpus): whether every test passed,
-    and the cases the last decision saw. With `at_margin` (a blend at 1 x the margin) each per-case test gets
-    the spread floor measured on the session's own cases, as its baseline would measure it."""
-    if at_margin is not None:
-        specs = floored(specs, base, at_margin, [blocks[k] for k in order])
-    ids = [cid for k in order for cid in blocks[k]][:design.max_cases]
-    first = list(blocks[order[0]])
-    supply = PoolSupply(ids[len(first):], cand, {task_tests.BASELINE: base})
-    start = task_tests.Block(cand.select(first), {task_tests.BASELINE: base.select(first)})
-    results = task_tests.run(specs, design, start, len(first), supply)
-    return all(r.passed for r in results), max((r.last.n for r in results if r.looks), default=0)
-
-
-def pass_rate(specs: Sequence[TestSpec], design: Design, base: CaseScores, cand: CaseScores,
-              blocks: Sequence[Sequence[str]], sessions: int, rng: np.random.Generator,
-              at_margin: CaseScores | None = None) -> PassRate:
-    """Sessions drawn from the pool: blocks in a random order, the first as the corpus, the rest as further cases
-    up to the budget; a session passes when every test in `specs` passes (against the baseline)."""
-    per_session = max(1, -(-design.max_cases // len(blocks[0])))
-    passes, cases = 0, 0
-    for _ in range(sessions):
-        passed, n = session(specs, design, base, cand, blocks, rng.permutation(len(blocks))[:per_session], at_margin)
-        passes += passed
-        cases += n
-    return PassRate(passes, sessions, cases / max(sessions, 1))

@@ -7,16 +7,20 @@ verdict can say exactly what failed. Thresholds come from the config's quality c
                   never tighter than the ``exact.*_floor`` values, never looser than the numerical gate;
 * numerical    -- per case ``numerical.max_latent_rel_l2 / min_psnr_db / min_ssim [/ max_lpips]`` and over
                   the corpus ``numerical.min_mean_psnr_db / min_mean_ssim``;
-* approximate  -- every task score non-inferior within ``approximate.task_margin[name]`` (absolute for
+* approximate  -- every per-case task score non-inferior within ``approximate.task_margin[name]`` (absolute for
                   higher-is-better scores, relative for lower-is-better ones): a paired non-inferiority test
                   over the cases (quality_suite/task_tests.py) whose one-sided bound must lie within the margin,
-                  plus the looser per-case ``approximate.min_psnr_db / min_ssim [/ max_lpips]``; a lane without
-                  task metrics cannot show non-inferiority, so the gate fails;
-* quantization -- zero regression: every task score's paired test bound within the metric's resolution (what a
-                  harmless change does to it) against the baseline and the parent, every case the baseline
-                  passed still passes, plus the numerical gate (the approximate floors when the outputs are
-                  already an approximation's, where a numerical change would get the approximate gate with its
-                  margins); a lane without task metrics cannot show zero regression, so the gate fails.
+                  with its severe-case condition, plus the looser per-case
+                  ``approximate.min_psnr_db / min_ssim [/ max_lpips]``; a lane without task metrics cannot show
+                  non-inferiority, so the gate fails;
+* quantization -- a tolerance claim: every per-case task score's paired test bound within the metric's resolution
+                  (what a harmless change does to it) and no case beyond tau_q, against the baseline and the
+                  parent, every case the baseline passed still passes, plus the numerical gate (the approximate
+                  floors when the outputs are already an approximation's, where a numerical change would get the
+                  approximate gate with its margins); a lane without task metrics cannot show it, so the gate fails.
+
+A set metric (a Frechet distance) is reported beside the tests, not gated (quality_suite/task_tests.py,
+`REPORTED_WHY`); a lane whose only task metric is a set metric cannot pass either class.
 
 The rule for lanes without task metrics is one for both classes whose claim is about the task rather than
 the pixels: neither an approximate nor a quantization change can be kept there. Fidelity floors alone say
@@ -189,9 +193,10 @@ def test_check(result: TestResult) -> Check:
         return Check(name, False, None, result.margin, None, result.reason, "<=")
     look = result.last
     outcome = "non-inferior" if result.passed else result.reason
+    condition = f"; {result.condition_text()}" if result.rule is not None else ""
     return Check(name, result.passed, look.upper, result.margin, None,
                  f"degradation {look.estimate:+.4g} against the {result.reference} over {look.n} cases, one-sided "
-                 f"bound at level {look.alpha:.2g} (look {len(result.looks)}); {result.margin_source} "
+                 f"bound at level {look.alpha:.2g} (look {len(result.looks)}){condition}; {result.margin_source} "
                  f"{result.margin:.3g}: {outcome}", "<=")
 
 
@@ -235,8 +240,11 @@ def aggregate_checks(cls: ChangeClass | str, summary: dict[str, Any], quality: Q
                             "clip_score with quality.clip (dit-ar scaffold --clip-weights PATH)"))
     if cls.judged_on_the_task and (task_base or task_cand):
         checks += _missing_scores(task_cand, task_base)
-        checks += [test_check(r) for r in task_tests]
-        if not task_tests:
+        gated = [r for r in task_tests if r.gated]
+        checks += [test_check(r) for r in gated]
+        if not gated:
+            why = "did not run" if not task_tests else "did not run: a set metric is reported, not gated; configure " \
+                "a per-case task metric (judge_accuracy, clip_score, classifier_top1)"
             checks.append(Check("task_tests", False, None, None, None, f"the {cls} gate's paired task-score tests "
-                                "did not run"))
+                                + why))
     return checks

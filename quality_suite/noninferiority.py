@@ -1,4 +1,4 @@
-"""Paired non-inferiority tests of task scores, sequential over growing case sets (pure: numpy and scipy).
+"""Paired non-inferiority tests of task scores: one look's bound and decision (pure: numpy and scipy).
 
 The baseline (or the parent) and the candidate are scored on the same frozen cases with the same keyed seeds.
 Per metric, the *degradation* is how much worse the candidate is, in the score's own units (positive = worse):
@@ -8,29 +8,32 @@ Per metric, the *degradation* is how much worse the candidate is, in the score's
   differences' sample standard deviation and the test's *spread floor*, over sqrt(n), and the one-sided bound
   uses Student's t with n - 1 degrees of freedom;
 * a set metric (a Frechet distance, a function of all cases together): the metric of the candidate's cases minus
-  the metric of the reference's; its standard error is the larger of the paired bootstrap's (cases resampled
-  with replacement, the same resample on both sides, scipy.stats.bootstrap) and the spread floor over sqrt(n),
-  and the bound uses the normal quantile.
+  the metric of the reference's, with the paired bootstrap's standard error (cases resampled with replacement, the
+  same resample on both sides, scipy.stats.bootstrap) and the normal quantile. It is reported, not gated
+  (quality_suite/task_tests.py).
 
 The spread floor (`TestSpec.spread`) is the per-case spread of a degradation exactly at the margin, measured by
 the harness at baseline (quality_suite/margin_spread.py): under the null hypothesis (true degradation = margin)
 the mean's sampling spread is at least spread / sqrt(n). Per-case degradations are right-skewed (most cases lose
 nothing, a few lose much); a sample that misses the few heavy cases has a small mean *and* a small standard
-deviation, so a bound from the sample's own spread passes it far more often than its level says. A right-skewed
-mean has a lighter lower tail than the normal, so with the floor the bound passes an at-margin change at most
-about the level spent; the sample's own spread still governs when it is larger.
+deviation, and the floor keeps its bound from shrinking with it. It assumes a change spreads its loss over the cases
+no more unevenly than the harness's blend; the case-count condition (quality_suite/case_rules.py) covers changes
+that concentrate their loss on a few cases.
 
-At a look with n cases the test spends alpha(t) - alpha(t_previous) of its false-pass rate `alpha`, with
-t = n / max_cases and the Hwang-Shih-DeCani spending function alpha(t) = alpha (1 - e^(-gamma t)) / (1 - e^(-gamma)).
-The bound at a look is estimate + q * se with q the (1 - spent-at-this-look) quantile. By Boole's inequality the
-probability that any look's bound falls below the true degradation is at most the sum of the spent levels, i.e.
-alpha, whatever the correlation of the looks: a change whose true degradation is at least the margin passes with
-probability at most alpha.
+The levels over the looks (`Design.level`): a look at n cases spends alpha(t) - alpha(t_previous) of `alpha`, with
+t = n / max_cases and the Hwang-Shih-DeCani spending function alpha(t) = alpha (1 - e^(-gamma t)) / (1 - e^(-gamma));
+the last look spends what is left. By Boole's inequality the probability that any look's bound falls below the true
+degradation is at most the sum of the spent levels, alpha, whatever the correlation of the looks. A look before the
+test's n_min or n_pass cannot pass (`Look.passable` is False); its level only sets its FAIL rule.
 
-Decision at a look: PASS when the upper bound is within the margin (non-inferiority shown); FAIL when the lower
-bound (estimate - q * se) exceeds the margin (a regression measured: the degradation is above the margin at the
-same level; stopping there can only lower the false-pass rate); otherwise MORE cases, and at the last look
-(the case budget reached, or no more cases) FAIL as not shown within the budget.
+The sample's spread in the standard error is never below `sparse_spread`: a loss carried by a share of the cases has
+a variance in proportion to its mean, so a sample below the margin understates the spread the same losses would have
+at the margin; this keeps changes more uneven than the floor's blend near their level.
+
+Decision at a look (`decide`): FAIL when the lower bound (estimate - q * se) exceeds the margin (a regression
+measured) or the case-count condition can no longer be met within the budget; PASS when the upper bound is within
+the margin and the case-count condition is shown; otherwise MORE cases, and at the last look (the case budget
+reached, or no more cases) FAIL as not shown.
 """
 
 from __future__ import annotations
@@ -38,11 +41,14 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from enum import Enum
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
+
+from .case_rules import NEVER, TOLERANCE, CaseRule
 
 # statistic of a set metric: features [B, n, d] (B resamples of n cases) -> the metric of each resample [B]
 SetStatistic = Callable[[np.ndarray], np.ndarray]
@@ -50,12 +56,14 @@ SetStatistic = Callable[[np.ndarray], np.ndarray]
 
 @dataclass(frozen=True)
 class Design:
-    """The error budget of one test and how it is spent over its looks."""
+    """The error budget of one test, its looks and how the budget is spent over them."""
 
     alpha: float = 0.05  # the false-pass rate of one test (metric against one reference) over all its looks
     max_cases: int = 200  # the case budget: the information fraction of a look is n / max_cases
     spending_gamma: float = 2.0  # Hwang-Shih-DeCani parameter: larger spends more of alpha at the early looks
     resamples: int = 200  # paired bootstrap resamples for set metrics
+    first_cases: int = 0  # the first look's case count (the corpus; 0: the budget)
+    tolerance_cases: int = 200  # n_pass of the quantization claim (quality_suite/case_rules.py)
 
     def spent(self, n: int) -> float:
         """The false-pass rate allowed up to a look at n cases."""
@@ -66,14 +74,37 @@ class Design:
         return self.alpha * (1 - math.exp(-g * t)) / (1 - math.exp(-g))
 
     def look_alpha(self, n_before: int, n: int) -> float:
-        """The level a look at n cases spends after a look at n_before cases (0: the first look)."""
+        """The nominal level of a look at n cases after a look at n_before cases (0: the first look)."""
         return max(self.spent(n) - self.spent(n_before), 0.0)
+
+    def schedule(self) -> tuple[int, ...]:
+        """The planned looks' case counts: the first (the corpus), then doubling up to the budget."""
+        n = self.first_cases if 0 < self.first_cases < self.max_cases else self.max_cases
+        sizes = [n]
+        while n < self.max_cases:
+            n = min(2 * n, self.max_cases)
+            sizes.append(n)
+        return tuple(sizes)
+
+    def sizes(self, total: int, complete: bool) -> tuple[int, ...]:
+        """The looks `total` cases allow: the planned ones they reach and, when no more cases will come
+        (`complete`), a last look at `total` between two planned ones."""
+        planned = [n for n in self.schedule() if n <= total]
+        if complete and 0 < total < self.max_cases and (not planned or planned[-1] < total):
+            planned.append(total)
+        return tuple(planned)
+
+    def level(self, n_before: int, n: int, last: bool) -> float:
+        """The level of a look at n cases after one at n_before: its increment of the spending function, the last
+        look what is left."""
+        return max(self.alpha - self.spent(n_before), 0.0) if last else self.look_alpha(n_before, n)
 
 
 class Decision(str, Enum):
-    PASS = "pass"  # the one-sided upper bound of the degradation is within the margin
+    PASS = "pass"  # the one-sided upper bound within the margin, and the case-count condition shown
     FAIL = "fail"  # a regression measured, or non-inferiority not shown within the case budget
     MORE = "more"  # undecided: add cases
+    REPORTED = "reported"  # a set metric: its figures are shown, the gate does not use them
 
 
 @dataclass(frozen=True)
@@ -86,6 +117,8 @@ class Look:
     quantile: float
     alpha: float  # the level this look spent
     floor_se: float = 0.0  # the spread floor's standard error at n cases (se is never below it)
+    beyond: int = 0  # cases beyond the case-count condition's threshold among the n (severe, or beyond tau_q)
+    passable: bool = True  # the look may pass (at least n_min or n_pass cases)
 
     @property
     def upper(self) -> float:
@@ -116,6 +149,7 @@ class TestSpec:
     lower_is_better: bool = False
     statistic: SetStatistic | None = None  # None: a per-case score (the mean of the paired differences)
     spread: float = 0.0  # the spread floor: per-case spread of a degradation at the margin (se >= spread / sqrt n)
+    rule: CaseRule | None = None  # the case-count condition (n_min and severe cases, or n_pass and tau_q)
 
 
 @dataclass(frozen=True)
@@ -129,6 +163,8 @@ class TestResult:
     looks: tuple[Look, ...]
     decision: Decision
     reason: str = ""
+    rule: CaseRule | None = None
+    gated: bool = True  # False: a set metric, reported only
 
     @property
     def passed(self) -> bool:
@@ -139,7 +175,7 @@ class TestResult:
         return self.looks[-1]
 
     def interval_text(self) -> str:
-        """'+0.0029 [upper 95% bound +0.011] over 40 cases'."""
+        """'+0.0029 [one-sided 95% bound +0.011; lower -0.005] over 40 cases'."""
         look = self.last
         return (f"{look.estimate:+.3g} [one-sided {100 * (1 - self.alpha_spent()):.3g}% bound {look.upper:+.3g}; "
                 f"lower {look.lower:+.3g}] over {look.n} cases")
@@ -147,27 +183,39 @@ class TestResult:
     def alpha_spent(self) -> float:
         return sum(look.alpha for look in self.looks)
 
+    def condition_text(self) -> str:
+        """The case-count condition at the last look ('' without one)."""
+        return self.rule.text(self.last.beyond, self.last.n) if self.rule is not None and self.looks else ""
+
     def describe(self) -> str:
         look = self.last
         verdict = {Decision.PASS: "non-inferior", Decision.FAIL: self.reason or "not shown",
-                   Decision.MORE: "undecided"}[self.decision]
+                   Decision.MORE: "undecided", Decision.REPORTED: self.reason or "reported, not gated"}[self.decision]
+        condition = f"; {self.condition_text()}" if self.rule is not None else ""
         return (f"{self.metric} vs {self.reference}: degradation {look.estimate:+.3g} "
                 f"(one-sided bound {look.upper:+.3g}, lower {look.lower:+.3g}, {look.n} cases, "
-                f"look {len(self.looks)}) vs {self.margin_source} {self.margin:.3g}: {verdict}")
+                f"look {len(self.looks)}{condition}) vs {self.margin_source} {self.margin:.3g}: {verdict}")
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["decision"] = self.decision.value
         data["looks"] = [asdict(look) for look in self.looks]
+        data["rule"] = self.rule.as_dict() if self.rule is not None else None
+        if self.rule is not None and self.looks:  # the figures the test line prints, for readers of quality.json
+            data["case_condition"] = {"beyond": self.last.beyond, "cases": self.last.n,
+                                      "share_bound": self.rule.share_bound(self.last.beyond, self.last.n),
+                                      "min_cases": self.rule.min_cases, "limit": self.rule.limit,
+                                      "text": self.condition_text()}
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TestResult:
         looks = tuple(Look(**{k: look[k] for k in ("n", "estimate", "se", "quantile", "alpha")},
-                           floor_se=float(look.get("floor_se", 0.0))) for look in data.get("looks") or ())
+                           floor_se=float(look.get("floor_se", 0.0)), beyond=int(look.get("beyond", 0)),
+                           passable=bool(look.get("passable", True))) for look in data.get("looks") or ())
         return cls(str(data.get("metric", "")), str(data.get("reference", "")), float(data.get("margin", 0.0)),
                    str(data.get("margin_source", "")), looks, Decision(data.get("decision", "fail")),
-                   str(data.get("reason", "")))
+                   str(data.get("reason", "")), CaseRule.from_dict(data.get("rule")), bool(data.get("gated", True)))
 
 
 def degradation(base: np.ndarray, cand: np.ndarray, lower_is_better: bool) -> np.ndarray:
@@ -180,17 +228,40 @@ def floor_se(spread: float, n: int) -> float:
     return spread / math.sqrt(n) if spread > 0 and n > 0 else 0.0
 
 
+@lru_cache(maxsize=4096)
+def t_quantile(alpha: float, df: int) -> float:
+    """Student's t quantile of level 1 - alpha (infinite at level 0)."""
+    from scipy import stats
+
+    return float(stats.t.ppf(1 - alpha, df)) if alpha > 0 else math.inf
+
+
 def mean_look(base: np.ndarray, cand: np.ndarray, lower_is_better: bool, alpha: float, spread: float = 0.0) -> Look:
     """The paired mean difference of per-case scores, with Student's t bound on the larger of the sample's
     standard error and the spread floor's."""
-    from scipy import stats
+    return loss_look(degradation(np.asarray(base, np.float64), np.asarray(cand, np.float64), lower_is_better),
+                     alpha, spread)
 
-    d = degradation(np.asarray(base, np.float64), np.asarray(cand, np.float64), lower_is_better)
+
+def sparse_spread(d: np.ndarray, margin: float) -> float:
+    """The spread a loss made of the same per-case losses would have at the margin: sqrt(margin x L), L the
+    loss-weighted mean of the cases' losses (sum of d+^2 over sum of d+; 0 when no case lost). A loss carried by a
+    share of the cases has a variance in proportion to its mean (margin x E[L^2] / E[L] at the margin), so the
+    sample's own spread understates it in a sample below the margin, the samples that pass."""
+    lost = np.clip(d, 0.0, None)
+    total = float(lost.sum())
+    return math.sqrt(margin * float((lost * lost).sum()) / total) if margin > 0 and total > 0 else 0.0
+
+
+def loss_look(d: np.ndarray, alpha: float, spread: float = 0.0, beyond: int = 0, passable: bool = True,
+              margin: float = 0.0) -> Look:
+    """`mean_look` of the per-case degradations `d` themselves; with `margin`, the sample's spread is never below
+    `sparse_spread`'s."""
     n = len(d)
     floor = floor_se(spread, n)
-    se = max(float(d.std(ddof=1) / math.sqrt(n)), floor) if n > 1 else math.inf
-    q = float(stats.t.ppf(1 - alpha, max(n - 1, 1))) if alpha > 0 else math.inf
-    return Look(n, float(d.mean()), se, q, alpha, floor)
+    s = max(float(d.std(ddof=1)), sparse_spread(d, margin)) if n > 1 else math.inf
+    se = max(s / math.sqrt(n), floor)
+    return Look(n, float(d.mean()), se, t_quantile(alpha, max(n - 1, 1)), alpha, floor, beyond, passable)
 
 
 def set_look(base: np.ndarray, cand: np.ndarray, statistic: SetStatistic, lower_is_better: bool, alpha: float,
@@ -214,53 +285,33 @@ def set_look(base: np.ndarray, cand: np.ndarray, statistic: SetStatistic, lower_
     return Look(n, estimate, max(float(boot.standard_error), floor), q, alpha, floor)
 
 
-def decide(look: Look, margin: float, last: bool) -> tuple[Decision, str]:
-    """PASS, FAIL (a regression measured, or not shown at the last look) or MORE."""
-    if look.upper <= margin:
-        return Decision.PASS, ""
+def decide(look: Look, margin: float, last: bool, rule: CaseRule | None = None,
+           budget: int = 0) -> tuple[Decision, str]:
+    """PASS, FAIL (a regression measured, the case-count condition out of reach of the `budget`, or not shown at
+    the last look) or MORE."""
     if look.lower > margin:
         return Decision.FAIL, "a regression measured (the lower bound exceeds the margin)"
+    hopeless = rule.hopeless(look.beyond, budget if budget > 0 else NEVER) if rule is not None else ""
+    if hopeless:
+        return Decision.FAIL, hopeless
+    shown = rule is None or rule.shown(look.beyond, look.n)
+    if look.upper <= margin and shown:
+        return Decision.PASS, ""
     if last:
-        return Decision.FAIL, f"not shown within the case budget ({look.n} cases)"
+        return Decision.FAIL, _not_shown(look, margin, rule)
     return Decision.MORE, ""
+
+
+def _not_shown(look: Look, margin: float, rule: CaseRule | None) -> str:
+    if look.upper > margin or rule is None:
+        return f"not shown within the case budget ({look.n} cases)"
+    if look.n < rule.min_cases:
+        name = "n_pass" if rule.kind == TOLERANCE else "n_min"
+        return f"the cases ran out before {name}: {look.n} < {rule.min_cases}"
+    return f"the severe share's bound {100 * rule.share_bound(look.beyond, look.n):.3g}% exceeds " \
+           f"{100 * rule.limit:.3g}% at the last look ({look.n} cases)"
 
 
 def seed_of(spec: TestSpec, n: int) -> int:
     """A fixed bootstrap seed per test and case count: the same data give the same decision."""
     return zlib.crc32(f"{spec.metric}:{spec.reference}:{n}".encode())
-
-
-@dataclass
-class SequentialTest:
-    """One test over growing case sets: `look(base, cand, last)` with all cases so far, until it decides."""
-
-    spec: TestSpec
-    design: Design
-    looks: list[Look] = field(default_factory=list)
-    decision: Decision = Decision.MORE
-    reason: str = ""
-
-    def look(self, base: np.ndarray, cand: np.ndarray, last: bool) -> Decision:
-        n_before = self.looks[-1].n if self.looks else 0
-        n = len(base)
-        last = last or n >= self.design.max_cases
-        alpha = self.design.look_alpha(n_before, n)
-        if last:  # the last look spends whatever is left
-            alpha = max(self.design.alpha - sum(look.alpha for look in self.looks), 0.0)
-        s = self.spec
-        if s.statistic is None:
-            result = mean_look(base, cand, s.lower_is_better, alpha, s.spread)
-        else:
-            result = set_look(base, cand, s.statistic, s.lower_is_better, alpha, self.design.resamples,
-                              seed_of(s, n), s.spread)
-        self.looks.append(result)
-        self.decision, self.reason = decide(result, s.margin, last)
-        return self.decision
-
-    def result(self) -> TestResult:
-        s = self.spec
-        decision = self.decision
-        reason = self.reason
-        if decision is Decision.MORE:  # stopped before its last look (e.g. another test failed)
-            decision, reason = Decision.FAIL, "undecided when the gate stopped"
-        return TestResult(s.metric, s.reference, s.margin, s.margin_source, tuple(self.looks), decision, reason)

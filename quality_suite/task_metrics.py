@@ -49,6 +49,12 @@ class TaskMetric:
     docs: str = ""  # where the setup it needs is explained
     per_case_note: str = ""  # what its per-case score is, in words (the paired test's unit)
     statistic: Callable[[np.ndarray], np.ndarray] | None = None  # a set metric: rows [B, n, d] -> values [B]
+    # the severe-case test of a per-case score (quality_suite/case_rules.py): R, the largest loss one case can show
+    # (0: the baseline's own score), and when a case counts as severe: a loss beyond severe_fraction x R, or (with
+    # severe_at_flip) a score that changes sign from right (> 0) to wrong (<= 0)
+    loss_bound: float = 1.0
+    severe_fraction: float = 0.5
+    severe_at_flip: bool = False
 
 
 def _stack(images: dict[str, torch.Tensor], cases: list[Case]) -> torch.Tensor:
@@ -179,10 +185,11 @@ REGISTRY: dict[str, TaskMetric] = {
                                    per_case_note="set metric: paired bootstrap over the cases' judge features",
                                    statistic=_frechet_statistic),
     "clip_score": TaskMetric("clip_score", False, clip_score, _check_clip, docs=LOCAL_WEIGHTS_DOCS,
-                             per_case_note="each image's CLIP score"),
+                             per_case_note="each image's CLIP score", loss_bound=0.0),
     "classifier_top1": TaskMetric("classifier_top1", False, classifier_top1, _check_classifier, needs_labels=True,
                                   docs=LOCAL_WEIGHTS_DOCS,
-                                  per_case_note="the classifier's probability of the label minus the top other's"),
+                                  per_case_note="the classifier's probability of the label minus the top other's",
+                                  loss_bound=2.0, severe_at_flip=True),
 }
 
 

@@ -13,7 +13,7 @@
 # Branches (how the published session ran on two GPUs at once): START="01,03" applies those patches
 # to the starting commit (so the session's baseline is that commit), ONLY="04,05" judges just those
 # patches, TAG names the session (default h200). LANE picks another lane (default dit-xl2-256; the two-GPU
-# lane dit-xl2-256-x2 for multi-GPU candidates, lab/device/h200_issue17.sh).
+# lane dit-xl2-256-x2 for multi-GPU candidates, lab/device/cfg_parallel_and_side_by_side.sh).
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 src="$(cd "$here/../.." && pwd)"

@@ -1,6 +1,5 @@
 """Print what `dit-ar calibrate` would store for each study file of a device calibration run (the profile of
-`pytest_dit_ar.loop.speed.calibration.profile_of` and its lines), for lab/device/wave4_calibrate.sh and
-wave6_calibrate.sh:
+`pytest_dit_ar.loop.speed.calibration.profile_of` and its lines), for lab/device/calibrate.sh:
 
     python3 lab/device/calibration_profiles.py DIR LANE NAME [NAME ...]     # reads DIR/NAME.json
 """

@@ -39,9 +39,11 @@
 # wheels; every patch is a no-op on the CPU lane, so each step is judged as one).
 # PLAN="noop1 01 slow1 02 qfail ..." judges these items in order instead of the patches alone: NN is a patch of
 # examples/gpu-ladder/patches, noopK a one-comment commit, slowK a real slowdown (SLOW_MS, default 15, ms of sleep
-# before each generate), qfail half the sampling steps declared numerical (it must fail the fidelity floors); each
-# item's description is its own, so a resumed call skips what the ledger holds. ROUNDS=lane keeps the lane's
-# rounds. lab/device/night.sh is the night in miniature built on it.
+# before each generate), qfail the images' contrast cut by a fifth, declared numerical (it fails the fidelity
+# floors on every lane); each item's description is its own, so a resumed call skips what the ledger holds.
+# ROUNDS=lane keeps the lane's rounds. CALIBRATE_AFTER=NN runs `dit-ar calibrate` (CALIBRATE_PAIRS A/A pairs, default
+# 6, within CALIBRATE_S seconds, default 150) on the best once item NN is judged: the machine's profile then
+# replaces the prior offset bound for the later experiments (lab/notebook/gpu-night.md). lab/device/night.sh is the night in miniature built on it.
 set -u
 start=$(date +%s)
 here="$(cd "$(dirname "$0")" && pwd)"; src="$(cd "$here/../.." && pwd)"
@@ -75,7 +77,7 @@ wait_warm() {  # WARM=1: wait (at most 150 s) until the warm fork servers the la
 echo "=== call at $(date -u '+%Y-%m-%d %H:%M:%S') UTC, lane $lane, deadline in $(left) s" >> "$log"
 stamp "call starts (lane $lane, scratch $scratch)"
 
-setup_machine() {  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED (as docs/device/h200_env.sh)
+setup_machine() {  # wheels, bubblewrap, environment, $OUT/env.txt, UNSANDBOXED (as lab/device/gpu_env.sh)
   if [ "$lane" = embedded-cpu ]; then
     export PYTHONPATH="$src" PYTHONUNBUFFERED=1
   else
@@ -219,7 +221,7 @@ fi
 patch_of() { ls "$src"/examples/gpu-ladder/patches/"$1"-*.patch 2>/dev/null | head -1; }  # patch_of NN
 # One plan item: its class, description and the change it commits (judge_item ITEM). Items: NN (a patch of
 # examples/gpu-ladder/patches), noopK (one comment), slowK (a sleep of SLOW_MS ms before each generate: a real
-# slowdown), qfail (half the sampling steps, declared numerical: must fail the fidelity floors).
+# slowdown), qfail (the images' contrast cut by a fifth, declared numerical: fails the fidelity floors on every lane).
 item_class() {
   case "$1" in noop*) echo exact;; slow*) echo exact;; qfail) echo numerical;;
     *) basename "$(patch_of "$1")" .patch | cut -d- -f2;; esac
@@ -228,7 +230,7 @@ item_desc() {
   case "$1" in
     noop*) echo "a no-op against the best (one comment, ${1#noop})";;
     slow*) echo "a slowdown: ${SLOW_MS:-15} ms of sleep before each generate (${1#slow})";;
-    qfail) echo "half the sampling steps, declared numerical (a quality failure)";;
+    qfail) echo "the images' contrast cut by a fifth, declared numerical (a quality failure)";;
     *) sed -n 's/^Subject: //p' "$(patch_of "$1")" | head -1;;
   esac
 }
@@ -237,8 +239,8 @@ item_apply() {
     noop*) printf '\n# a comment: nothing changes (%s)\n' "$1" >> model_under_test/__init__.py;;
     slow*) python3 -c "import sys; from pytest_dit_ar.loop.speed.patching import sleep_patch
 sys.stdout.write(sleep_patch(${SLOW_MS:-15} / 1000.0, tag='$1'))" >> model_under_test/__init__.py;;
-    qfail) python3 -c "import sys; from pytest_dit_ar.loop.speed.patching import wrap_build
-sys.stdout.write(wrap_build('qfail', 's = dict(spec)\ns[\"steps\"] = max(1, int(s[\"steps\"]) // 2)\nreturn _build_qfail(s)'))" \
+    qfail) python3 -c "import sys; from pytest_dit_ar.loop.speed.patching import wrap_generate
+sys.stdout.write(wrap_generate('qfail', 'out = _gen(requests)\nout.images = out.images * 0.8 + 0.1\nreturn out'))" \
       >> model_under_test/__init__.py;;
     *) git apply "$(patch_of "$1")";;
   esac
@@ -269,7 +271,17 @@ judge_item() {  # judge_item ITEM: one `dit-ar experiment`; returns 1 when the d
   stamp "$item: $(echo "$row" | cut -f6) $(echo "$row" | cut -f12)% ($(echo "$row" | cut -f10) -> $(echo "$row" | cut -f11) ms) in $(( $(date +%s) - t0 )) s"
   stamp "  phases: $(grep -a '^time: ' "$log" | tail -n 1 | cut -c7-)"
   picked "${PROFILE_AFTER-04 end}" "$item" && profile_best "$item"
+  picked "${CALIBRATE_AFTER:-}" "$item" && calibrate_best "$item"
   return 0
+}
+calibrate_best() {  # CALIBRATE_AFTER=NN: `dit-ar calibrate` on the best once that item is judged (once a session)
+  [ -f "$keep/calibrated" ] && return 0
+  [ "$(left)" -ge "${CALIBRATE_S:-150}" ] || { stamp "calibrate after $1: not started ($(left) s left)"; return 0; }
+  local t0; t0=$(date +%s)
+  timeout $(( $(left) - 20 )) python3 -m pytest_dit_ar.cli --config config/autoresearch.json calibrate \
+    --pairs "${CALIBRATE_PAIRS:-6}" --budget-s "${CALIBRATE_S:-150}" ${UNSANDBOXED:+--unsandboxed} >> "$log" 2>&1 \
+    && touch "$keep/calibrated"
+  stamp "calibrate after $1: $([ -f "$keep/calibrated" ] && echo done || echo FAILED, see session.txt) in $(( $(date +%s) - t0 )) s"
 }
 plan="${PLAN:-$(for p in "$src"/examples/gpu-ladder/patches/*.patch; do basename "$p" | cut -c1-2; done)}"
 for item in $plan; do

@@ -76,7 +76,7 @@ def drive(tree: Path, address: str, experiments: int, judge_s: float, out: Path)
     rows, start = [], time.time()
     for i in range(experiments):
         init = tree / "model_under_test" / "__init__.py"
-        init.write_text(init.read_text() + f"\n# {tree.name} idea {i}\n")
+        init.write_text(init.read_text() + f"\n_IDEA = \"{tree.name} idea {i}\"\n")  # code, not a comment
         _git(tree, "commit", "-qam", f"idea {i}")
         before, t, executor.calls = executor.spent, time.perf_counter(), {}
         code = Driver(tree / "config" / "autoresearch.json", executor, out=lambda _: None,

@@ -47,7 +47,8 @@ class SleepingJudge:
             run_dir = StatePaths(Path(tmp)).run(request.run_id)
             run_dir.mkdir(parents=True)
             conclusion.write(conclusion.ExperimentOutcome(row, ("stand-in",), self.judge_s, Measurements()), run_dir)
-            self.archive = archive.archive(Path(tmp), [f".autoresearch/runs/{request.run_id}"])
+            archive.archive(Path(tmp), [f".autoresearch/runs/{request.run_id}"], Path(tmp) / "judge.tar.gz")
+            self.archive = (Path(tmp) / "judge.tar.gz").read_bytes()
         time.sleep(max(0.0, self.judge_s - (time.perf_counter() - started)))
         return JudgeReply(0, "VERDICT: DISCARD-PERFORMANCE", placement, time.time(), len(self.archive))
 

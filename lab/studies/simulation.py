@@ -45,7 +45,7 @@ from perf_suite.studies import StudyArm, StudyResults
 LAB_DATA = Path(__file__).resolve().parents[1] / "data"  # the recorded studies (lab/data)
 H200_STUDIES = ("h200/wave2/study-h200-1.json", "h200/wave3/study.json")
 CPU_STUDIES = ("cpu/study-quiet.json", "cpu/study-loaded.json", "cpu/study-loaded-long.json")
-# the harness's own pairs of a CUDA-graphed best (wave 6: lab/device/wave6_calibrate.sh, the study engine)
+# the harness's own pairs of a CUDA-graphed best (wave 6: lab/device/calibrate.sh, the study engine)
 GRAPH_STUDIES = ("h200/wave6/calibrate/graphed.json",)
 # the same engine on a best whose DiT forward is a hand-captured CUDA graph (fp32, no compile: patches 01 and
 # examples/cuda-graphs; wave 10, two calls of 27 and 20 A/A pairs)

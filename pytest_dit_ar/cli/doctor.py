@@ -150,6 +150,7 @@ def doctor(config_path: Path, out=print) -> int:
     out(f"sandbox user: {'nobody (the harness runs as root)' if sandbox.privileged() else 'this user'}; seccomp "
         f"filter: {'yes' if seccomp.program() else 'none for this architecture'}; freeze and memory: "
         f"{cgroup.describe()} (without a writable freezer: SIGSTOP and /proc waits)")
+    out(_memory_limit_line(cgroup.memory_limit_kind()))
     task_metric_report(config, out)
     runnable = []
     for lane in config.lanes.values():
@@ -161,7 +162,8 @@ def doctor(config_path: Path, out=print) -> int:
                 out(f"  - {p}")
         else:
             runnable.append(target.lane_id)
-            out(f"lane {lane.name}: runs here as {target.lane_id} on {target.identity.name}; {_metrics_note(lane)}")
+            out(f"lane {lane.name}: runs here as {target.lane_id} on {target.identity.name}; {_metrics_note(lane)}; "
+                f"each worker's host memory limit {_limit_mb(lane):.0f} MiB")
     session = read_record(StatePaths(config.root))
     if session:
         out(f"session: tag {session.tag}, lane {session.lane_id}, baseline commit {session.baseline_commit[:10]}")
@@ -172,3 +174,17 @@ def doctor(config_path: Path, out=print) -> int:
         return EXIT_DISCARD
     out(f"lanes that can run here: {', '.join(runnable)}")
     return EXIT_OK
+
+
+def _memory_limit_line(kind: str) -> str:
+    """What holds each worker's hard host-memory limit here (worker/host_limit.py)."""
+    if kind != "RLIMIT_DATA":
+        return f"memory limit: each worker's own cgroup holds it, {kind}; beyond it the kernel kills that worker alone"
+    return ("memory limit: NO writable memory cgroup here (cgroup v2 delegation or v1 memory): RLIMIT_DATA holds it "
+            "instead, per process and blind to shared memory (docs/design/sandbox-and-security.md)")
+
+
+def _limit_mb(lane) -> float:  # noqa: ANN001 - a config Lane
+    from ..worker import host_limit
+
+    return host_limit.worker_limit_mb(lane.guardrails.host_memory_mb)

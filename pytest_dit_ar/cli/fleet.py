@@ -66,6 +66,7 @@ def doctor(args: argparse.Namespace) -> int:
         gpus = "; ".join(report.gpus) or "no GPU"
         print(f"{'FAIL' if bad else 'ok  '} {report.host}: {gpus}; sandbox {'ok' if not report.sandbox else 'NO'}; "
               f"cgroups: {report.cgroups}; auth {report.auth or 'off'}")
+        print(f"     {checks.memory_line(report)}")
         for line in bad:
             print(f"     - {line}")
         for line in notes:

@@ -60,6 +60,7 @@ def up(args: argparse.Namespace) -> int:
     for slot in slots:
         executor.create_slot(slot, gpus, SLOT_CPUS)
     print(f"{len(slots)} slot(s) of {gpus} GPU(s) on lane {lane.name}: {', '.join(slots)}")
+    _memory(executor, lane.guardrails.host_memory_mb)
     origin = _origin(config.root, lane.name) or gitops.head_sha(repo)
     sessions = []
     for i in range(args.sessions):
@@ -80,6 +81,19 @@ def up(args: argparse.Namespace) -> int:
     for s in sessions:
         print(f"  cd {s.worktree} && {agent}")
     return 1 if failed else 0
+
+
+def _memory(executor, configured: float | None) -> None:  # noqa: ANN001 - a RayExecutor
+    """Each node's memory line (what holds a worker's limit, Ray's memory monitor) and its warnings: Ray reads its
+    monitor's settings at `ray start`, so `fleet up` checks them rather than sets them (docs/guide/fleet.md)."""
+    from ..fleet import doctor as checks
+
+    for report in executor.on_every_node(checks.node_report, ()):
+        limit = f"{configured:.0f} MiB (the lane's guardrails.host_memory_mb)" if configured else \
+            "the slot's share of the node (worker/host_limit.py)"
+        print(f"  node {report.host}: {checks.memory_line(report)}; each worker's limit: {limit}")
+        for line in checks.memory_warnings(report):
+            print(f"    ! {line}")
 
 
 def _origin(root: Path, lane: str) -> str | None:

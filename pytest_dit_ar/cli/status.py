@@ -268,7 +268,11 @@ def status(config_path: Path, as_json: bool = False, rows: int = 10, every_workt
 
 
 def recover(config_path: Path) -> int:
-    """Reset the session branch to the recorded best (if HEAD fell behind) and restore a damaged baseline."""
+    """Reset the session branch to the recorded best (if HEAD fell behind) and restore a damaged baseline; in a
+    fleet session, first record (or, its judge gone, clear as a harness error) a judging a killed driver left."""
+    from ..fleet.route import settle
+
+    settle(config_path)
     session, note = open_readable(config_path)
     if note:
         print(note)

@@ -6,10 +6,11 @@ paired timing never crosses a process, a GPU or a node. The judge works in a rep
 and hands an outcome back; the session's own process records it (git, the ledger and the best have one writer).
 
 - `request`: what a judging is sent and what it returns (typed, picklable).
-- `payload`: the session's git and state, packed for a replica; `replica`: the replica on the node.
+- `replica`: the session's git and state packed for a replica (`pack`), and the replica on the node.
 - `work`: what a judge does in its slot (no Ray here: the Ray actor calls it).
 - `dispatch`: the on-disk record of a judging in flight (a killed driver's successor re-attaches).
 - `driver`: the session's side: dispatch, retry, re-attach; `apply`: recording a reply once.
 - `ray_executor`: the only module that imports Ray (slots, the judge actor, node probes).
-- `index`: the fleet's judged candidates (a duplicate is refused); `registry`: the fleet's slots and sessions.
+- `index`: the candidates the fleet has sent (claimed) or judged (a duplicate, or a near-duplicate of a discard,
+  is refused); `registry`: the fleet's slots and sessions.
 """

@@ -1,5 +1,9 @@
 """Recording what a fleet's judge handed back, in the session's own process, exactly once.
 
+`Recorder.record` takes a judging as it ends: the judge's files unpacked within the archive's caps (archive.py),
+then the verdict; or, for a judge lost after the candidate's code started, the harness error that records nothing
+(one `REFUSED: harness error` line, exit 2).
+
 A run id already in the ledger is not recorded again: a driver killed after the ledger row (or a successor that
 re-attached) only finishes what is left (a keep's best, a discard's reset). The branch is reset only while HEAD
 is still the judged commit; work committed on top of it meanwhile is left as it is, and said so.
@@ -15,22 +19,21 @@ from typing import Any
 
 import git
 
-from dit_ar_contract.errors import Refused
+from dit_ar_contract.errors import EXIT_REFUSED, Refused
 from dit_ar_contract.status import Status
 
 from ..loop import conclusion
-from ..loop.conclusion import Candidate, ledger_row
-from ..loop.verdict import decide
 from ..state import gitops, ledger, records
 from ..state.best import Measurements
 from ..state.files import read_json_object, write_json_atomic
 from ..state.noise import NoiseProfile, record_spread, store_profile
-from ..state.runs import RunPaths
 from ..state.session import Session
+from . import archive, index
+from . import dispatch as dispatch_file
 from .dispatch import Dispatch
-from .request import JudgeReply
+from .judging import Judged, Judging
+from .request import JudgeLost, JudgeReply
 
-NODE_LOST = "node-lost"
 PROVENANCE = "fleet.json"  # in each run folder: where and how long the judging ran (GPU-seconds, attempt)
 
 
@@ -88,22 +91,6 @@ def _reset(session: Session, repo: git.Repo, row: ledger.LedgerRow, out: Callabl
             f"it is: `git rebase --onto {row.parent[:10]} {row.commit[:10]}` drops the discarded commit")
 
 
-def node_lost(session: Session, dispatch: Dispatch, gpus: int) -> conclusion.ExperimentOutcome:
-    """The CRASH of a candidate whose judge was lost after its code started: never judged again."""
-    where = f"host {dispatch.host or '?'}, node {dispatch.node[:12] or '?'}, slot {dispatch.slot}"
-    text = (f"{NODE_LOST}: the judge's node or process ({where}) was lost after the candidate's code started; a "
-            "candidate is never judged again after that (a crash or a hostile candidate is not retried into a keep)")
-    verdict = decide([], text, None, None)
-    run_dir = session.paths.run(dispatch.run_id)
-    RunPaths(run_dir).write_crash(text, "recorded by the session's driver: the judge did not answer")
-    who = Candidate(dispatch.run_id, dispatch.commit, dispatch.parent, dispatch.declared_class, dispatch.description,
-                    str(run_dir.relative_to(session.root)), dispatch.flags)
-    best = session.best()
-    row = ledger_row(session, who, verdict, None, None, best.measurements.median_ms if best else None)
-    return conclusion.ExperimentOutcome(row, verdict.reasons, time.time() - dispatch.started, None,
-                                        {"fleet": provenance(dispatch, None, gpus)})
-
-
 def baseline(session: Session, repo: git.Repo, run_dir: Path) -> None:
     """Record a baseline taken in the slot: its folder is in place; summary, manifest, session, ledger, best."""
     outcome = conclusion.read_baseline(run_dir)
@@ -159,3 +146,89 @@ def with_attempt(outcome: conclusion.ExperimentOutcome, dispatch: Dispatch,
                  data: dict[str, Any]) -> conclusion.ExperimentOutcome:
     """The outcome with where it ran, and `attempt 2` in its flags when the first judge was lost before it ran."""
     return outcome.with_provenance(f"attempt {dispatch.attempt}" if dispatch.attempt > 1 else "", {"fleet": data})
+
+
+class Recorder:
+    """Records one session's judgings as they end (`record`); `ending` says why the last one left no verdict."""
+
+    def __init__(self, session: Session, repo: git.Repo, judging: Judging, out: Callable[[str], None]):
+        self.session, self.repo, self.judging, self.out = session, repo, judging, out
+        self.paths = session.paths
+        self.ending = ""  # why the judging in hand ended without a verdict (the claim's release says it)
+
+    @property
+    def gpus(self) -> int:
+        return self.session.lane.gpus if self.session.lane.is_cuda else 0
+
+    def record(self, judged: Judged) -> int:
+        record, reply = judged.dispatch, judged.reply
+        run_dir = self.paths.run(record.run_id)
+        if judged.lost is not None or reply is None:  # lost after the candidate's code started
+            return self._harness_error(judged, judged.lost or JudgeLost("judge-died", record.actor))
+        try:
+            self._unpack(judged)
+        except JudgeLost as lost:  # gone while its files were fetched
+            return self._harness_error(judged, lost)
+        except Refused as exc:  # an archive over its caps, a member outside what it may return
+            self.ending = f"refused: {str(exc)[:200]}"
+            self._done(judged)
+            raise
+        run_dir.mkdir(parents=True, exist_ok=True)
+        where = provenance(record, reply, self.gpus)
+        note_provenance(run_dir, where)
+        if reply.halt:  # what the run changed on the node that the harness relies on: this session halts
+            where = reply.placement
+            self.paths.halt.write_text(f"on {where.host} (node {where.node_id[:12]}):\n{reply.halt}")
+        if record.kind == "experiment":
+            outcome = conclusion.read(run_dir)
+            if outcome is not None:
+                return self._experiment_recorded(with_attempt(outcome, record, where), run_dir, judged)
+        elif reply.exit_code == 0 or (reply.exit_code == 1 and record.kind != "baseline"):
+            return self._verb_recorded(record.kind, run_dir, reply.exit_code, judged)  # 1: ended, nothing to record
+        return self._refused(reply.exit_code, judged)
+
+    def _unpack(self, judged: Judged) -> None:
+        """The judge's archive, fetched to a file beside the session's state and checked against its caps before
+        anything of it is written into the session (fleet/archive.py)."""
+        record, reply, judge = judged.dispatch, judged.reply, judged.judge
+        assert reply is not None and judge is not None
+        allowed = archive.allowed_members(self.paths, record.kind, record.run_id, self.session.lane_id)
+        with archive.spooled(self.paths.dir, judge.chunk, reply.archive_size) as path:
+            archive.unpack(path, self.session.root, allowed)
+
+    def _harness_error(self, judged: Judged, lost: JudgeLost) -> int:
+        """The judge was lost after the candidate's code started: nothing recorded, HEAD kept, one line, exit 2."""
+        record = judged.dispatch
+        self.ending = f"harness error {lost.cause}"
+        self._done(judged)
+        self.out(f"REFUSED: harness error, the judge was lost: {lost} (run {record.run_id}, host {record.host or '?'}, "
+                 f"slot {record.slot}); nothing was recorded against the candidate and HEAD was kept: `dit-ar fleet "
+                 f"doctor` checks the nodes; run `dit-ar {record.kind}` again to judge it")
+        return EXIT_REFUSED
+
+    def _experiment_recorded(self, outcome: conclusion.ExperimentOutcome, run_dir: Path, judged: Judged) -> int:
+        experiment(self.session, self.repo, outcome, run_dir, self.out)
+        index.add(self.repo, self.session, outcome.row)
+        self._done(judged)
+        self.out(outcome.row.status.verdict_line)
+        return outcome.row.status.exit_code
+
+    def _verb_recorded(self, kind: str, run_dir: Path, code: int, judged: Judged) -> int:
+        if code == 0:
+            verb(self.session, self.repo, kind, run_dir)
+        self._done(judged)
+        if self.judging.judge_line:
+            self.out(self.judging.judge_line)
+        return code
+
+    def _refused(self, code: int, judged: Judged) -> int:
+        """The judge refused or the harness failed in it: nothing recorded, HEAD as it was."""
+        self._done(judged)
+        self.out(self.judging.judge_line or f"REFUSED: the judge exited {code} without an outcome (its output is in "
+                                            f"{self.paths.run(judged.dispatch.run_id) / 'judge.log'})")
+        return code or EXIT_REFUSED
+
+    def _done(self, judged: Judged) -> None:
+        if judged.judge is not None:
+            judged.judge.release()
+        dispatch_file.clear(self.paths)

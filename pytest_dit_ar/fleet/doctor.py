@@ -6,6 +6,13 @@ replica carries the repository, not an outside folder), and Ray's token authenti
 cluster runs anyone's code on the GPU nodes, outside any sandbox). Cgroups are reported: without a writable
 cgroup the freezer falls back to SIGSTOP, and Ray's own resource isolation (`ray start
 --enable-resource-isolation`) takes the cgroup tree over, so the harness cannot make its freezer groups there.
+
+Memory: each node says what holds a worker's hard memory limit there (a memory cgroup, else RLIMIT_DATA, weaker)
+and the settings its raylet runs Ray's memory monitor with (its workers inherit the raylet's environment; Ray
+reads them only at `ray start`). The slots' limits are derived to stay under `2 * host_limit.HOST_MEMORY_SHARE` of
+a node; a monitor threshold below `MONITOR_THRESHOLD_MIN` could kill judges whose candidates are within their
+limits (each such loss is a named harness error, `ray-oom`), and a monitor that is off leaves the kernel's OOM
+killer as the last line (it may kill a raylet: `node-lost`). Both are warnings (docs/design/scale.md).
 """
 
 from __future__ import annotations
@@ -20,9 +27,12 @@ from dit_ar_contract import device
 from dit_ar_contract.digest import sha256_file
 
 from .. import __version__
-from ..worker import cgroup, sandbox
+from ..worker import cgroup, host_limit, sandbox
 
 AUTH_VARIABLE = "RAY_AUTH_MODE"
+THRESHOLD_VARIABLE, REFRESH_VARIABLE = "RAY_memory_usage_threshold", "RAY_memory_monitor_refresh_ms"
+RAY_THRESHOLD_DEFAULT, RAY_REFRESH_DEFAULT_MS = 0.95, 250  # Ray's own (src/ray/common/ray_config_def.h)
+MONITOR_THRESHOLD_MIN = 2 * host_limit.HOST_MEMORY_SHARE + 0.1  # both sides of every slot at their limits, and room
 
 
 @dataclass(frozen=True)
@@ -36,6 +46,9 @@ class NodeReport:
     gpus: tuple[str, ...]  # "index name uuid"
     auth: str  # RAY_AUTH_MODE as the node's processes see it
     weights: dict[str, str] = field(default_factory=dict)  # path -> digest ("missing" when absent)
+    memory_limit: str = ""  # what holds a worker's hard memory limit here (cgroup.memory_limit_kind)
+    memory_mb: float = 0.0  # the node's memory as the harness counts it (host_limit.machine_mb)
+    monitor: tuple[float, int] = (RAY_THRESHOLD_DEFAULT, RAY_REFRESH_DEFAULT_MS)  # Ray's memory monitor here
 
 
 def harness_digest() -> str:
@@ -76,7 +89,26 @@ def node_report(weights: tuple[str, ...]) -> NodeReport:
             os.environ["CUDA_VISIBLE_DEVICES"] = mask
     return NodeReport(socket.gethostname(), __version__, harness_digest(), sandbox.available(), cgroup.describe(),
                       in_ray_cgroup(), gpus, os.environ.get(AUTH_VARIABLE, ""),
-                      {w: folder_digest(w) for w in weights})
+                      {w: folder_digest(w) for w in weights}, cgroup.memory_limit_kind(), host_limit.machine_mb(),
+                      monitor_settings())
+
+
+def monitor_settings() -> tuple[float, int]:
+    """Ray's memory monitor as this node's raylet runs it: (usage threshold, refresh ms; 0 is off)."""
+    try:
+        threshold = float(os.environ.get(THRESHOLD_VARIABLE) or RAY_THRESHOLD_DEFAULT)
+        refresh = int(os.environ.get(REFRESH_VARIABLE) or RAY_REFRESH_DEFAULT_MS)
+    except ValueError:
+        return RAY_THRESHOLD_DEFAULT, RAY_REFRESH_DEFAULT_MS
+    return threshold, refresh
+
+
+def memory_line(report: NodeReport) -> str:
+    """What holds a worker's memory on the node and how Ray's monitor runs there (`fleet doctor` and `fleet up`)."""
+    threshold, refresh = report.monitor
+    monitor = f"every {refresh} ms over {threshold:.2f} of the node" if refresh else "off"
+    return (f"memory {report.memory_mb / 1024:.0f} GiB; each worker's limit held by {report.memory_limit or '?'}; "
+            f"Ray's memory monitor {monitor}")
 
 
 def problems(report: NodeReport, control: NodeReport) -> list[str]:
@@ -98,10 +130,26 @@ def problems(report: NodeReport, control: NodeReport) -> list[str]:
 
 
 def warnings(report: NodeReport) -> list[str]:
-    out = []
+    out = memory_warnings(report)
     if report.ray_cgroup:
         out.append("Ray's resource isolation holds this node's cgroups: the freezer cannot make its groups "
                    "(start Ray without --enable-resource-isolation)")
     if "no writable cgroup v2" in report.cgroups and "freezer" not in report.cgroups:
         out.append(f"no writable cgroup ({report.cgroups}): the freezer falls back to SIGSTOP")
+    return out
+
+
+def memory_warnings(report: NodeReport) -> list[str]:
+    out = []
+    if report.memory_limit == "RLIMIT_DATA":
+        out.append("no writable memory cgroup (cgroup v2 delegation or v1 memory): each worker's memory limit is "
+                   "RLIMIT_DATA, per process and blind to shared memory (worker/host_limit.py)")
+    threshold, refresh = report.monitor
+    if not refresh:
+        out.append(f"Ray's memory monitor is off ({REFRESH_VARIABLE}=0): past the workers' limits the kernel's OOM "
+                   "killer decides, and it may take a raylet (start Ray without that setting)")
+    elif threshold < MONITOR_THRESHOLD_MIN:
+        out.append(f"Ray's memory monitor fires at {threshold:.2f} of the node, below the "
+                   f"{MONITOR_THRESHOLD_MIN:.2f} the slots' limits may reach together: it may kill judges whose "
+                   f"candidates are within their limits (start Ray with {THRESHOLD_VARIABLE}={RAY_THRESHOLD_DEFAULT})")
     return out

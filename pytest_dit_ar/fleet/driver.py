@@ -2,9 +2,13 @@
 
 `dit-ar experiment`, `baseline`, `calibrate` and `revalidate` in a session bound to a slot (`init --executor
 ray`) come here instead of running workers. The driver holds the session's lock, checks what it can without the
-slot (branch, clean tree, one commit on the best, a duplicate in the fleet), sends the judging (judging.py),
-unpacks what the judge hands back and records it (apply.py). A judging an earlier, killed driver left is
-re-attached and recorded first.
+slot (branch, clean tree, one commit on the best), claims the candidate in the fleet's index (a duplicate or a
+near-duplicate of a discard is refused there), sends the judging (judging.py), unpacks what the judge hands back
+and records it (apply.py). A judging an earlier, killed driver left is re-attached and recorded first.
+
+A judge lost after the candidate's code started (its node died, Ray's memory monitor killed it, ...) is a harness
+error: nothing is recorded against the candidate, the branch is not reset, the claim is released, and the driver
+prints one `REFUSED: harness error` line and exits 2.
 """
 
 from __future__ import annotations
@@ -17,18 +21,18 @@ from pathlib import Path
 
 from dit_ar_contract.errors import EXIT_REFUSED, Refused
 
-from ..loop import conclusion
 from ..loop.guards import gpu_locks
 from ..loop.guards.checks import check_best, check_session
 from ..state import gitops
 from ..state.paths import new_run_id
 from ..state.session import open_session
-from . import apply, archive, index, payload
+from . import apply, index, replica
 from . import dispatch as dispatch_file
+from .apply import Recorder
 from .dispatch import PREPARE, Dispatch
 from .executor import SLOT_CPUS, Executor
-from .judging import Judged, Judging
-from .request import JudgeRequest
+from .judging import Judging
+from .request import JudgeLost, JudgeRequest
 
 
 class Driver:
@@ -41,10 +45,7 @@ class Driver:
         self.repo = gitops.open_repo(self.session.root)
         self.paths, self.out = self.session.paths, out
         self.judging = Judging(executor, self.paths, out, echo)
-
-    @property
-    def gpus(self) -> int:
-        return self.session.lane.gpus if self.session.lane.is_cuda else 0
+        self.recorder = Recorder(self.session, self.repo, self.judging, out)
 
     # -- verbs ---------------------------------------------------------------------------------
     def experiment(self, classification: str, description: str, extra: tuple[str, ...] = (),
@@ -60,14 +61,22 @@ class Driver:
             gitops.require_branch(self.repo, self.record.tag)
             gitops.require_clean(self.repo)
             shape = gitops.candidate_commit(self.repo, best.commit)
-            if not adopted_from:
-                index.refuse_duplicate(self.repo, self.session, best.commit, shape.sha)
             run_id = new_run_id(shape.sha)
             argv = ("experiment", "--classification", classification, "--description", description,
                     "--judge-only", "--run-id", run_id, *(("--unsandboxed",) if unsandboxed else ()), *extra)
-            return self._send(Dispatch("experiment", run_id, "", self.record.executor.slot, 1, PREPARE, time.time(),
-                                       shape.sha, shape.parent, classification, description,
-                                       "unsandboxed" if unsandboxed else ""), argv)
+            record = Dispatch("experiment", run_id, "", self.record.executor.slot, 1, PREPARE, time.time(), shape.sha,
+                              shape.parent, classification, description, "unsandboxed" if unsandboxed else "")
+            dispatch_file.write(self.paths, record)  # first: a claim is live while its session's record names it
+            try:
+                index.claim(self.repo, self.session, index.Claim(run_id, best.commit, shape.sha, description),
+                            check=not adopted_from)
+            except Refused:
+                dispatch_file.clear(self.paths)
+                raise
+            try:
+                return self._send(record, argv)
+            finally:
+                self._release_unless_recorded(run_id)
 
     def verb(self, kind: str, argv: tuple[str, ...]) -> int:
         """A baseline, a calibration or a re-validation in the slot (`argv`: the verb and its own arguments)."""
@@ -99,21 +108,40 @@ class Driver:
         if row is not None:  # recorded before the driver died: finish what is left, never record it again
             if record.kind == "experiment":
                 apply.finish(self.session, self.repo, row, self.out)
-            judge = self.judging.executor.attach(record.actor)
-            if judge is not None:
-                judge.release()
+                index.add(self.repo, self.session, row)  # once: a row already in the index is not added again
+            self._release_judge(record.actor)
             dispatch_file.clear(self.paths)
             return row.status.exit_code
         judged = self.judging.attach(record, wait)
         if judged is None:
             self.out(f"dit-ar: the judging of run {record.run_id} that an earlier driver left ended before the "
                      "candidate's code ran; nothing was recorded")
+            self._release_unless_recorded(record.run_id)
             return None
         if judged.running:
             self.out(f"dit-ar: run {record.run_id} ({record.kind}) is being judged on {record.host or '?'} (slot "
                      f"{record.slot}, {time.time() - record.started:.0f} s); it is recorded when it ends")
             return None
-        return self._record(judged)
+        try:
+            code = self.recorder.record(judged)
+        finally:
+            self._release_unless_recorded(record.run_id)
+        return None if code == EXIT_REFUSED and judged.lost is not None else code
+
+    def _release_judge(self, actor: str) -> None:
+        try:
+            judge = self.judging.executor.attach(actor)
+        except JudgeLost:
+            return
+        if judge is not None:
+            judge.release()
+
+    def _release_unless_recorded(self, run_id: str) -> None:
+        """A claim whose judging ended without a ledger row (a refusal, a harness error) is released; one still in
+        flight (its dispatch record names it) stays claimed."""
+        pending = dispatch_file.read(self.paths)
+        if (pending is None or pending.run_id != run_id) and not apply.recorded(self.session, run_id):
+            index.release(self.repo, self.session, run_id, self.recorder.ending or "ended without a verdict")
 
     # -- judging and recording ----------------------------------------------------------------------
     @contextmanager
@@ -127,56 +155,6 @@ class Driver:
     def _send(self, record: Dispatch, argv: tuple[str, ...]) -> int:
         config = str(self.session.config.path.resolve().relative_to(self.session.root.resolve()))
         request = JudgeRequest(record.kind, record.run_id, self.record.executor.fleet, self.record.tag,
-                               self.session.lane_id, record.slot, self.gpus, SLOT_CPUS, config, argv)
-        return self._record(self.judging.send(request, record, lambda: payload.pack(self.session, self.repo)))
-
-    def _record(self, judged: Judged) -> int:
-        record, reply = judged.dispatch, judged.reply
-        run_dir = self.paths.run(record.run_id)
-        if reply is None:  # lost after the candidate's code started
-            outcome = apply.node_lost(self.session, record, self.gpus)
-            return self._experiment_recorded(outcome, run_dir, judged)
-        assert judged.judge is not None
-        data = judged.judge.archive(reply.archive_size)
-        archive.unpack(data, self.session.root,
-                       archive.allowed_members(self.paths, record.kind, record.run_id, self.session.lane_id))
-        run_dir.mkdir(parents=True, exist_ok=True)
-        provenance = apply.provenance(record, reply, self.gpus)
-        apply.note_provenance(run_dir, provenance)
-        if reply.halt:  # what the run changed on the node that the harness relies on: this session halts
-            where = reply.placement
-            self.paths.halt.write_text(f"on {where.host} (node {where.node_id[:12]}):\n{reply.halt}")
-        if record.kind == "experiment":
-            outcome = conclusion.read(run_dir)
-            if outcome is not None:
-                return self._experiment_recorded(apply.with_attempt(outcome, record, provenance), run_dir, judged)
-        elif reply.exit_code == 0 or (reply.exit_code == 1 and record.kind != "baseline"):
-            return self._verb_recorded(record.kind, run_dir, reply.exit_code, judged)  # 1: ended, nothing to record
-        return self._refused(reply.exit_code, judged)
-
-    def _experiment_recorded(self, outcome: conclusion.ExperimentOutcome, run_dir: Path, judged: Judged) -> int:
-        apply.experiment(self.session, self.repo, outcome, run_dir, self.out)
-        index.add(self.repo, self.session, outcome.row)
-        self._done(judged)
-        self.out(outcome.row.status.verdict_line)
-        return outcome.row.status.exit_code
-
-    def _verb_recorded(self, kind: str, run_dir: Path, code: int, judged: Judged) -> int:
-        if code == 0:
-            apply.verb(self.session, self.repo, kind, run_dir)
-        self._done(judged)
-        if self.judging.judge_line:
-            self.out(self.judging.judge_line)
-        return code
-
-    def _refused(self, code: int, judged: Judged) -> int:
-        """The judge refused or the harness failed in it: nothing recorded, HEAD as it was."""
-        self._done(judged)
-        self.out(self.judging.judge_line or f"REFUSED: the judge exited {code} without an outcome (its output is in "
-                                            f"{self.paths.run(judged.dispatch.run_id) / 'judge.log'})")
-        return code or EXIT_REFUSED
-
-    def _done(self, judged: Judged) -> None:
-        if judged.judge is not None:
-            judged.judge.release()
-        dispatch_file.clear(self.paths)
+                               self.session.lane_id, record.slot, self.recorder.gpus, SLOT_CPUS, config, argv)
+        return self.recorder.record(self.judging.send(request, record,
+                                                      lambda: replica.pack(self.session, self.repo)))

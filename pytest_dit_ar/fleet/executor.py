@@ -18,7 +18,8 @@ IDLE, PREPARED, RUNNING, DONE = "idle", "prepared", "running", "done"  # a judge
 
 
 class Judge(Protocol):
-    """One judging's handle. Every call raises `request.NodeLost` when the judge's process or node is gone."""
+    """One judging's handle. Every call raises `request.JudgeLost` (its cause named) when the judge's process or
+    node is gone or the cluster failed the call."""
 
     name: str
 
@@ -34,7 +35,7 @@ class Judge(Protocol):
 
     def progress(self) -> bytes | None: ...
 
-    def archive(self, size: int) -> bytes: ...
+    def chunk(self, index: int) -> bytes: ...  # part `index` of the judging's archive (archive.spooled)
 
     def release(self) -> None: ...  # the judge's process ends and its slot is free
 

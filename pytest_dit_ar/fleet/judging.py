@@ -4,9 +4,12 @@
 replica. Before the candidate's code may start it rewrites the record with phase `run` (fsynced), then starts
 the judge and waits, printing the judge's output as it comes and mirroring its live.json for `dit-ar watch`.
 
-A judge lost before that line (`request.NodeLost`) is judged again once, as `attempt 2`; a second loss is a
-refusal that records nothing. A judge lost after it returns no reply: the candidate's CRASH (`node-lost`), never
-judged again. Ray's own retries are off for judges (ray_executor.py): this is the only retry there is.
+A judge lost before that line (`request.JudgeLost`: its node died, Ray's memory monitor killed it, ...) is judged
+again once, as `attempt 2`; a second loss is a refusal that records nothing. A judge lost after it is a harness
+error too (`Judged.lost`): nothing is recorded against the candidate and it is not judged again by itself; the
+driver says why and exits 2. The candidate's own failures (a crash, its worker killed at its memory limit) happen
+inside the judging and come back in its reply. Ray's own retries are off for judges (ray_executor.py): this is the
+only retry there is.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from ..state.paths import StatePaths
 from . import dispatch as dispatch_file
 from .dispatch import PREPARE, RUN, Dispatch
 from .executor import IDLE, PREPARED, RUNNING, Executor, Judge
-from .request import RETRIED_ANYWHERE, JudgeReply, JudgeRequest, NodeLost, ReplicaPayload
+from .request import RETRIED_ANYWHERE, JudgeLost, JudgeReply, JudgeRequest, ReplicaPayload
 
 POLL_S = 0.5  # how long one wait for the reply blocks before the output and progress are read again
 MIRROR_S = 2.0
@@ -66,6 +69,7 @@ class Judged:
     reply: JudgeReply | None = None
     judge: Judge | None = None
     running: bool = False  # re-attached without waiting, and the judge is still at work
+    lost: JudgeLost | None = None  # lost after the candidate's code started: a harness error
 
 
 class Judging:
@@ -96,20 +100,20 @@ class Judging:
                 judge.release()
                 dispatch_file.clear(self.paths)
                 raise
-            except NodeLost:
+            except JudgeLost as lost:
                 judge.release()
                 if record.phase == RUN and record.kind not in RETRIED_ANYWHERE:
-                    return Judged(record)
+                    return Judged(record, lost=lost)
                 if attempt < ATTEMPTS:
                     self.out(f"dit-ar: the judge ({record.host or 'its node'}) was lost before the candidate's code "
-                             f"ran; judging again (attempt {attempt + 1})")
+                             f"ran ({lost}); judging again (attempt {attempt + 1})")
         dispatch_file.clear(self.paths)
         raise Refused(f"the judge was lost {ATTEMPTS} times before the candidate's code ran (slot {record.slot}); "
                       "nothing was recorded and HEAD was kept: check the slot's node (`dit-ar fleet status`, "
                       "`dit-ar fleet doctor`)")
 
     def wait(self, judge: Judge) -> JudgeReply:
-        """The reply, the output printed and the progress mirrored meanwhile (NodeLost when the judge dies)."""
+        """The reply, the output printed and the progress mirrored meanwhile (JudgeLost when the judge dies)."""
         echo, offset, mirrored = Echo(self.echo), 0, 0.0
         while True:
             reply = judge.result(POLL_S)
@@ -142,8 +146,9 @@ class Judging:
 
     def attach(self, record: Dispatch, wait: bool = True) -> Judged | None:
         """A judging an earlier driver left: its reply (waited for unless `wait` is off: then a `Judged` that is
-        still running), a lost judge's `Judged` without a reply, or None when nothing of the candidate ran (the
-        record is dropped and nothing is recorded)."""
+        still running), a lost judge's `Judged` (`lost`: a harness error), or None when nothing of the candidate
+        ran (the record is dropped and nothing is recorded)."""
+        lost = JudgeLost("judge-died", f"{record.actor or 'no judge'}: gone when its session came back to it")
         try:
             judge = self.executor.attach(record.actor)
             state = judge.state() if judge is not None else None
@@ -155,9 +160,9 @@ class Judging:
                 return Judged(record, judge=judge, running=True)
             if judge is not None:
                 return Judged(record, self.wait(judge), judge)
-        except NodeLost:
-            pass
+        except JudgeLost as exc:
+            lost = exc
         if record.phase == RUN and record.kind not in RETRIED_ANYWHERE:
-            return Judged(record)
+            return Judged(record, lost=lost)
         dispatch_file.clear(self.paths)
         return None

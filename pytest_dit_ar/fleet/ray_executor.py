@@ -8,7 +8,12 @@
 - GPU process reuse: each judge is a fresh actor process that ends when the driver releases it, and the verb runs
   in a child process of its own, so nothing of one judging (CUDA context, imported candidate code) outlives it.
 - The driver connects with `log_to_driver=False`: the judge's output reaches it through `output` (no log dedup).
-- Object store size: a run folder comes back in parts of `work.CHUNK_BYTES` (a laptop's store may be 150 MiB).
+- Object store size: a run folder comes back in parts of `archive.FETCH_CHUNK_BYTES` (a laptop's store may be
+  150 MiB).
+- Every Ray error a call to the judge raises is named (`loss`): Ray's memory monitor killing the judge
+  (`OutOfMemoryError`), its node dying, its process dying, its slot removed, ... Each is a harness error (the
+  driver records nothing against the candidate); only the judge's own failure (`RayTaskError`) is a refusal
+  with the judge's traceback.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
-from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
+from ray import exceptions as rex
+from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayError, RayTaskError
 from ray.util.placement_group import (
     get_placement_group,
     placement_group,
@@ -38,8 +44,8 @@ from dit_ar_contract.device import LaneTarget
 from dit_ar_contract.errors import Refused
 
 from .executor import DONE, IDLE, PREPARED, RUNNING
-from .request import JudgeReply, JudgeRequest, NodeLost, Placement, Prepared, ReplicaPayload
-from .work import CHUNK_BYTES, JudgeWork
+from .request import JudgeLost, JudgeReply, JudgeRequest, Placement, Prepared, ReplicaPayload
+from .work import JudgeWork
 
 NAMESPACE = "dit-ar"
 READY_TIMEOUT_S = 120.0
@@ -114,15 +120,29 @@ def slot_states(prefix: str) -> list[SlotState]:
 
 
 # -- the judge ----------------------------------------------------------------------------------------
+def node_share(node_id: str, gpus: int, cpus: float) -> float:
+    """A slot's share of its node: its GPUs over the node's, or on a CPU lane its CPUs over the node's (so the slots
+    one node can hold never add up to more than the whole)."""
+    node = next((n for n in ray.nodes() if n.get("NodeID") == node_id), {})
+    total = (node.get("Resources") or {}).get("GPU" if gpus else "CPU", 0.0)
+    return min(1.0, (gpus or cpus) / total) if total else 1.0
+
+
+def here(gpus: int, cpus: float) -> Placement:
+    """Where the calling task or actor runs (its node, host, process, GPUs and its slot's share of the node)."""
+    ctx = ray.get_runtime_context()
+    node = ctx.get_node_id()
+    return Placement(node, socket.gethostname(), os.getpid(), tuple(str(g) for g in ray.get_gpu_ids()), time.time(),
+                     node_share(node, gpus, cpus))
+
+
 @ray.remote(max_restarts=0, max_task_retries=0, max_concurrency=4)
 class JudgeActor:
     """One judging in its slot: `work` (work.JudgeWork) does it; the verb runs in a thread of its own, so it goes
     on whatever becomes of the driver that started it."""
 
     def __init__(self, request: JudgeRequest, work: Any):
-        ctx = ray.get_runtime_context()
-        self.placement = Placement(ctx.get_node_id(), socket.gethostname(), os.getpid(),
-                                   tuple(str(g) for g in ray.get_gpu_ids()), time.time())
+        self.placement = here(request.gpus, request.cpus)
         self.request, self.work = request, work
         self._state, self._reply, self._error = IDLE, None, ""
         self._done = threading.Event()
@@ -166,6 +186,54 @@ class JudgeActor:
         return self.work.chunk(index)
 
 
+# Every Ray error a call to the judge can raise, by cause (request.LOSS_CAUSES); the first match wins, so a
+# subclass comes before its base. `RayTaskError` (the judge's own code raised) is not here: a refusal.
+LOSSES: tuple[tuple[type[BaseException], str], ...] = (
+    (rex.OutOfMemoryError, "ray-oom"),
+    (rex.NodeDiedError, "node-lost"),
+    (rex.LocalRayletDiedError, "node-lost"),
+    (rex.ActorUnavailableError, "unavailable"),
+    (rex.ActorDiedError, "judge-died"),  # refined by its text (`_actor_died`)
+    (rex.RayActorError, "judge-died"),
+    (rex.WorkerCrashedError, "judge-died"),
+    (rex.ActorPlacementGroupRemoved, "slot-removed"),
+    (rex.TaskPlacementGroupRemoved, "slot-removed"),
+    (rex.ObjectLostError, "object-lost"),
+    (rex.ActorUnschedulableError, "unschedulable"),
+    (rex.TaskUnschedulableError, "unschedulable"),
+    (rex.TaskCancelledError, "cancelled"),
+    (rex.RayError, "cluster"),
+)
+OOM_WORDS = ("running low on memory", "OUT_OF_MEMORY", "out of memory")
+NODE_WORDS = ("node died", "NODE_DIED", "node is dead", "raylet", "preempted", "node was removed")
+
+
+def _text(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - an error whose own text fails is still named by its type
+        return ""
+
+
+def _actor_died(exc: BaseException) -> str:
+    """What an ActorDiedError's text says killed the actor (Ray puts the worker's exit type and detail there)."""
+    text = _text(exc)
+    if any(w.lower() in text.lower() for w in OOM_WORDS):
+        return "ray-oom"
+    if getattr(exc, "preempted", False) or any(w.lower() in text.lower() for w in NODE_WORDS):
+        return "node-lost"
+    return "judge-died"
+
+
+def loss(exc: BaseException, where: str) -> JudgeLost:
+    """The named harness error a Ray error raised by a call to the judge at `where` is."""
+    cause = next(c for kind, c in LOSSES if isinstance(exc, kind))
+    if isinstance(exc, rex.ActorDiedError):
+        cause = _actor_died(exc)
+    first = next((line.strip() for line in _text(exc).splitlines() if line.strip()), "")
+    return JudgeLost(cause, f"{where}: {type(exc).__name__}: {first[:300]}")
+
+
 class RayJudge:
     """The driver's handle on one judge actor (executor.Judge): Ray's errors turned into the driver's words."""
 
@@ -182,16 +250,16 @@ class RayJudge:
                 self.out(f"dit-ar: waiting for the slot ({self.name}): another session's judging holds it, or its "
                          "node is being replaced")
                 noted = True
-            except ActorUnavailableError:
+            except ActorUnavailableError as exc:
                 unavailable += 1
                 if unavailable > UNAVAILABLE_RETRIES:
-                    raise NodeLost(f"{self.name}: unavailable for {UNAVAILABLE_RETRIES} s") from None
+                    raise loss(exc, f"{self.name}: for {UNAVAILABLE_RETRIES} s") from None
                 time.sleep(1.0)
                 ref = getattr(self.actor, method).remote(*args)
-            except RayActorError as exc:
-                raise NodeLost(f"{self.name}: {str(exc).splitlines()[0]}") from None
             except RayTaskError as exc:
                 raise Refused(f"the judge failed (the harness, not the candidate): {str(exc)[-1500:]}") from None
+            except RayError as exc:
+                raise loss(exc, self.name) from None
 
     def prepare(self, payload: ReplicaPayload) -> Prepared:
         return self._call("prepare", payload, note_after_s=WAITING_NOTE_S)
@@ -211,13 +279,13 @@ class RayJudge:
     def progress(self) -> bytes | None:
         return self._call("progress")
 
-    def archive(self, size: int) -> bytes:
-        return b"".join(self._call("chunk", i) for i in range((size + CHUNK_BYTES - 1) // CHUNK_BYTES))
+    def chunk(self, index: int) -> bytes:
+        return self._call("chunk", index)
 
     def release(self) -> None:
         try:
             ray.kill(self.actor, no_restart=True)
-        except (RayActorError, ValueError):
+        except (RayError, ValueError):
             pass
 
 
@@ -231,9 +299,12 @@ class RayExecutor:
 
     def judge(self, request: JudgeRequest) -> RayJudge:
         strategy = PlacementGroupSchedulingStrategy(slot_group(request.slot), placement_group_bundle_index=0)
-        actor = JudgeActor.options(name=request.actor, namespace=NAMESPACE, lifetime="detached",
-                                   num_cpus=request.cpus, num_gpus=request.gpus,
-                                   scheduling_strategy=strategy).remote(request, self.work)
+        try:
+            actor = JudgeActor.options(name=request.actor, namespace=NAMESPACE, lifetime="detached",
+                                       num_cpus=request.cpus, num_gpus=request.gpus,
+                                       scheduling_strategy=strategy).remote(request, self.work)
+        except RayError as exc:
+            raise loss(exc, request.actor) from None
         return RayJudge(actor, request.actor, self.out)
 
     def create_slot(self, name: str, gpus: int, cpus: float) -> None:
@@ -252,6 +323,8 @@ class RayExecutor:
             return RayJudge(ray.get_actor(name, namespace=NAMESPACE), name, self.out)
         except ValueError:
             return None
+        except RayError as exc:
+            raise loss(exc, name) from None
 
     def probe(self, slot: str, gpus: int, cpus: float, config: Config, lane: str) -> LaneTarget:
         """The lane's device as the slot gives it, resolved on the slot's node (what `init` records)."""
@@ -259,10 +332,7 @@ class RayExecutor:
 
         @ray.remote(max_retries=0)
         def probe_in_slot() -> LaneTarget:
-            ctx = ray.get_runtime_context()
-            placement = Placement(ctx.get_node_id(), socket.gethostname(), os.getpid(),
-                                  tuple(str(g) for g in ray.get_gpu_ids()), time.time())
-            return work.probe(config, lane, placement)
+            return work.probe(config, lane, here(gpus, cpus))
 
         strategy = PlacementGroupSchedulingStrategy(slot_group(slot), placement_group_bundle_index=0)
         ref = probe_in_slot.options(num_cpus=cpus, num_gpus=gpus, scheduling_strategy=strategy).remote()
@@ -272,13 +342,18 @@ class RayExecutor:
             ray.cancel(ref, force=True)
             raise Refused(f"slot {slot} did not answer within {READY_TIMEOUT_S:.0f} s (busy, or its node is gone)") \
                 from None
+        except RayError as exc:
+            raise Refused(f"the probe of slot {slot} was lost: {loss(exc, slot)}") from None
 
     def on_every_node(self, fn: Callable[..., Any], *args: Any) -> list[Any]:
         """`fn(*args)` once on every alive node (`dit-ar fleet doctor`)."""
         task = ray.remote(max_retries=0)(fn)
         refs = [task.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
                 .remote(*args) for n in ray.nodes() if n.get("Alive")]
-        return ray.get(refs, timeout=READY_TIMEOUT_S)
+        try:
+            return ray.get(refs, timeout=READY_TIMEOUT_S)
+        except RayError as exc:
+            raise Refused(f"a node did not answer: {loss(exc, fn.__name__)}") from None
 
     def judges(self, prefix: str) -> list[str]:
         """The names of the fleet's live judges (from the cluster's own table: no dashboard needed)."""

@@ -1,4 +1,9 @@
-"""A session's replica on a judge's node: its own git repository and state folder, where the judge runs.
+"""A session's replica on a judge's node: what the driver packs for it, and its own git repository and state
+folder there, where the judge runs (what comes back: archive.py).
+
+The driver sends a git bundle of the session's branch, best ref and baseline ref (the baseline folder travels in
+git too: `state.backup` keeps it under the baseline ref) and the small state files a judging reads (`pack`), never
+a Ray `working_dir` (size-capped, and it leaves out `.git`, `.autoresearch/` and whatever `.gitignore` names).
 
 One replica per (node, fleet, session), kept between judgings so compile caches and worktrees are reused. Each
 judging brings it to the session's refs from the driver's bundle, checks out the session's HEAD as a clean tree,
@@ -21,13 +26,14 @@ import git
 
 from ..state import backup, gitops
 from ..state.paths import STATE_DIR, StatePaths
-from .payload import STATE_FILES
+from ..state.session import Session
 from .request import ReplicaPayload
 
 BASE_VARIABLE = "DIT_AR_REPLICAS"
 DEFAULT_BASE = Path("/var/tmp/dit-ar/replicas")
 RUN_STATE = ("HALT", "live.json", "dispatch.json")  # a replica's leftovers from its last judging
 INCOMING = "refs/dit-ar/incoming/"
+STATE_FILES = ("session.json", "integrity.json", "best.json", "noise.json", "results.tsv")
 
 
 def base_folder() -> Path:
@@ -73,3 +79,28 @@ def _state(paths: StatePaths, payload: ReplicaPayload, repo: git.Repo, baseline_
     shutil.rmtree(folder, ignore_errors=True)
     if baseline_ref in payload.refs:
         backup.restore_baseline(repo, folder, payload.refs[baseline_ref])
+
+
+# -- the driver's side: the payload of one judging --------------------------------------------------------
+def session_refs(session: Session, repo: git.Repo) -> dict[str, str]:
+    """The refs a judging needs, as the session has them: its branch, its best and its baseline copy."""
+    record = session.started
+    refs = {f"refs/heads/{record.branch}": gitops.head_sha(repo)}
+    for ref in (gitops.best_ref(record.tag, session.lane_id), gitops.baseline_ref(record.tag, session.lane_id)):
+        sha = gitops.read_ref(repo, ref)
+        if sha:
+            refs[ref] = sha
+    return refs
+
+
+def pack(session: Session, repo: git.Repo) -> ReplicaPayload:
+    """The payload of one judging of the session at its HEAD."""
+    refs = session_refs(session, repo)
+    with tempfile.TemporaryDirectory(prefix="dit-ar-bundle-") as tmp:
+        path = Path(tmp) / "session.bundle"
+        repo.git.bundle("create", str(path), *refs)
+        bundle = path.read_bytes()
+    state = {name: (session.paths.dir / name).read_bytes() for name in STATE_FILES
+             if (session.paths.dir / name).is_file()}
+    record = session.started
+    return ReplicaPayload(bundle, record.branch, gitops.head_sha(repo), refs, state)

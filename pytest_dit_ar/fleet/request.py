@@ -8,8 +8,30 @@ KINDS = ("experiment", "baseline", "calibration", "revalidation")
 RETRIED_ANYWHERE = frozenset({"baseline", "calibration", "revalidation"})  # no candidate code in them at all
 
 
-class NodeLost(Exception):
-    """The judge's process or its node went away (Ray: the actor died); the driver decides what that means."""
+# Why a judge was lost (every Ray error maps to one, ray_executor.loss): each is a harness error, never the
+# candidate's failure (the candidate runs in sandboxed grandchildren of the judge, under their own memory limit:
+# a loss inside them is recorded by the judging itself, as its CRASH).
+LOSS_CAUSES = {
+    "node-lost": "the judge's node died or left the cluster",
+    "ray-oom": "Ray's memory monitor killed the judge (its node ran low on memory)",
+    "judge-died": "the judge's process died",
+    "unavailable": "the judge did not answer (its node may be dying)",
+    "slot-removed": "the judge's slot (placement group) was removed",
+    "object-lost": "an object the judge handed back was lost",
+    "unschedulable": "the judge cannot be placed on the cluster",
+    "cancelled": "the judge's call was cancelled",
+    "cluster": "the cluster failed the call (RPC, authentication, object store, Ray itself)",
+}
+
+
+class JudgeLost(Exception):
+    """The judge's process or node went away, or Ray failed a call to it: `cause` (one of LOSS_CAUSES) says which.
+    A harness error: the driver records nothing against the candidate."""
+
+    def __init__(self, cause: str, detail: str = ""):
+        assert cause in LOSS_CAUSES, cause
+        self.cause, self.detail = cause, detail
+        super().__init__(f"{cause}: {LOSS_CAUSES[cause]}" + (f" ({detail})" if detail else ""))
 
 
 @dataclass(frozen=True)
@@ -55,6 +77,7 @@ class Placement:
     pid: int
     gpu_ids: tuple[str, ...] = ()
     started: float = 0.0  # when the judge got its slot (its clock)
+    memory_share: float = 1.0  # the slot's share of its node (its GPUs, or CPUs, over the node's): worker/host_limit
 
 
 @dataclass(frozen=True)

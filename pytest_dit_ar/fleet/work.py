@@ -8,6 +8,11 @@ methods; tests call them with a stand-in. Ray's pitfalls handled here:
   a CPU lane's judge sets it to "" itself, and a GPU lane's judge sets it to exactly the GPUs Ray gave it.
 - CUDA device order: Ray's GPU ids are indices; CUDA_DEVICE_ORDER=PCI_BUS_ID makes them nvidia-smi's indices,
   which `device.resolve_lane` turns into the UUIDs the session's device was recorded by.
+- Memory: Ray's memory monitor kills workers by its own policy when its node runs low, and cannot see that memory
+  sits in a sandboxed grandchild of one judge. The judge gives its verb its slot's share of the node's memory
+  (`Placement.memory_share`), each worker's hard limit is derived from it (worker/host_limit.py), all the
+  judging's workers' groups sit inside one group of the judge's with a limit of their own (cgroup.open_judging),
+  and a candidate beyond a limit is killed by the kernel inside its own judging: its CRASH, no other's.
 - OMP_NUM_THREADS: Ray sets it to 1 in its workers; the judge's child gets the environment of a plain run, and
   never Ray's token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH).
 - Log deduplication: the verb's output goes to a log in the run folder and reaches the driver through `output`,
@@ -32,26 +37,30 @@ from dit_ar_contract.device import LaneTarget
 
 from ..state.paths import STATE_DIR, StatePaths
 from ..state.writer import JUDGE_VARIABLE
-from .archive import allowed_members, archive
+from ..worker import cgroup, host_limit
+from ..worker.host_limit import SHARE_VARIABLE
+from .archive import FETCH_CHUNK_BYTES, allowed_members, archive
 from .request import JudgeReply, JudgeRequest, Placement, Prepared, ReplicaPayload
 
-CHUNK_BYTES = 32 << 20  # an archive's part fetched at a time (well under a laptop's Ray object store)
 PR_SET_PDEATHSIG = 1
+ARCHIVE = "judge-archive.tar.gz"  # in the replica's state folder (never among the members it packs)
 
 
-def slot_environment(gpu_ids: tuple[str, ...], judge: str) -> dict[str, str]:
-    """The variables a judge sets for itself and its child: its GPUs only, in nvidia-smi's order."""
-    return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(gpu_ids), JUDGE_VARIABLE: judge}
+def slot_environment(placement: Placement) -> dict[str, str]:
+    """The variables a judge sets for itself and its child: its GPUs only, in nvidia-smi's order, and its slot's
+    share of the node's memory (each worker's derived memory limit, worker/host_limit.py)."""
+    return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(placement.gpu_ids),
+            JUDGE_VARIABLE: placement.node_id, SHARE_VARIABLE: f"{placement.memory_share:.6f}"}
 
 
 HIDDEN_FROM_CHILD = ("OMP_NUM_THREADS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")  # Ray's settings, Ray's secret
 
 
-def child_environment(gpu_ids: tuple[str, ...], judge: str) -> dict[str, str]:
+def child_environment(placement: Placement) -> dict[str, str]:
     """The verb's environment: the judge's, without Ray's thread setting and its token (nothing in the verb needs
     the cluster, and an unsandboxed worker would inherit it)."""
     env = {k: v for k, v in os.environ.items() if k not in HIDDEN_FROM_CHILD}
-    env.update(slot_environment(gpu_ids, judge))
+    env.update(slot_environment(placement))
     return env
 
 
@@ -74,19 +83,19 @@ class JudgeWork:
     def __init__(self) -> None:
         self.root: Path | None = None
         self.log: Path | None = None
-        self.archive = b""
+        self.archive: Path | None = None  # the judging's files, packed in the replica (archive.py's caps)
         self.prepare_s = 0.0
 
     def probe(self, config: Config, lane: str, placement: Placement) -> LaneTarget:
         """The lane's device as this slot gives it (what `init` records as the session's device)."""
-        os.environ.update(slot_environment(placement.gpu_ids, placement.node_id))
+        os.environ.update(slot_environment(placement))
         return device.resolve_lane(config, config.lane(lane))
 
     def prepare(self, request: JudgeRequest, placement: Placement, payload: ReplicaPayload) -> Prepared:
         from . import replica  # GitPython: imported when a replica is built, not when the judge's process starts
 
         t = time.time()
-        os.environ.update(slot_environment(placement.gpu_ids, placement.node_id))
+        os.environ.update(slot_environment(placement))
         self.root = replica.build(replica.replica_path(placement.node_id, request.fleet, request.tag),
                                   payload, request.tag, request.lane_id)
         run_dir = StatePaths(self.root).run(request.run_id)
@@ -102,16 +111,25 @@ class JudgeWork:
         t = time.time()
         argv = [sys.executable, "-P", "-m", "pytest_dit_ar.cli", "--config", str(self.root / request.config),
                 *request.argv]
-        with open(self.log, "ab") as log:
-            proc = subprocess.Popen(argv, cwd=self.root, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    env=child_environment(placement.gpu_ids, placement.node_id),
-                                    preexec_fn=_die_with_parent)
-            code = proc.wait()
+        env = child_environment(placement)
+        group = cgroup.open_judging("judging", host_limit.judging_limit_mb(placement.memory_share))
+        if group is not None:  # every worker's group inside it: their memory together is held by its limit
+            env[cgroup.PARENT_VARIABLE] = group.name
+        try:
+            with open(self.log, "ab") as log:
+                proc = subprocess.Popen(argv, cwd=self.root, stdin=subprocess.DEVNULL, stdout=log,
+                                        stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)
+                code = proc.wait()
+        finally:
+            if group is not None:
+                group.remove()  # whatever of the judging is left ends with it
         paths = StatePaths(self.root)
         halt = paths.halt.read_text() if paths.halt.exists() else ""
-        self.archive = archive(self.root, list(allowed_members(paths, request.kind, request.run_id, request.lane_id)))
+        self.archive = paths.dir / ARCHIVE
+        size = archive(self.root, list(allowed_members(paths, request.kind, request.run_id, request.lane_id)),
+                       self.archive)
         text = self.log.read_text(errors="replace")
-        return JudgeReply(code, last_line(text), placement, time.time(), len(self.archive), halt,
+        return JudgeReply(code, last_line(text), placement, time.time(), size, halt,
                           {"replica": self.prepare_s, "verb": time.time() - t})
 
     def output(self, offset: int) -> bytes:
@@ -133,5 +151,9 @@ class JudgeWork:
             return None
 
     def chunk(self, index: int) -> bytes:
-        return self.archive[index * CHUNK_BYTES:(index + 1) * CHUNK_BYTES]
+        if self.archive is None:
+            return b""
+        with open(self.archive, "rb") as fh:
+            fh.seek(index * FETCH_CHUNK_BYTES)
+            return fh.read(FETCH_CHUNK_BYTES)
 

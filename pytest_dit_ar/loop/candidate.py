@@ -240,7 +240,7 @@ def further_inputs(workers: CandidateWorkers, corpus: list[Case], live: Live | N
         return
     w, pair = workers, workers.first_pair
     cand = cases.OutputSource(w.session, w.launcher, "candidate", w.candidate_root, w.spec(w.candidate_root),
-                        w.run.worker_log("candidate", "cases"), pair.cand if pair else None, candidate=True)
+                              w.run.worker_log("candidate", "cases"), pair.cand if pair else None, candidate=True)
     parent = None if w.best_root is None else cases.OutputSource(
         w.session, w.launcher, "best", w.best_root, w.spec(w.best_root), w.run.worker_log("best", "cases"),
         pair.best if pair else None)

@@ -29,6 +29,7 @@ from .candidate import CandidateWorkers, PhaseClock, further_inputs
 from .quality import assess as quality
 from .quality import reuse
 from .quality.generation import CandidateRun
+from .quality.parent import parent_outputs
 from .speed import timing
 from .speed.progress import TimingProgress
 from .workers.launch import launcher_for, memory_budget
@@ -90,9 +91,8 @@ class Evidence:
         return [c for c in cases if self.case_ids is None or c.id in self.case_ids]
 
     def baseline_cases(self, cases: list[Case]) -> tuple[dict, dict]:
-        """The verified baseline's images and latents of `cases`."""
-        self.baseline()
-        return load_cases(cases_dir(self.session.baseline_dir), cases)
+        """The verified baseline's images and latents of `cases` (verified first)."""
+        return self.baseline() and load_cases(cases_dir(self.session.baseline_dir), cases)
 
     def baseline(self) -> BaselineSummary:
         if self._baseline is None:
@@ -142,15 +142,16 @@ class Evidence:
         return self._quality
 
     def _assess(self) -> QualityAssessment:
-        cases = self.cases()
+        cases, run = self.cases(), self.candidate()
         ref = quality.reference(self.session, self.baseline(), cases)
-        run = self.candidate()
         self._phase("quality: metrics and gates against the baseline")
         t, whole = time.perf_counter(), self.case_ids is None
         self.reuse = reuse.best_judging(self.session, self.launcher, self.best_root, self.declared_class, run, whole)
+        parent = whole and parent_outputs(self.session, self.launcher, self.best_root, cases, self.run, self.spec,
+                                          self.live) or None
         with further_inputs(self.workers, cases, self.live, self.reuse.assessment is None) as inputs:
             result = quality.assess_run(self.session, self.declared_class, run, ref, cases, self.run, whole,
-                                        inputs=inputs, reused=self.reuse.assessment)
+                                        inputs=inputs, reused=self.reuse.assessment, parent=parent)
         self.clock.spent("quality_metrics", t)
         return result
 

@@ -222,19 +222,28 @@ def _progress(lane_id: str, rows: list[LedgerRow], assets: Path) -> Figure:
 
 # -- stage attribution --------------------------------------------------------------------------
 
-def _profile(paths: StatePaths, lane_id: str, assets: Path) -> ProfileView:
-    """Stage-attribution bars, headline figures and top ops of the lane's latest profile, or what is missing."""
+def _arithmetic(paths: StatePaths, lane_id: str, best: BestRecord | None) -> str:
+    """The best's achieved TFLOP/s and share of the card's measured peak, from a profile of the best itself."""
+    found = runs.arithmetic_of(paths.runs, lane_id, best.commit) if best else None
+    return f"the best: {found.line()}" if found else "the best is not profiled: `dit-ar profile` of the best gives " \
+        "its achieved TFLOP/s and the share of the card's measured peak"
+
+
+def _profile(paths: StatePaths, lane_id: str, assets: Path, best: BestRecord | None = None) -> ProfileView:
+    """Stage-attribution bars, headline figures and top ops of the lane's latest profile, or what is missing; and
+    the best's arithmetic."""
+    arithmetic = _arithmetic(paths, lane_id, best)
     found = runs.latest_profile(paths.runs, lane_id)
     if found is None:
-        return ProfileView(found=False)
+        return ProfileView(found=False, arithmetic=arithmetic)
     folder, profile = found
     where = folder.name + (f", commit {profile.commit[:10]}" if profile.commit else "")
     if not profile.stages:
-        return ProfileView(found=True, where=where)
+        return ProfileView(found=True, where=where, arithmetic=arithmetic)
     png = _plots().stages(profile.stages, f"stage attribution ({where})", assets / f"profile-{_slug(lane_id)}.png")
     return ProfileView(found=True, where=where, figure=_figure(png, "stage attribution"),
                        facts=_table(["profile", "value"], [list(f) for f in profile.facts]) if profile.facts else None,
-                       ops=_ops(profile))
+                       ops=_ops(profile), arithmetic=arithmetic)
 
 
 def _ops(profile: ProfileRecord) -> Table | None:
@@ -417,7 +426,7 @@ def _lane_section(lane_id: str, rows: list[LedgerRow], ctx: ReportContext, asset
     """One lane of the session page: header, progress, profile and its newest runs."""
     mine = current_session([r for r in rows if r.lane == lane_id])
     return LaneSection(header=_header(lane_id, mine, ctx), progress=_progress(lane_id, mine, assets),
-                       profile=_profile(ctx.paths, lane_id, assets),
+                       profile=_profile(ctx.paths, lane_id, assets, ctx.best.get(lane_id)),
                        runs=tuple(run_view(r, r.run_id, ctx.root, ctx.paths, assets)
                                   for r in reversed(mine[-MAX_RUNS:])))
 

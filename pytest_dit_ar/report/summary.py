@@ -169,6 +169,10 @@ def markdown(root: Path, lane_id: str | None = None, time: bool = False) -> str:
               "metric, positive = faster), with the interval of its last look.", "",
               "### Re-validation", ""]
     lines += _revalidation(latest_revalidation(root, rows))
+    lines += ["", "### The best's arithmetic", ""]
+    found = runs.arithmetic_of(paths.runs, lane_id, best.commit) if best else None
+    lines += [found.line() if found else "not profiled: `dit-ar profile` of the best gives its achieved TFLOP/s "
+              "and the share of the card's measured peak"]
     lines += ["", "### Discarded ideas", ""]
     lines += _discarded(rows)
     if time:

@@ -80,6 +80,7 @@ class ProfileView:
     figure: Figure | None = None
     facts: Table | None = None
     ops: Table | None = None
+    arithmetic: str = ""  # the best's achieved TFLOP/s and share of the card's peak (its own profile), or why none
 
 
 @dataclass(frozen=True)

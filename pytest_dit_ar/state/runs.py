@@ -345,6 +345,46 @@ def stage_ms(stages: Any) -> dict[str, float]:
     return out
 
 
+@dataclass(frozen=True)
+class Arithmetic:
+    """What a profile of one commit says of its arithmetic: achieved TFLOP/s, the share of the card's peak it is,
+    the peak (and whether it was measured) and how the FLOPs were counted (`replica`: a graphed pipeline's
+    operators counted again on a replica built under the counter)."""
+
+    commit: str
+    achieved_tflops: float
+    percent_of_peak: float
+    peak_tflops: float | None
+    peak_source: str
+    flops_method: str
+
+    def line(self) -> str:
+        peak = f" of the card's {self.peak_tflops:.0f} TFLOP/s ({self.peak_source})" if self.peak_tflops else ""
+        method = f"; FLOPs counted {'on a replica' if self.flops_method == 'replica' else self.flops_method}" \
+            if self.flops_method else ""
+        return (f"{self.achieved_tflops:.1f} TFLOP/s achieved, {self.percent_of_peak:.1f}%{peak}{method} "
+                f"(`dit-ar profile` of {self.commit[:10]})")
+
+
+def arithmetic_of(runs: Path, lane_id: str, commit: str) -> Arithmetic | None:
+    """The newest profile of `commit` (its first ten characters, clean) on this lane: its arithmetic."""
+    for folder in profile_folders(runs):
+        data = load_record(RunPaths(folder).profile)
+        record = ProfileRecord.from_dict(data)
+        if (record.lane_id or lane_id) != lane_id or not record.commit or not commit.startswith(record.commit):
+            continue
+        summary = _mapping(data.get("summary"))
+        achieved, share = summary.get("achieved_tflops"), summary.get("percent_of_peak")
+        if not isinstance(achieved, (int, float)) or not isinstance(share, (int, float)):
+            return None
+        peak = _mapping(summary.get("peak"))
+        tflops = peak.get("tflops")
+        return Arithmetic(record.commit, float(achieved), float(share),
+                          float(tflops) if isinstance(tflops, (int, float)) else None,
+                          str(peak.get("source") or ""), str(summary.get("flops_method") or ""))
+    return None
+
+
 def latest_profile(runs: Path, lane_id: str) -> tuple[Path, ProfileRecord] | None:
     """The newest profile run of this lane (or naming no lane): its folder and record."""
     for folder in profile_folders(runs):

@@ -11,6 +11,13 @@
   sandbox) and memfds included; they are written by the kernel and hidden from the sandbox (its /sys has no
   cgroup tree), so `/proc/self/clear_refs` or freeing memory before a reading changes nothing. The harness
   samples anonymous + shared memory while the worker lives (`Sampler`) and also reads the kernel's peak.
+* **A hard memory limit.** `open_group(label, memory_max_mb)` sets the group's limit (v2 `memory.max`, no swap,
+  `memory.oom.group` so the whole sandbox goes; v1 `memory.limit_in_bytes`): beyond it the kernel kills the
+  worker, and nothing outside its group (the other side, another session's judging on the node) loses a page.
+  `oom_note` names such a kill from the kernel's own counter (v2 `memory.events`, v1 `memory.oom_control`:
+  `oom_kill`), so the worker's death is recorded as the candidate's CRASH, out of memory. Without a memory group
+  the child limits itself before exec (`limit_rlimit`: RLIMIT_DATA, per process; worker/host_limit.py says what
+  that leaves out).
 
 `open_group` returns None where no writable hierarchy exists (an unprivileged harness without delegation):
 then `proc_memory_mb` sums resident and shared memory from /proc, the sandbox's tmpfs use, and the memfds the
@@ -24,6 +31,7 @@ the end-to-end attack tests use it to judge the fallback itself (docs/design/san
 from __future__ import annotations
 
 import os
+import resource
 import secrets
 import threading
 import time
@@ -33,6 +41,7 @@ from pathlib import Path
 ROOT = Path("/sys/fs/cgroup")
 FREEZE_TIMEOUT_S = 30.0
 DISABLE_VARIABLE = "DIT_AR_NO_CGROUP"  # set (non-empty, not "0"): behave as if no cgroup were writable
+PARENT_VARIABLE = "DIT_AR_CGROUP_PARENT"  # a fleet judging's group (open_judging): workers' groups go inside it
 
 
 def disabled() -> bool:
@@ -75,25 +84,29 @@ class Group:
     memory: Path | None = None
     memory_v2: bool = True
     dirs: list[Path] = field(default_factory=list)
+    limit_mb: float | None = None  # the hard memory limit the kernel enforces on the group (None: none)
 
     def procs_files(self) -> list[str]:
         """The cgroup.procs files a new process writes its PID to (from preexec_fn, before exec)."""
         return [str(d / "cgroup.procs") for d in self.dirs]
 
-    def enter(self) -> None:  # pragma: no cover - runs in the child before exec
-        """Join the group (errors are left for the parent to see: it checks the PID is in the group)."""
+    def enter(self) -> bool:  # pragma: no cover - runs in the child before exec
+        """Join the group; whether every write went through (the parent also checks the PID is in the group)."""
         pid = str(os.getpid()).encode()
+        joined = True
         for procs in self.procs_files():
             try:
                 fd = os.open(procs, os.O_WRONLY)
             except OSError:
+                joined = False
                 continue
             try:
                 os.write(fd, pid)
             except OSError:
-                pass
+                joined = False
             finally:
                 os.close(fd)
+        return joined
 
     def adopt(self, pid: int) -> bool:
         """Move a running process (all its threads) into the group from outside (a fork server's child,
@@ -178,14 +191,84 @@ class Group:
             except OSError:
                 pass
         for d in reversed(self.dirs):
-            for _ in range(50):
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.02)
+            _remove_dir(d)
+
+
+def _remove_dir(d: Path) -> None:
+    """Remove a group's folder, the groups inside it first (a judging's workers'), killing what runs in them."""
+    for child in [c for c in d.iterdir() if c.is_dir()] if d.is_dir() else []:
+        try:
+            for pid in (child / "cgroup.procs").read_text().split():
+                os.kill(int(pid), 9)
+        except (OSError, ValueError):
+            pass
+        _remove_dir(child)
+    for _ in range(50):
+        try:
+            d.rmdir()
+            break
+        except FileNotFoundError:
+            break
+        except OSError:
+            time.sleep(0.02)
+
+
+# -- a hard memory limit --------------------------------------------------------------------------------
+def set_limit(group: Group, mb: float) -> bool:
+    """Set the group's hard memory limit (the kernel kills a task of the group beyond it); whether it holds."""
+    if group.memory is None:
+        return False
+    limit = str(int(mb * 2**20))
+    try:
+        if group.memory_v2:
+            (group.memory / "memory.max").write_text(limit)
+            for name, value in (("memory.swap.max", "0"), ("memory.oom.group", "1")):
+                if (group.memory / name).exists():
+                    (group.memory / name).write_text(value)
+        else:
+            (group.memory / "memory.limit_in_bytes").write_text(limit)
+            if (group.memory / "memory.memsw.limit_in_bytes").exists():  # swap accounting on: no swap either
+                (group.memory / "memory.memsw.limit_in_bytes").write_text(limit)
+    except OSError:
+        return False
+    group.limit_mb = mb
+    return True
+
+
+def oom_kills(group: Group) -> int:
+    """How many of the group's tasks the kernel killed at its memory limit (its own counter)."""
+    if group.memory is None:
+        return 0
+    try:
+        text = (group.memory / ("memory.events" if group.memory_v2 else "memory.oom_control")).read_text()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill" and value.strip().isdigit():
+            return int(value)
+    return 0
+
+
+def oom_note(group: Group | None) -> str:
+    """What a worker's death was, when the kernel killed it at its group's memory limit, or at its fleet judging's
+    (the limit of all the judging's workers together), ("" otherwise)."""
+    kills = oom_kills(group) if group is not None else 0
+    if not kills:
+        return ""
+    assert group is not None and group.memory is not None
+    judging = _limit_mb(group.memory.parent, group.memory_v2) if group.memory.parent.name != "dit-ar" else None
+    also = f"its judging's workers: {judging:.0f} MiB together; " if judging else ""
+    return (f"out of memory: the kernel killed it at its memory limit of {group.limit_mb or 0:.0f} MiB ({also}"
+            f"{'memory.events' if group.memory_v2 else 'memory.oom_control'} oom_kill {kills})")
+
+
+def _limit_mb(folder: Path, v2: bool) -> float | None:
+    try:
+        value = (folder / ("memory.max" if v2 else "memory.limit_in_bytes")).read_text().strip()
+    except OSError:
+        return None
+    return int(value) / 2**20 if value.isdigit() and int(value) < 1 << 60 else None
 
 
 def _wait(done, timeout_s: float, message: str) -> None:
@@ -198,11 +281,18 @@ def _wait(done, timeout_s: float, message: str) -> None:
         pause = min(pause * 2, 0.01)
 
 
+def _base(parent: Path) -> Path:
+    """Where a worker's group is made in the hierarchy at `parent`: `dit-ar/`, or inside the fleet judging's group
+    the harness runs for (PARENT_VARIABLE), where that hierarchy has it."""
+    base = parent / "dit-ar"
+    judging = os.environ.get(PARENT_VARIABLE, "")
+    return base / judging if judging and (base / judging).is_dir() else base
+
+
 def _make(parent: Path, name: str) -> Path | None:
     try:
-        base = parent / "dit-ar"
-        base.mkdir(exist_ok=True)
-        path = base / name
+        (parent / "dit-ar").mkdir(exist_ok=True)
+        path = _base(parent) / name
         path.mkdir()
         return path
     except OSError:
@@ -210,11 +300,12 @@ def _make(parent: Path, name: str) -> Path | None:
 
 
 def _v2_memory_ready(v2: Path) -> bool:
-    """Whether a child of v2/dit-ar gets the memory controller (enabled down the tree where allowed)."""
+    """Whether a child of v2/dit-ar (or of the judging's group in it) gets the memory controller (enabled down the
+    tree where allowed)."""
     try:
         if "memory" not in (v2 / "cgroup.controllers").read_text().split():
             return False
-        for level in (v2, v2 / "dit-ar"):
+        for level in dict.fromkeys((v2, v2 / "dit-ar", _base(v2))):
             if "memory" not in (level / "cgroup.subtree_control").read_text().split():
                 (level / "cgroup.subtree_control").write_text("+memory")
         return True
@@ -222,8 +313,46 @@ def _v2_memory_ready(v2: Path) -> bool:
         return False
 
 
-def open_group(label: str) -> Group | None:
-    """A new cgroup for one worker, in whatever writable hierarchies this machine has; None without any."""
+def open_judging(label: str, memory_max_mb: float) -> Group | None:
+    """A fleet judging's group: the groups of its workers are made inside it (its name in PARENT_VARIABLE, in the
+    verb's environment), and its memory limit holds them all together. None where no memory controller is
+    writable (each worker's own limit still holds)."""
+    group = Group(f"{label}-{secrets.token_hex(6)}")
+    v2 = _v2_root()
+    if v2 is not None and _v2_memory_ready(v2):
+        group.memory = _make(v2, group.name)
+    elif _v1("memory") is not None:
+        group.memory, group.memory_v2 = _make(ROOT / "memory", group.name), False
+    if group.memory is not None:
+        group.dirs.append(group.memory)
+    if group.memory is None or not set_limit(group, memory_max_mb):
+        group.remove()
+        return None
+    return group
+
+
+def open_group(label: str, memory_max_mb: float | None = None) -> Group | None:
+    """A new cgroup for one worker, in whatever writable hierarchies this machine has, its memory limited to
+    `memory_max_mb` where a memory controller is writable; None without any."""
+    group = _open(label)
+    if group is not None and memory_max_mb:
+        set_limit(group, memory_max_mb)
+    return group
+
+
+def limit_rlimit(group: Group | None, joined: bool, memory_max_mb: float | None) -> None:  # pragma: no cover
+    """In the child before exec: where its group does not hold the memory limit (no memory controller, or joining
+    failed), RLIMIT_DATA does, per process (resource is imported at the top: nothing is imported in the child)."""
+    if not memory_max_mb or (group is not None and joined and group.limit_mb is not None):
+        return
+    limit = int(memory_max_mb * 2**20)
+    try:
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+    except (OSError, ValueError):
+        pass
+
+
+def _open(label: str) -> Group | None:
     name = f"{label}-{secrets.token_hex(6)}"
     group = Group(name)
     v2 = _v2_root()
@@ -257,6 +386,20 @@ def describe() -> str:
     parts = [f"cgroup v2 at {v2}" if v2 else "no writable cgroup v2"]
     parts += [f"v1 {c}" for c in ("freezer", "memory") if _v1(c)]
     return ", ".join(parts)
+
+
+def memory_limit_kind() -> str:
+    """Which mechanism holds a worker's hard memory limit here: a memory cgroup's, else RLIMIT_DATA (probed by
+    making a group and setting a limit on it)."""
+    group = _open("probe")
+    try:
+        if group is not None and set_limit(group, 1 << 20):
+            return "cgroup v2 memory.max" if group.memory_v2 else \
+                "cgroup v1 memory.limit_in_bytes (no cgroup v2 memory controller delegated here)"
+    finally:
+        if group is not None:
+            group.remove()
+    return "RLIMIT_DATA"
 
 
 # -- without a cgroup: /proc -------------------------------------------------------------------------

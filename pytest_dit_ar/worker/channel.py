@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from dit_ar_contract.errors import CandidateCrash
 
-from . import protocol
+from . import cgroup, protocol
 from .outputs import log_tail
 
 if TYPE_CHECKING:
@@ -57,7 +57,9 @@ class Replies:
             except subprocess.TimeoutExpired:
                 w.kill()
                 code = "none: closed its output and was killed"
-            raise CandidateCrash(f"{w.side} worker died (exit code {code})", log_tail(w.log_path))
+            died = cgroup.oom_note(w.group)  # the kernel killed it at its memory limit: says so
+            raise CandidateCrash(f"{w.side} worker died (exit code {code}{'; ' + died if died else ''})",
+                                 log_tail(w.log_path))
         line, self.buf = self.buf.split(b"\n", 1)
         try:
             return protocol.decode(line)

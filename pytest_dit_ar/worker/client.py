@@ -18,7 +18,7 @@ from typing import Any
 from dit_ar_contract.device import LaneTarget
 from dit_ar_contract.errors import CandidateCrash
 
-from . import protocol, spawn
+from . import cgroup, protocol, spawn
 from . import sandbox as sandbox_mod
 from .bootstrap import BOOTSTRAP, PATH_VARIABLE
 from .channel import Replies
@@ -116,7 +116,7 @@ class WorkerProcess(WorkerHandle):
     def timed_request(self, op: str, timeout_s: float | None = None, **fields: Any) -> tuple[dict, float]:
         """Like request, and also the round-trip time in seconds measured with the harness's clock."""
         if self.proc is None or self.proc.poll() is not None:
-            raise CandidateCrash(f"{self.side} worker is not running", log_tail(self.log_path))
+            raise CandidateCrash(f"{self.side} worker is not running{self._died()}", log_tail(self.log_path))
         line = protocol.encode(protocol.request(op, **fields))
         self.thaw()
         start = time.perf_counter()
@@ -124,7 +124,8 @@ class WorkerProcess(WorkerHandle):
             self.proc.stdin.write(line)
             self.proc.stdin.flush()
         except BrokenPipeError:
-            raise CandidateCrash(f"{self.side} worker died before {op}", log_tail(self.log_path)) from None
+            raise CandidateCrash(f"{self.side} worker died before {op}{self._died()}", log_tail(self.log_path)) \
+                from None
         reply = self.replies.read(timeout_s or self.timeout_s)
         elapsed = time.perf_counter() - start
         self.freeze()
@@ -134,6 +135,10 @@ class WorkerProcess(WorkerHandle):
                                  str(reply.get("traceback", "")))
         self._check_scratch()
         return reply, elapsed
+
+    def _died(self) -> str:
+        note = cgroup.oom_note(self.group)  # the kernel killed it at its memory limit: says so
+        return f" ({note})" if note else ""
 
     def _check_scratch(self) -> None:
         """A worker may keep at most SCRATCH_LIMIT_MB in its scratch folder (the only host folder it can write)."""

@@ -278,7 +278,7 @@ class ForkedWorker(WorkerProcess):
         self.forked_at = forked_at
         self.ready_s: float | None = None  # fork request to hello, by the harness's clock
         # a cgroup of its own: its freeze is the kernel's and its memory figure is not the fork server's
-        self.group = cgroup.open_group(zygote.side + "-fork")
+        self.group = cgroup.open_group(zygote.side + "-fork", spawn.memory_limit_mb(zygote))
         if self.group is not None and not self.group.adopt(handle.pid):
             self.group.remove()
             self.group = None

@@ -32,6 +32,7 @@ class SandboxPolicy:
     gpu: bool = False
     expose: tuple[Path, ...] = ()  # the project's folder (its fixed weights), besides the harness's
     mutable: tuple[str, ...] = ("model_under_test/",)  # what a side's sandbox shows of its tree
+    memory_max_mb: float | None = None  # each worker's hard host-memory limit (worker/host_limit.py; None: none)
 
 
 class WorkerHandle:

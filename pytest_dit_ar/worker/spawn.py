@@ -43,14 +43,20 @@ def _chown_tree(root: Path, uid: int) -> None:
                 pass
 
 
-def _child_setup(group: cgroup.Group | None):
+def _child_setup(group: cgroup.Group | None, memory_max_mb: float | None = None):
     """The child's first steps before exec: die with the harness, then join the worker's cgroup (so that
-    everything the worker starts is frozen, counted and killed with it)."""
+    everything the worker starts is frozen, counted and killed with it), its memory limited by the group or, where
+    the group cannot, by RLIMIT_DATA (worker/host_limit.py)."""
     def setup() -> None:  # pragma: no cover - runs in the child before exec
         _die_with_parent()
-        if group is not None:
-            group.enter()
+        joined = group.enter() if group is not None else False
+        cgroup.limit_rlimit(group, joined, memory_max_mb)
     return setup
+
+
+def memory_limit_mb(w: WorkerHandle) -> float | None:
+    """The worker's hard host-memory limit (its sandbox policy's; worker/host_limit.py): none unsandboxed."""
+    return w.sandbox.memory_max_mb if w.sandbox is not None else None
 
 
 def launch(w: WorkerHandle, argv: list[str], stdin: Any, stdout: Any) -> None:
@@ -64,7 +70,7 @@ def launch(w: WorkerHandle, argv: list[str], stdin: Any, stdout: Any) -> None:
     if w.sandbox is not None and sandbox_mod.privileged():
         os.chmod(w.stage, 0o755)
         os.chown(w.scratch, sandbox_mod.UNPRIVILEGED, sandbox_mod.UNPRIVILEGED)
-    w.group = cgroup.open_group(w.side)
+    w.group = cgroup.open_group(w.side, memory_limit_mb(w))
     env = w.environment()
     with open(w.log_path, "ab") as log:
         stdout = log if stdout is None else stdout
@@ -75,7 +81,7 @@ def launch(w: WorkerHandle, argv: list[str], stdin: Any, stdout: Any) -> None:
             env.update(compile_settings(w))
             w.proc = subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=log,
                                          cwd=w.root, env={**os.environ, **env}, bufsize=0,
-                                         preexec_fn=_child_setup(w.group))
+                                         preexec_fn=_child_setup(w.group, memory_limit_mb(w)))
             check_group(w)
             w.memory.start()
             return
@@ -93,7 +99,7 @@ def launch(w: WorkerHandle, argv: list[str], stdin: Any, stdout: Any) -> None:
         try:
             w.proc = subprocess.Popen(sandbox_mod.command(spec, argv, write_end, filter_fd), stdin=stdin,
                                          stdout=stdout, stderr=log, bufsize=0, pass_fds=fds,
-                                         preexec_fn=_child_setup(w.group))
+                                         preexec_fn=_child_setup(w.group, memory_limit_mb(w)))
         finally:
             for fd in fds:
                 os.close(fd)

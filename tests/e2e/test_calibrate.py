@@ -33,7 +33,7 @@ def test_calibrate_on_the_cpu_lane_stores_a_profile(tmp_path: Path) -> None:
 def test_the_study_engine_builds_a_pool_of_forked_pairs(tmp_path: Path) -> None:
     """A pool of 2 forks two pairs before building them. A forked worker's freeze stops its whole side, so the
     first pair's freeze used to stop the second pair's children before their hello: the engine waited 300 s
-    and crashed (found rehearsing lab/device/wave6_calibrate.sh, 2026-12-02)."""
+    and crashed (found rehearsing lab/device/calibrate.sh, 2026-12-02)."""
     repo = make_project_copy(tmp_path / "repo", slow_s=0.0)
     out = tmp_path / "study.json"
     engine = ("import sys; from pathlib import Path; "

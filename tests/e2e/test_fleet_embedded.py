@@ -144,8 +144,9 @@ def test_fleet_up_baselines_in_slots_then_an_experiment_in_each_worktree(loop_te
     for i, tree in enumerate(trees):
         assert [r.status for r in ledger_rows(tree)] == [Status.BASELINE]
         assert json.loads((tree / ledger_rows(tree)[0].run_dir / "fleet.json").read_text())["slot"].startswith("lap:")
-        # a different comment in each: the same tree against the same best would be refused as already judged
-        commit_change(tree, "model_under_test/pipeline.py", f"\n# a comment in session {i}: a no-op change\n", "no-op")
+        # a different no-op line in each: the same change (comments and layout aside) against the same best would
+        # be refused as already judged
+        commit_change(tree, "model_under_test/pipeline.py", f"\n_NO_OP_{i} = {i}  # a no-op change\n", "no-op")
         proc = dit(tree, "experiment", "--classification", "exact", "--description", "no-op")
         assert last_line(proc).startswith("VERDICT: "), proc.stdout[-3000:] + proc.stderr[-2000:]
         assert len(ledger_rows(tree)) == 2

@@ -134,26 +134,31 @@ def test_a_node_lost_before_candidate_code_is_judged_again_once(fleet_cluster, s
     assert git(tree, "rev-parse", "HEAD") == commit
 
 
-def test_a_node_lost_after_candidate_code_started_is_a_crash_never_judged_again(fleet_cluster, slot,
-                                                                                project: Path, tmp_path: Path) -> None:
-    """The node goes while the candidate runs: one CRASH row `node-lost`, the branch reset, no second judging."""
+def test_a_node_lost_after_candidate_code_started_is_a_harness_error_never_the_candidates(
+        fleet_cluster, slot, project: Path, tmp_path: Path) -> None:  # noqa: ANN001
+    """The node goes while the candidate runs: a harness error named `node-lost`, one line, exit 2; no row, the
+    branch not reset, no second judging, the claim released (the agent's next `experiment` sends it again)."""
+    from pytest_dit_ar.fleet import index
+
     tree = stub_session(project, "lost-run", fleet_cluster.address, slot("lostrun:slot-0"))
     commit = candidate(tree, "\n# a node killer\n")
-    parent = git(tree, "rev-parse", "HEAD^")
     hold = tmp_path / "hold"
     hold.mkdir()
     work = StubWork(str(tmp_path), hold=str(hold), hold_phase="run", status="keep")
-    codes = []
-    run = threading.Thread(target=lambda: codes.append(driver(tree, work, fleet_cluster).experiment("exact", "x")))
+    codes, lines = [], []
+    lost = Driver(tree / CONFIG, executor(fleet_cluster, work), out=lines.append, echo=None)
+    run = threading.Thread(target=lambda: codes.append(lost.experiment("exact", "x")))
     run.start()
     _hold_then(fleet_cluster, hold, "run", run)
     run.join(timeout=300)
-    assert codes == [1]
-    rows = [r for r in ledger_rows(tree) if r.status.is_experiment]
-    assert len(rows) == 1 and rows[0].status is Status.CRASH and rows[0].reason.startswith("node-lost")
-    assert rows[0].commit == commit and git(tree, "rev-parse", "HEAD") == parent
+    assert codes == [2]
+    assert [x for x in lines if x.startswith("REFUSED")] == lines[-1:] and "harness error" in lines[-1], lines
+    assert any(cause in lines[-1] for cause in ("node-lost", "judge-died", "unavailable")), lines[-1]
+    assert [r for r in ledger_rows(tree) if r.status.is_experiment] == []
+    assert git(tree, "rev-parse", "HEAD") == commit
     assert judged_log(tmp_path) == []  # never finished, never started again
     assert not (tree / ".autoresearch" / "dispatch.json").exists()
+    assert [e.event for e in index.entries(lost.repo) if e.commit == commit] == ["claim", "release"]
 
 
 def test_judges_are_never_retried_by_ray() -> None:
@@ -255,3 +260,94 @@ def test_a_duplicate_candidate_is_refused_anywhere_in_the_fleet(fleet_cluster, s
     earlier = [r for r in ledger_rows(a) if r.status.is_experiment][0]
     assert "session dup-a" in str(refused.value) and earlier.run_id in str(refused.value)
     assert len(judged_log(tmp_path)) == 1 and [r for r in ledger_rows(b) if r.status.is_experiment] == []
+
+
+# -- one session cannot hurt another on a node ------------------------------------------------------------------------
+HOG_LIMIT_MB = 1400.0  # each worker's derived limit on the test's node (its slot's share of it)
+
+
+@pytest.fixture
+def shared_node(fleet_cluster, loop_template: Path, tmp_path: Path):  # noqa: ANN001, ANN201
+    """Two real sessions (copies of the baselined embedded session) bound to two CPU slots on one fresh node. The
+    node has as many logical CPUs as make a CPU slot's share of it (1 CPU over the node's) give each worker a derived
+    limit of about HOG_LIMIT_MB; the cluster's other nodes are held by blockers while the slots are made, so both
+    land on it."""
+    import dataclasses
+
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from pytest_dit_ar.state.executor import ExecutorChoice
+    from pytest_dit_ar.state.records import write_session
+    from pytest_dit_ar.state.session import open_session
+    from pytest_dit_ar.worker import host_limit
+    from tests.helpers.loop import clone_state
+
+    cpus = max(2, round(host_limit.machine_mb() * host_limit.HOST_MEMORY_SHARE / HOG_LIMIT_MB))
+    blockers = []
+    for node in ray.nodes():
+        free = node["Resources"].get("CPU", 0.0) if node.get("Alive") else 0.0
+        if free:
+            blockers.append(placement_group([{"CPU": free}], strategy="STRICT_PACK"))
+            ray.get(blockers[-1].ready(), timeout=120)
+    node = fleet_cluster.add_node(num_cpus=cpus, num_gpus=0)
+    fleet_cluster.wait_for_nodes()
+    repos = {}
+    try:
+        for side in ("hog", "honest"):
+            slot = f"mem-{side}:slot-0"
+            ray_executor.create_slot(slot, 0, 1.0)
+            repo = clone_state(loop_template, tmp_path / side)
+            session = open_session(repo / "config" / "autoresearch.json")
+            write_session(session, dataclasses.replace(session.started, executor=ExecutorChoice(
+                "ray", fleet_cluster.address, slot, slot.split(":")[0])))
+            repos[side] = repo
+    finally:
+        for group in blockers:
+            remove_placement_group(group)
+    assert {s.node for s in ray_executor.slot_states("mem-")} == {node.node_id}
+    yield repos
+    for side in repos:
+        ray_executor.remove_slot(f"mem-{side}:slot-0")
+    fleet_cluster.remove_node(node)
+
+
+def test_a_memory_hog_in_one_slot_is_its_own_crash_and_the_other_slots_verdict_its_own(shared_node: dict) -> None:
+    """Slot A's candidate holds twice its worker's limit while slot B's candidate is judged on the same node: the
+    kernel kills A's worker inside its own group (A's CRASH, out of memory, named from the cgroup's oom_kill counter)
+    and B's verdict is the one a local run gives (tests/e2e/test_loop.py: brightened outputs are DISCARD-QUALITY,
+    decided by its whole corpus run, whatever the load does to timing). No judge is lost."""
+    from pytest_dit_ar.loop.speed.patching import wrap_generate
+    from pytest_dit_ar.state.runs import RunPaths
+    from pytest_dit_ar.worker import cgroup
+    from tests.e2e.test_memory_limit import hog
+    from tests.helpers.loop import commit_change, experiment, last_line
+
+    hog_repo, honest = shared_node["hog"], shared_node["honest"]
+    commit_change(hog_repo, "model_under_test/__init__.py", hog(HOG_LIMIT_MB), "hold twice the limit")
+    commit_change(honest, "model_under_test/__init__.py", wrap_generate("q", """\
+        out = _gen(requests)
+        out.images = (out.images + 0.2).clamp(0, 1)
+        return out"""), "brighten the output")
+    procs = {}
+
+    def judge(side: str, repo: Path, description: str) -> None:
+        procs[side] = experiment(repo, "exact", description)
+
+    threads = [threading.Thread(target=judge, args=("hog", hog_repo, "a memory hog")),
+               threading.Thread(target=judge, args=("honest", honest, "brighten the output"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=1800)
+    hog_proc, honest_proc = procs["hog"], procs["honest"]
+    assert last_line(honest_proc) == "VERDICT: DISCARD-QUALITY" and honest_proc.returncode == 1, \
+        honest_proc.stdout[-3000:] + honest_proc.stderr[-2000:]
+    assert last_line(hog_proc) == "VERDICT: CRASH" and hog_proc.returncode == 1, \
+        hog_proc.stdout[-3000:] + hog_proc.stderr[-2000:]
+    row = ledger_rows(hog_repo)[-1]
+    assert row.status is Status.CRASH and "out of memory" in row.reason, row.reason
+    if cgroup.memory_limit_kind() != "RLIMIT_DATA":
+        assert "oom_kill" in (RunPaths(hog_repo / row.run_dir).crash_text() or "")
+    assert "psnr_db" in honest_proc.stdout  # judged on its outputs, as a local run is
+    assert "harness error" not in hog_proc.stdout + honest_proc.stdout  # neither judge was lost
+    assert not any((repo / ".autoresearch" / "dispatch.json").exists() for repo in (hog_repo, honest))

@@ -91,7 +91,8 @@ class StubWork:
             run_dir = StatePaths(Path(tmp)).run(request.run_id)
             run_dir.mkdir(parents=True)
             conclusion.write(outcome, run_dir)
-            return archive.archive(Path(tmp), [f".autoresearch/runs/{request.run_id}"])
+            archive.archive(Path(tmp), [f".autoresearch/runs/{request.run_id}"], Path(tmp) / "a.tar.gz")
+            return (Path(tmp) / "a.tar.gz").read_bytes()
 
     def output(self, offset: int) -> bytes:
         return b"stub judge\n"[offset:]
@@ -117,10 +118,12 @@ def stub_session(repo: Path, tag: str, address: str, slot: str) -> Path:
 
 
 def candidate(tree: Path, text: str, message: str = "a candidate", unique: bool = True) -> str:
-    """One commit in model_under_test/ on the session's best (`unique`: its text names the session, so two sessions'
-    candidates are not the same tree, which the fleet refuses as a duplicate)."""
+    """One commit in model_under_test/ on the session's best: `text` and a line of code made of it (`unique`: the
+    code names the session, so two sessions' candidates are not the same idea, which the fleet refuses as a
+    duplicate; a comment alone would be a near-duplicate of every other comment-only change)."""
     target = tree / "model_under_test" / "__init__.py"
-    target.write_text(target.read_text() + text + (f"# in {tree.name}\n" if unique else ""))
+    idea = text.strip().lstrip("# ") + (f" in {tree.name}" if unique else "")
+    target.write_text(target.read_text() + text + f"_IDEA = {idea!r}\n")
     git(tree, "commit", "-qam", message)
     return git(tree, "rev-parse", "HEAD")
 

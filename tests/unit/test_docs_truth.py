@@ -11,7 +11,9 @@ Read from the code, so that a verb, flag or key added later is known without edi
 Checked in README.md, program.md, SKILL.md, AGENTS.md, docs/ and handbook/ (prose and code spans outside
 fenced blocks, except where a check says otherwise). Commands written out in full are parsed by
 tests/unit/test_docs_commands.py and local paths resolved by tests/unit/test_links.py; this file adds the
-names and numbers those do not see.
+names and numbers those do not see, and the paths test_links does not: every repository path README.md,
+program.md, docs/design/ and docs/guide/ name, in fenced blocks too and written from a package's folder
+(`loop/speed/pairs.py`), exists.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import fnmatch
+import glob
 import io
+import os
 import re
 import sys
 import typing
@@ -34,7 +39,8 @@ if str(ROOT) not in sys.path:
 from dit_ar_contract import config as C  # noqa: E402
 from tests.unit.test_docs_commands import DOCS as PARSED_ELSEWHERE  # noqa: E402
 from tests.unit.test_docs_commands import _split, extract_commands  # noqa: E402
-from tests.unit.test_links import DOC_FILES, _prose_lines  # noqa: E402
+from tests.unit.test_links import _SUFFIX as _PATH_SUFFIX  # noqa: E402
+from tests.unit.test_links import DOC_FILES, TOP, _expand_braces, _prose_lines  # noqa: E402
 
 _SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 
@@ -675,3 +681,77 @@ def test_retired_terms_are_caught_unless_marked_as_history(tmp_path):
     assert retired_problems(_page(tmp_path, then)) == []
     quality = "A set metric's bound comes from a paired bootstrap over cases (`bootstrap_resamples`).\n"
     assert retired_problems(_page(tmp_path, quality)) == []
+
+
+# -- repository paths ---------------------------------------------------------------------------------------
+PATH_DOCS = sorted({ROOT / "README.md", ROOT / "program.md"} | set((ROOT / "docs" / "design").glob("*.md"))
+                   | set((ROOT / "docs" / "guide").glob("*.md")))
+# A token is a path of this repository when it has a `/` and starts with a top-level entry or a folder of the
+# product's package (`loop/`, `fleet/`, `worker/`, ...), or ends like a file of ours. Another project's file is
+# written as a URL (not checked).
+PACKAGE_FOLDERS = frozenset(p.name for p in (ROOT / "pytest_dit_ar").iterdir() if (p / "__init__.py").is_file())
+FILE_ENDINGS = (".py", ".md", ".sh", ".json")
+_PATH_TOKEN = re.compile(r"(?<![\w/.~$<@%-])[A-Za-z0-9_][\w.{},*-]*/[\w./{},*:#-]*")
+
+
+@cache
+def repository_entries() -> frozenset[str]:
+    """Every file and folder of the checkout (relative, posix), outside hidden folders and caches."""
+    out = set()
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
+        rel = Path(folder).relative_to(ROOT).as_posix()
+        prefix = "" if rel == "." else rel + "/"
+        out.update(prefix + name for name in (*dirs, *files))
+    return frozenset(out)
+
+
+def path_like(token: str) -> bool:
+    first = token.split("/", 1)[0]
+    return first in TOP or first in PACKAGE_FOLDERS or token.endswith(FILE_ENDINGS)
+
+
+def names_an_entry(token: str, doc: Path) -> bool:
+    """Whether a path (globs and `{a,b}` allowed) exists from the root, from the doc's folder, or as the tail of
+    a repository path (`fleet/work.py` is `pytest_dit_ar/fleet/work.py`)."""
+    for variant in _expand_braces(token):
+        variant = variant.rstrip("/")
+        if any(ch in variant for ch in "*?["):
+            if not (glob.glob(str(ROOT / variant)) or glob.glob(str(doc.parent / variant))
+                    or fnmatch.filter(repository_entries(), "*/" + variant)):
+                return False
+        elif not ((ROOT / variant).exists() or (doc.parent / variant).exists()
+                  or any(entry.endswith("/" + variant) for entry in repository_entries())):
+            return False
+    return True
+
+
+def path_problems(doc: Path) -> list[str]:
+    rel, problems = _rel(doc), []
+    for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), start=1):
+        for m in _PATH_TOKEN.finditer(line):
+            token = _PATH_SUFFIX.sub("", m.group(0).rstrip(".,;:#"))
+            if "://" in line[m.start():m.end() + 3] or not path_like(token):
+                continue
+            if not names_an_entry(token, doc):
+                problems.append(f"{rel}:{number}: `{token}` names no file or folder of the repository")
+    return problems
+
+
+def test_every_repository_path_the_docs_name_exists():
+    problems = [p for doc in PATH_DOCS for p in path_problems(doc)]
+    assert not problems, "\n".join(problems)
+
+
+def test_path_checks_catch_moved_and_retired_files(tmp_path):
+    page = ("The verdict is `loop/verdict.py`; the pairs `loop/speed/pairs.py`, the judge fleet/work.py and\n"
+            "`pytest_dit_ar/loop/clean_rounds.py` (moved), `loop/findings.py` (merged), see docs/design/*.md and\n"
+            "perf_suite/{sequential,roofline}.py, https://github.com/a/b/blob/main/x.py and owner/repo.\n"
+            "```bash\nbash lab/device/ladder.sh && bash lab/device/wave4_ladder.sh   # retired\n```\n"
+            "The picture of `docs/design/no_such_page.md#floors`.\n")
+    found = path_problems(_page(tmp_path, page))
+    assert [p.split(": ", 1)[1] for p in found] == [
+        "`pytest_dit_ar/loop/clean_rounds.py` names no file or folder of the repository",
+        "`loop/findings.py` names no file or folder of the repository",
+        "`lab/device/wave4_ladder.sh` names no file or folder of the repository",
+        "`docs/design/no_such_page.md` names no file or folder of the repository"], found

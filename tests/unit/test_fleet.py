@@ -18,7 +18,7 @@ from dit_ar_contract.status import Status
 from pytest_dit_ar.fleet import archive, dispatch
 from pytest_dit_ar.fleet.dispatch import PREPARE, RUN, Dispatch
 from pytest_dit_ar.fleet.judging import Echo, Judging
-from pytest_dit_ar.fleet.request import JudgeReply, JudgeRequest, NodeLost, Placement, Prepared, ReplicaPayload
+from pytest_dit_ar.fleet.request import JudgeLost, JudgeReply, JudgeRequest, Placement, Prepared, ReplicaPayload
 from pytest_dit_ar.fleet.usage import SessionUsage, fleet_best
 from pytest_dit_ar.loop import conclusion
 from pytest_dit_ar.state import gitops, ledger
@@ -59,16 +59,22 @@ def _tar(members: dict[str, bytes], link: str = "") -> bytes:
     return buffer.getvalue()
 
 
+def _file(tmp_path: Path, data: bytes) -> Path:
+    path = tmp_path / "archive.tar.gz"
+    path.write_bytes(data)
+    return path
+
+
 def test_a_judges_archive_unpacks_only_where_its_kind_may_write(tmp_path: Path) -> None:
     allowed = archive.allowed_members(StatePaths(tmp_path), "experiment", "run-1", "lane")
-    written = archive.unpack(_tar({".autoresearch/runs/run-1/perf.json": b"{}"}), tmp_path, allowed)
+    written = archive.unpack(_file(tmp_path, _tar({".autoresearch/runs/run-1/perf.json": b"{}"})), tmp_path, allowed)
     assert written == [".autoresearch/runs/run-1/perf.json"] and (tmp_path / written[0]).read_bytes() == b"{}"
     for bad in ({".autoresearch/results.tsv": b"forged"}, {".autoresearch/runs/run-1/../../best.json": b"{}"},
                 {".autoresearch/baseline/lane/manifest.json": b"{}"}):
         with pytest.raises(Refused, match="outside what it may return"):
-            archive.unpack(_tar(bad), tmp_path, allowed)
+            archive.unpack(_file(tmp_path, _tar(bad)), tmp_path, allowed)
     with pytest.raises(Refused, match="not a regular file"):
-        archive.unpack(_tar({}, link=".autoresearch/runs/run-1/link"), tmp_path, allowed)
+        archive.unpack(_file(tmp_path, _tar({}, link=".autoresearch/runs/run-1/link")), tmp_path, allowed)
     assert not (tmp_path / ".autoresearch" / "results.tsv").exists()
     assert archive.allowed_members(StatePaths(tmp_path), "baseline", "r", "lane")[1] == ".autoresearch/baseline/lane"
 
@@ -106,7 +112,7 @@ PAYLOAD = ReplicaPayload(b"", "autoresearch/t", "c" * 40, {}, {})
 
 @dataclass
 class FakeJudge:
-    lose_in: str = ""  # "prepare" or "run": NodeLost there
+    lose_in: str = ""  # "prepare" or "run": JudgeLost there
     name: str = "judge"
     calls: list[str] = field(default_factory=list)
     state_now: str = "idle"
@@ -114,7 +120,7 @@ class FakeJudge:
     def prepare(self, payload: ReplicaPayload) -> Prepared:
         self.calls.append("prepare")
         if self.lose_in == "prepare":
-            raise NodeLost("gone")
+            raise JudgeLost("node-lost", "gone")
         return Prepared(PLACE, "", 0.0)
 
     def start(self) -> None:
@@ -125,7 +131,7 @@ class FakeJudge:
 
     def result(self, timeout_s: float) -> JudgeReply | None:
         if self.lose_in == "run":
-            raise NodeLost("gone")
+            raise JudgeLost("node-lost", "gone")
         return JudgeReply(0, "VERDICT: KEEP", PLACE, 1.0)
 
     def output(self, offset: int) -> bytes:
@@ -134,7 +140,7 @@ class FakeJudge:
     def progress(self) -> bytes | None:
         return None
 
-    def archive(self, size: int) -> bytes:
+    def chunk(self, index: int) -> bytes:
         return b""
 
     def release(self) -> None:
@@ -177,14 +183,15 @@ def test_lost_after_candidate_code_started_is_never_judged_again(tmp_path: Path)
     executor = FakeExecutor([FakeJudge("run"), FakeJudge()])
     judged = _judging(executor, tmp_path).send(REQUEST, _record(), lambda: PAYLOAD)
     assert judged.reply is None and judged.dispatch.phase == RUN and len(executor.made) == 1
-    assert dispatch.read(StatePaths(tmp_path)).phase == RUN  # on disk: a successor records the CRASH
+    assert judged.lost is not None and judged.lost.cause == "node-lost"  # a harness error, named
+    assert dispatch.read(StatePaths(tmp_path)).phase == RUN  # on disk until the driver has said so
     baseline = FakeExecutor([FakeJudge("run"), FakeJudge()])  # a baseline runs no candidate code: judged again
     again = _judging(baseline, tmp_path).send(JudgeRequest(**{**REQUEST.__dict__, "kind": "baseline"}),
                                               Dispatch(**{**_record().__dict__, "kind": "baseline"}), lambda: PAYLOAD)
     assert again.reply is not None and again.dispatch.attempt == 2
 
 
-def test_a_successor_drops_a_judging_that_never_started_and_crashes_one_that_did(tmp_path: Path) -> None:
+def test_a_successor_drops_a_judging_that_never_started_and_names_one_lost_after(tmp_path: Path) -> None:
     paths = StatePaths(tmp_path)
     idle = FakeJudge(state_now="prepared")
     dispatch.write(paths, _record().moved(phase=RUN))
@@ -192,7 +199,8 @@ def test_a_successor_drops_a_judging_that_never_started_and_crashes_one_that_did
     assert idle.calls == ["release"] and dispatch.read(paths) is None
     dispatch.write(paths, _record().moved(phase=RUN))
     lost = _judging(FakeExecutor([]), tmp_path).attach(dispatch.read(paths))
-    assert lost is not None and lost.reply is None  # gone after the verb started: the candidate's CRASH
+    assert lost is not None and lost.reply is None and lost.lost is not None  # gone after the verb started: a
+    assert lost.lost.cause == "judge-died"  # harness error the driver names (never the candidate's CRASH)
     dispatch.write(paths, _record())
     assert _judging(FakeExecutor([]), tmp_path).attach(dispatch.read(paths)) is None  # gone before: nothing
 

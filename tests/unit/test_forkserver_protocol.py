@@ -50,7 +50,7 @@ def zygote_pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     # the test) and no memory sampler (its reads of /proc would move the descriptor count checked below)
     from pytest_dit_ar.worker import forkserver, memory
 
-    monkeypatch.setattr(forkserver.cgroup, "open_group", lambda label: None)
+    monkeypatch.setattr(forkserver.cgroup, "open_group", lambda label, memory_max_mb=None: None)
     monkeypatch.setattr(forkserver.ForkedWorker, "freeze", lambda self: None)
     monkeypatch.setattr(memory.MemoryWatch, "start", lambda self: None)
     z = Zygote("candidate", tmp_path, target(), 1, tmp_path / "fs.log", 30.0, None)

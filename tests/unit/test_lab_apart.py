@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,3 +65,40 @@ def test_the_checker_sees_an_import_of_the_lab(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("import os\nfrom lab.studies import simulation\nfrom . import sibling\n")
     assert _imported(module) == {"os", "lab"}
+
+
+# -- the lab's files are named for what they do ------------------------------------------------------------
+
+# A name that says when or for whom a file was written (a wave, a device call, an issue, a review turn) says
+# nothing of what it does; the dated record keeps those names (lab/data/ folders, lab/notebook/ pages).
+HISTORY_NAME = re.compile(r"(wave|call|issue|turn)[-_ ]?\d", re.IGNORECASE)
+RECORDS = ("data", "notebook")
+
+
+def history_named(lab: Path) -> list[str]:
+    """Files and folders under `lab` (outside its records) whose name is a wave, a call, an issue or a turn."""
+    return sorted(path.relative_to(lab).as_posix() for path in lab.rglob("*")
+                  if path.relative_to(lab).parts[0] not in RECORDS and "__pycache__" not in path.parts
+                  and HISTORY_NAME.search(path.name))
+
+
+def test_no_lab_file_is_named_after_a_wave_a_call_an_issue_or_a_turn() -> None:
+    assert history_named(ROOT / "lab") == []
+
+
+def test_a_history_name_is_found_outside_the_records_only(tmp_path: Path) -> None:
+    for name in ("device/wave4_ladder.sh", "device/h200_issue17.sh", "probes/Wave-5_pool.py", "tools/review-turn_3.md",
+                 "device/call2/run.sh", "data/h200/wave4/call2/x.json", "notebook/wave9.md", "device/ladder.sh",
+                 "device/calibrate.sh", "probes/recall_probe.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).touch()
+    assert history_named(tmp_path) == ["device/call2", "device/h200_issue17.sh", "device/wave4_ladder.sh",
+                                       "probes/Wave-5_pool.py", "tools/review-turn_3.md"]
+
+
+def test_every_device_script_is_listed_in_the_lab_readme() -> None:
+    """lab/README.md says what each script of lab/device/ runs: a new script gets its line there."""
+    readme = (ROOT / "lab" / "README.md").read_text(encoding="utf-8")
+    unlisted = [p.name for p in sorted((ROOT / "lab" / "device").iterdir())
+                if p.is_file() and p.suffix in (".sh", ".py") and f"`{p.name}`" not in readme]
+    assert not unlisted, f"lab/device/ scripts lab/README.md does not name: {unlisted}"

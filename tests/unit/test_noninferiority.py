@@ -17,6 +17,7 @@ from quality_suite.case_scores import CaseScores
 from tests.helpers.loop import PROJECT
 
 QUALITY = load_config(PROJECT / "config" / "autoresearch.json").lanes["embedded-cpu"].quality
+FIGURES = task_tests.Figures({"judge_accuracy": 0.9}, {"judge_accuracy": 3e-5}, tolerances={"judge_accuracy": 1e-3})
 
 
 # -- alpha spending ---------------------------------------------------------------------------------
@@ -95,14 +96,16 @@ def test_decisions(estimate: float, se: float, margin: float, last: bool, decisi
 
 
 def test_the_last_look_spends_what_is_left_even_before_the_budget() -> None:
-    spec = ni.TestSpec("judge_accuracy", "baseline", 0.025, "approximate margin")
-    test = ni.SequentialTest(spec, ni.Design(alpha=0.05, max_cases=200))
     rng = np.random.default_rng(0)
     base = rng.uniform(0.8, 1.0, 80)
     cand = base - 0.02 + rng.normal(0, 0.05, 80)
-    assert test.look(base[:40], cand[:40], last=False) is ni.Decision.MORE
-    test.look(base, cand, last=True)  # the supply ran out at 80 cases
-    result = test.result()
+    pair = {("judge_accuracy", "baseline"): task_tests.Paired(base, cand)}
+    early = task_tests.judge_case_scores("approximate", {k: task_tests.Paired(v.base[:40], v.cand[:40])
+                                                         for k, v in pair.items()}, QUALITY, FIGURES, 40,
+                                         complete=False)
+    assert early.decision is ni.Decision.MORE and early.needed == 80 and early.waiting == ("baseline",)
+    [result] = task_tests.judge_case_scores("approximate", pair, QUALITY, FIGURES, 40).tests  # no more cases
+    assert [look.n for look in result.looks] == [40, 80]
     assert result.alpha_spent() == pytest.approx(0.05) and result.decision is not ni.Decision.MORE
     assert ni.TestResult.from_dict(result.as_dict()) == result
 
@@ -143,66 +146,79 @@ def first_block(drop: float, sd: float) -> task_tests.Block:
                             {"baseline": scores({c: 0.9 for c in ids})})
 
 
-def approximate_specs() -> list[ni.TestSpec]:
-    return task_tests.specs("approximate", QUALITY, {"judge_accuracy": 0.9}, {"judge_accuracy": 3e-5}, False)
+def run(first: task_tests.Block, supply: Supply | None, cls: str = "approximate",
+        figures: task_tests.Figures = FIGURES, against_parent: bool = False) -> task_tests.Judgement:
+    return task_tests.run(cls, QUALITY, figures, first, 40, supply, against_parent)
 
 
 def test_an_undecided_test_adds_doubling_blocks_until_it_decides() -> None:
     supply = Supply(200, drop=0.0, sd=0.1)  # bound 0.034 over 40 cases, 0.026 over 80, 0.017 over 160
-    plan = task_tests.design(QUALITY, 40)
-    [result] = task_tests.run(approximate_specs(), plan, first_block(0.0, 0.1), 40, supply)
-    assert plan.max_cases == 200 and [look.n for look in result.looks] == [40, 80, 160]
-    assert result.passed, result.describe()
+    judgement = run(first_block(0.0, 0.1), supply)
+    [result] = judgement.tests
+    assert task_tests.design(QUALITY, 40).max_cases == 200 and [look.n for look in result.looks] == [40, 80, 160]
+    assert result.passed and judgement.decision is ni.Decision.PASS and judgement.cases == 160, result.describe()
     assert supply.asked == [(40, ("baseline",)), (80, ("baseline",))]
 
 
+def test_a_longer_prefix_replays_the_same_earlier_looks() -> None:
+    rng = np.random.default_rng(3)
+    base = rng.uniform(0.8, 1.0, 200)
+    cand = base - 0.015 + rng.normal(0, 0.06, 200)
+    looks = []
+    for n in (40, 80, 160, 200):
+        pair = {("judge_accuracy", "baseline"): task_tests.Paired(base[:n], cand[:n])}
+        looks.append(task_tests.judge_case_scores("approximate", pair, QUALITY, FIGURES, 40, complete=n == 200)
+                     .tests[0].looks)
+    assert all(longer[:len(shorter)] == shorter for shorter, longer in zip(looks, looks[1:]))
+    assert [len(x) for x in looks] == [1, 2, 3, 3]  # decided at 160 cases: 200 cases replay the same three looks
+
+
 def test_a_measured_regression_stops_at_the_first_look_and_an_unshown_one_fails_at_the_budget() -> None:
-    plan = task_tests.design(QUALITY, 40)
-    [bad] = task_tests.run(approximate_specs(), plan, first_block(0.08, 0.02), 40, Supply(200, 0.08, 0.02))
+    [bad] = run(first_block(0.08, 0.02), Supply(200, 0.08, 0.02)).tests
     assert bad.decision is ni.Decision.FAIL and len(bad.looks) == 1 and "regression measured" in bad.reason
     supply = Supply(200, drop=0.025, sd=0.2)  # exactly at the margin, noisy: never shown
-    [unsure] = task_tests.run(approximate_specs(), plan, first_block(0.025, 0.2), 40, supply)
+    [unsure] = run(first_block(0.025, 0.2), supply).tests
     assert not unsure.passed and unsure.last.n == 200 and unsure.alpha_spent() == pytest.approx(0.05)
     assert "not shown within the case budget" in unsure.reason
 
 
 def test_quantization_tests_each_metric_against_the_baseline_and_the_parent_within_the_resolution() -> None:
-    base = {"judge_accuracy": 0.9, "frechet_distance": 15.0}
-    res = {"judge_accuracy": 3e-5, "frechet_distance": 5e-4}
-    specs = task_tests.specs("quantization", QUALITY, base, res, against_parent=True)
+    figures = task_tests.Figures({"judge_accuracy": 0.9, "frechet_distance": 15.0},
+                                 {"judge_accuracy": 3e-5, "frechet_distance": 5e-4})
+    plan = task_tests.design(QUALITY, 40)
+    specs = task_tests.specs("quantization", QUALITY, figures, plan, against_parent=True)
     assert {(s.metric, s.reference, s.margin) for s in specs} == {
         ("judge_accuracy", "baseline", 3e-5), ("judge_accuracy", "parent", 3e-5),
         ("frechet_distance", "baseline", 5e-4), ("frechet_distance", "parent", 5e-4)}
     approx = {(s.metric, round(s.margin, 9), s.margin_source)
-              for s in task_tests.specs("approximate", QUALITY, base, res, True)}
+              for s in task_tests.specs("approximate", QUALITY, figures, plan, True)}
     assert approx == {("judge_accuracy", 0.025, "approximate margin"),
                       ("frechet_distance", 2.25, "approximate margin")}
-    assert task_tests.specs("numerical", QUALITY, base, res, True) == []
+    assert task_tests.specs("numerical", QUALITY, figures, plan, True) == []
 
 
 def test_a_quantization_on_an_approximate_chain_keeps_the_chains_margin_against_the_baseline_only() -> None:
-    base = {"judge_accuracy": 0.9}
-    res = {"judge_accuracy": 3e-5}
-    specs = task_tests.specs("quantization", QUALITY, base, res, against_parent=True, approximate_chain=True)
-    assert {(s.reference, s.margin, s.margin_source) for s in specs} == {
-        ("baseline", 0.025, "approximate margin"), ("parent", 3e-5, "resolution")}
+    plan = task_tests.design(QUALITY, 40)
+    specs = task_tests.specs("quantization", QUALITY, FIGURES, plan, against_parent=True, approximate_chain=True)
+    assert {(s.reference, s.margin, s.margin_source, s.rule.kind) for s in specs} == {
+        ("baseline", 0.025, "approximate margin", "severe"), ("parent", 3e-5, "resolution", "tolerance")}
     # without the parent's outputs the chain's margin is never granted: the baseline test keeps the resolution
-    alone = task_tests.specs("quantization", QUALITY, base, res, against_parent=False, approximate_chain=True)
+    alone = task_tests.specs("quantization", QUALITY, FIGURES, plan, against_parent=False, approximate_chain=True)
     assert [(s.reference, s.margin) for s in alone] == [("baseline", 3e-5)]
     # an int8-like loss of 4e-4 against the parent fails although the chain is within its budget of the baseline
     ids = [f"c{i}" for i in range(40)]
     block = task_tests.Block(scores({c: 0.9 - 0.0013 + wobble(i, 1e-4) for i, c in enumerate(ids)}),
                              {"baseline": scores({c: 0.9 for c in ids}), "parent": scores({c: 0.9 - 0.0009
                                                                                         for c in ids})})
-    results = task_tests.run(specs, task_tests.design(QUALITY, 40), block, 40, None)
-    verdict = {r.reference: r.passed for r in results}
-    assert verdict == {"baseline": True, "parent": False}
+    judgement = task_tests.run("quantization", QUALITY, FIGURES, block, 40, None, True, True)
+    results = {r.reference: r for r in judgement.tests}
+    assert judgement.decision is ni.Decision.FAIL and "regression measured" in results["parent"].reason
+    assert results["baseline"].last.upper <= 0.025  # within the chain's margin, stopped by the parent's failure
 
 
 def test_a_test_without_the_parents_scores_fails_and_says_so() -> None:
-    specs = task_tests.specs("quantization", QUALITY, {"judge_accuracy": 0.9}, {"judge_accuracy": 3e-5}, True)
-    results = task_tests.run(specs, task_tests.design(QUALITY, 40), first_block(0.0, 0.0), 40, None)
-    parent = next(r for r in results if r.reference == "parent")
+    judgement = run(first_block(0.0, 0.0), None, "quantization", against_parent=True)
+    parent = next(r for r in judgement.tests if r.reference == "parent")
     assert not parent.passed and "parent's scores are missing" in parent.reason
 
 

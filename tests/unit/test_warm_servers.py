@@ -184,3 +184,12 @@ def test_a_record_copied_from_another_project_is_dropped_never_acted_on(tmp_path
     warm_servers.write(s.paths, record(tmp_path / "elsewhere", keeper_pid=me, keeper_start=warm.start_ticks(me) or 0))
     assert warm_servers.stop(s.paths) is None
     assert not warm_servers.record_path(s.paths).exists()
+
+
+def test_warm_servers_are_on_by_default_on_cuda_lanes_only_and_a_setting_wins() -> None:
+    from dit_ar_contract.config import PerfProtocol
+
+    assert PerfProtocol().uses_warm_servers(is_cuda=True) and not PerfProtocol().uses_warm_servers(is_cuda=False)
+    assert PerfProtocol(warm_servers=True).uses_warm_servers(is_cuda=False)
+    assert not PerfProtocol(warm_servers=False).uses_warm_servers(is_cuda=True)
+    assert not PerfProtocol(fork_server=False).uses_warm_servers(is_cuda=True)  # they are fork servers

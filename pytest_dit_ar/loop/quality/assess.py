@@ -4,12 +4,15 @@ cases in the run folder."""
 
 from __future__ import annotations
 
-from dit_ar_contract.classes import MILDEST
+import dataclasses
+
+from dit_ar_contract.classes import MILDEST, ChangeClass
 from quality_suite import diff_images, margin_spread
 from quality_suite.artifacts import load_cases
 from quality_suite.assessment import BaselineReference, Outputs, QualityAssessment, TaskInputs, assess
 from quality_suite.audit import AuditEvidence
 from quality_suite.corpora import Case
+from quality_suite.own_change import ParentOutputs
 
 from ...state.baseline import BaselineSummary, cases_dir
 from ...state.runs import RunPaths
@@ -22,21 +25,27 @@ def reference(session: Session, base: BaselineSummary, cases: list[Case]) -> Bas
     images, latents = load_cases(cases_dir(session.baseline_dir), cases)
     return BaselineReference(Outputs(images, latents, AuditEvidence.from_dict(base.evidence)), base.envelope,
                              base.task_metrics, base.task_case_pass, base.task_envelope, base.task_resolution,
-                             margin_spread.floors(base.task_spread))
+                             margin_spread.floors(base.task_spread), margin_spread.tolerances(base.task_spread))
 
 
 def assess_run(session: Session, declared_class: str, run: CandidateRun, ref: BaselineReference, cases: list[Case],
                run_paths: RunPaths, whole_corpus: bool, inputs: TaskInputs | None = None,
-               reused: QualityAssessment | None = None) -> QualityAssessment:
+               reused: QualityAssessment | None = None,
+               parent: ParentOutputs | None = None) -> QualityAssessment:
     """The candidate's outputs against the baseline's under the class gates (the task-score tests with `inputs`:
-    loop/quality/cases.py; or `reused`: the best's judging of the same outputs, loop/quality/reuse.py), and the pictures
-    of the worst cases and of each failing case written into the run folder."""
+    loop/quality/cases.py; or `reused`: the best's judging of the same outputs, loop/quality/reuse.py), its own change
+    against the best's outputs (`parent`: loop/quality/parent.py), and the pictures of the worst cases and of each
+    failing case written into the run folder."""
     best = session.best()
     lane = session.lane
-    result = reused or assess(declared_class, best.effective_class if best else MILDEST,
-                              Outputs(run.outputs.images, run.outputs.latents, run.evidence), ref, cases,
-                              lane.quality, lane.task_metrics, session.root, whole_corpus=whole_corpus,
-                              inputs=inputs)
+    if reused is not None:  # the best's outputs bit for bit: the own change is exact (none at all)
+        result = dataclasses.replace(reused, own_class=ChangeClass.EXACT.word if parent else "",
+                                     own_reasons=("the outputs are the best's bit for bit",) if parent else ())
+    else:
+        result = assess(declared_class, best.effective_class if best else MILDEST,
+                        Outputs(run.outputs.images, run.outputs.latents, run.evidence), ref, cases,
+                        lane.quality, lane.task_metrics, session.root, whole_corpus=whole_corpus, inputs=inputs,
+                        parent=parent)
     diff_images.write(run_paths.worst_cases, run_paths.cases, run.outputs.images, ref.outputs.images, result.fidelity)
     failing = [cid for cid, case in result.per_case.items() if any(not c.passed for c in case.checks)]
     diff_images.case_diffs(run.outputs.images, ref.outputs.images, result.fidelity, failing, run_paths.diffs)

@@ -5,8 +5,9 @@ fresh seeds of its own, not the session's), applies known degradations to the im
 with another case's image, the weight set so that a metric's degradation is 0.5, 1, 2 and 5 times its margin or
 its resolution) and known harmless changes (the pool generated again one case per batch, its images rounded to 8
 bits), and runs the gate's own sequential tests on simulated sessions drawn from the pool
-(quality_suite/calibration.py). It prints, per metric and class, how often each change passed, and writes the
-table to .autoresearch/quality-calibration-<lane>.json. Nothing of model_under_test is edited.
+(quality_suite/pool_sessions.py: task_tests.run, hence judge_case_scores). It prints, per per-case metric and class,
+how often each change passed, and writes the table to .autoresearch/quality-calibration-<lane>.json; a set metric is
+reported, not gated, and gets no rows. Nothing of model_under_test is edited.
 """
 
 from __future__ import annotations
@@ -23,11 +24,10 @@ import torch
 from dit_ar_contract.classes import ChangeClass
 from dit_ar_contract.errors import Refused
 from dit_ar_contract.guides import cite
-from quality_suite import calibration, task_metrics, task_tests
+from quality_suite import calibration, pool_sessions, task_metrics, task_tests
 from quality_suite.assessment import NO_SPREAD
 from quality_suite.case_scores import CaseScores
 from quality_suite.corpora import Case, load_corpus, replicas
-from quality_suite.noninferiority import TestSpec
 
 from ...state.files import write_record
 from ...state.session import Session, open_session
@@ -60,6 +60,7 @@ class Row:
                 f"{self.margin:10.4g} {100 * rate.rate:6.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]  {self.mean_cases:5.0f}")
 
 
+EIGHT_BIT_ROW = "harmless: 8-bit images (sets tau_q)"
 HEADER = (f"{'metric':<18} {'class':<12} {'change':<26} {'size':>9} {'degradation':>11} {'margin':>10} "
           f"{'passed':>7} [95% CI]     cases")
 
@@ -101,16 +102,16 @@ def _rows(session: Session, name: str, cases: list[Case], blocks: list[list[str]
           harmless: dict[str, dict[str, torch.Tensor]], sizes: list[float], sessions: int,
           rng: np.random.Generator) -> list[Row]:
     lane, base_summary = session.lane, session.verified_baseline()
-    design = task_tests.design(lane.quality, len(blocks[0]))
+    if task_metrics.metric(name).statistic is not None:  # a set metric is reported, not gated: no pass rate
+        return []
     resolution = base_summary.task_resolution or task_tests.fallback_resolution(
         base_summary.task_metrics, base_summary.task_envelope, lane.quality.exact.envelope_multiple)
     base = _scores(session, images, cases, (name,))
-    metric = task_metrics.metric(name)
+    scored = {label: _scores(session, imgs, cases, (name,)) for label, imgs in harmless.items()}
     rows = []
     for cls in (ChangeClass.APPROXIMATE, ChangeClass.QUANTIZATION):
         margin, source = task_tests.margins(cls, lane.quality, base_summary.task_metrics, resolution)[name]
-        spec = [TestSpec(name, task_tests.BASELINE, margin, cls.word, metric.lower_is_better, metric.statistic)]
-        changes = {label: (None, None, _scores(session, imgs, cases, (name,))) for label, imgs in harmless.items()}
+        changes = {label: (None, None, s) for label, s in scored.items()}
 
         def degraded(w: float) -> float:
             blended = _scores(session, calibration.blend(images, cases, w), cases, (name,))
@@ -120,13 +121,16 @@ def _rows(session: Session, name: str, cases: list[Case], blocks: list[list[str]
             w = calibration.weight_for(degraded, k * margin)
             blended = _scores(session, calibration.blend(images, cases, w), cases, (name,))
             changes[f"blend {k:g} x, w={w:.4g}"] = (k, w, blended)
-        # the spread floor each simulated session's baseline would measure on its own cases (a blend at the margin)
-        at_margin = next((c for k, _, c in changes.values() if k == 1.0), None) if metric.statistic is None else None
-        if at_margin is None and metric.statistic is None:
+        # what each simulated session's baseline measures on its own cases: the floor (a blend at the margin) and
+        # tau_q (the 8-bit images, which therefore are no fair harmless row of the quantization class)
+        at_margin = next((c for k, _, c in changes.values() if k == 1.0), None)
+        if at_margin is None:
             w = calibration.weight_for(degraded, margin)
             at_margin = _scores(session, calibration.blend(images, cases, w), cases, (name,))
+        pool = pool_sessions.Pool(name, base, blocks, base_summary.task_metrics[name], resolution[name], at_margin,
+                                  scored[EIGHT_BIT_ROW], {c.id: c.prompt for c in cases})
         for label, (k, w, cand) in changes.items():
-            rate = calibration.pass_rate(spec, design, base, cand, blocks, sessions, rng, at_margin)
+            rate = pool_sessions.pass_rate(cls, lane.quality, pool, cand, sessions, rng)
             rows.append(Row(name, cls.word, label, k, w, calibration.block_degradation(name, base, cand, blocks),
                             margin, rate.passes, rate.sessions, rate.mean_cases))
     return rows
@@ -146,7 +150,7 @@ def run_quality_calibration(config_path: Path, blocks: int, sessions: int, sizes
         raise Refused(NO_SPREAD)
     cases, block_ids = _pool(session, blocks)
     images, rerun = _generate(session, cases, sandboxed, out)
-    harmless = {"harmless: split batches": rerun, "harmless: 8-bit images": rounded_to_8_bits(images)}
+    harmless = {"harmless: split batches": rerun, EIGHT_BIT_ROW: rounded_to_8_bits(images)}
     rng = np.random.default_rng(secrets.randbits(64))
     out(f"{sessions} simulated sessions per change, drawn from {blocks} blocks of {len(block_ids[0])} cases; "
         f"alpha_q {lane.quality.noninferiority.alpha_q}")

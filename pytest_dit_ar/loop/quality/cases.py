@@ -119,7 +119,7 @@ def at_margin_spread(session: Session, images: dict[str, torch.Tensor], cases: l
 
     spreads = margin_spread.measure(images, cases, corpus_size, score,
                                     {src: {k: v for k, v in m.items() if k in per_case} for src, m in targets.items()},
-                                    lane.quality.noninferiority.bootstrap_resamples)
+                                    lane.quality.exact.envelope_multiple)
     return margin_spread.as_record(spreads)
 
 

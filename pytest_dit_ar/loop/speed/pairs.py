@@ -61,8 +61,12 @@ class Pair:
         self.best.pin(cores)
 
     def close(self) -> None:
-        self.cand.close()
-        self.best.close()
+        """Both sides at once: each worker's exit (a GPU worker's context teardown takes a second or more) runs
+        beside the other's."""
+        with ThreadPoolExecutor(2) as pool:
+            done = [pool.submit(w.close) for w in (self.cand, self.best)]
+        for future in done:
+            future.result()
 
     def kill(self) -> None:
         self.cand.kill()

@@ -69,8 +69,7 @@ def write(paths: StatePaths, record: WarmRecord, first: bool = False) -> None:
 def start_next(session: Session | None, config_path: Path, judged: bool = True) -> int | None:
     """Start the keeper of the next experiment's servers, detached (it outlives this process); its PID. Only after
     a judged, sandboxed run of this machine's own (`judged`)."""
-    if session is None or not judged or not (session.lane.performance.warm_servers and
-                                             session.lane.performance.fork_server):
+    if session is None or not judged or not session.lane.performance.uses_warm_servers(session.lane.is_cuda):
         return None
     if session.target.device.startswith(SLOT_DEVICE):
         return None  # a fleet session's workers run in its slot, never beside its driver
@@ -164,7 +163,7 @@ class WarmStart:
         prefetched; the time it took is start-up (`warm_servers_adopt`)."""
         cand_root, best_root = roots
         p = session.lane.performance
-        if not (p.warm_servers and p.fork_server) or launcher.sandbox is None or best_root is None or \
+        if not p.uses_warm_servers(session.lane.is_cuda) or launcher.sandbox is None or best_root is None or \
                 not prefetch_best:
             return
         t = time.perf_counter()

@@ -14,7 +14,7 @@ from ...state import gitops
 from ...state.executor import SLOT_DEVICE
 from ...state.paths import STATE_DIR
 from ...state.session import Session
-from ...worker import sandbox
+from ...worker import host_limit, sandbox
 from ...worker.client import SandboxPolicy, WorkerLauncher
 from ...worker.compile_cache import CompileCaches
 from . import memory_plan
@@ -22,7 +22,8 @@ from . import memory_plan
 
 def sandbox_policy(session: Session) -> SandboxPolicy:
     """What every sandbox of the session hides: git, the state, the project's own copy of the mutable paths
-    (a side sees only its own tree, at the same path as the other side) and the frozen corpora."""
+    (a side sees only its own tree, at the same path as the other side) and the frozen corpora; and each worker's
+    hard host-memory limit (worker/host_limit.py)."""
     root = session.root
     hide = [root / ".git", root / STATE_DIR, *(root / m.rstrip("/") for m in session.config.mutable_paths)]
     hide += gitops.private_paths(root)  # sessions side by side: other worktrees' state and the shared git folder
@@ -31,8 +32,9 @@ def sandbox_policy(session: Session) -> SandboxPolicy:
     hide.append(Path(quality_suite.__file__).resolve().parent / "corpus")
     weights = session.lane.weights_path(root)  # a pipeline folder outside the project (under /tmp, say)
     expose = (root.resolve(), *([Path(weights)] if weights else []))
+    memory = host_limit.worker_limit_mb(session.lane.guardrails.host_memory_mb)
     return SandboxPolicy(tuple(dict.fromkeys(p.resolve() for p in hide)), session.lane.is_cuda, expose,
-                         session.config.mutable_paths)
+                         session.config.mutable_paths, memory)
 
 
 def launcher_for(session: Session, sandboxed: bool = True) -> WorkerLauncher:
