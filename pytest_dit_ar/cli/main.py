@@ -1,4 +1,5 @@
-"""The `dit-ar` command. Exit codes: 0 success/KEEP, 1 DISCARD or CRASH (after the reset), 2 refused."""
+"""The `dit-ar` command. Exit codes: 0 success/KEEP, 1 DISCARD or CRASH (after the reset), 2 refused (its `way out:`
+line says what to do). The task guides: `dit-ar guide`."""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ seeded random weights in a hub cache folder (tests/helpers/tiny_clip.py; nothing
 * a commit that deletes a corpus case: DISCARD-SCOPE, reset, its reason once, the way back, no pytest banner;
 * a refusal that leaves a candidate commit (a dirty tree): its line and its way out, nothing else; `status` and
   `recover` say the same; the printed `git reset --hard <best>` leaves the commit;
-* a quantization candidate: a verdict (never a refusal), and after a discard the branch back on the best;
+* a quantization candidate: a verdict, and after a discard the branch back on the best; or a refusal of the
+  quality tests' own, with its way out, which leaves the commit;
 * a keep, then a new session on the same baseline commit: the first session's stored outputs are "not reusable
   here (another session's key)", never "tampered";
 * `dit-ar case ID`: the seed this session gives a case, not the number in its id, and its image.
@@ -126,15 +127,19 @@ def test_a_users_mistakes_each_end_with_a_way_out(venv: Venv, tmp_path: Path) ->
     gitpython.Repo(repo).git.execute(["git", "reset", "--hard", best[:10]])  # the printed way out
     assert head(repo) == best
 
-    # a quantization candidate: a verdict, never a refusal; after a discard the branch is back on the best
+    # a quantization candidate: a verdict (after a discard the branch is back on the best, the way back printed), or
+    # a refusal of the quality tests' own: its line, then its way out, which leaves the commit
     with (repo / "model_under_test" / "__init__.py").open("a") as f:
         f.write(INT8)
-    commit_all(repo, "dynamic int8 quantization of the transformer's Linear layers")
+    int8 = commit_all(repo, "dynamic int8 quantization of the transformer's Linear layers")
     lines = experiment(venv, repo, "quantization", "int8 Linear", expect=None)
     out = "\n".join(lines)
-    assert lines[-1].startswith("VERDICT: ") and not any(line.startswith("REFUSED") for line in lines), out
-    if lines[-1] != "VERDICT: KEEP":
+    if lines[-1].startswith("VERDICT: ") and lines[-1] != "VERDICT: KEEP":
         assert head(repo) == best and "`git cherry-pick -n" in out, out
+    elif not lines[-1].startswith("VERDICT: "):
+        assert lines[-2].startswith("REFUSED: ") and lines[-1].startswith("way out: ") and head(repo) == int8, out
+        assert set_aside in lines[-1] and "tampered" not in out, out
+        gitpython.Repo(repo).git.execute(["git", "reset", "--hard", best[:10]])  # the printed way out
     best = head(repo)
 
     # a keep (the sleep removed), whose outputs the harness stores for the next experiments
