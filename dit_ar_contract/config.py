@@ -31,16 +31,23 @@ REQUIRED = dataclasses.MISSING
 # -- the contract's sections (the performance section: perf_protocol.py) ------------------------------
 @dataclass(frozen=True)
 class Target:
-    """The hardware the project optimises for; any other device runs as a labelled foreign lane."""
+    """The hardware the project optimises for; any other device runs as a labelled foreign lane. `device` "cuda": a
+    GPU model, described by the figures below (all required); "cpu": the machine's own CPU, for a project whose lanes
+    all run on it (`dit-ar scaffold --device cpu`; no GPU figures)."""
 
     name: str
     device_match: str
-    compute_capability: str
-    vram_gb: float
-    gpu_count: int
-    peak_tflops_bf16: float
-    memory_bandwidth_gbs: float
     allow_foreign_lanes: bool
+    device: str = "cuda"
+    compute_capability: str = ""
+    vram_gb: float = 0.0
+    gpu_count: int = 1
+    peak_tflops_bf16: float = 0.0
+    memory_bandwidth_gbs: float = 0.0
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.device == "cpu"
 
 
 @dataclass(frozen=True)
@@ -185,9 +192,7 @@ class Lane:
     def weights_path(self, project: Path) -> str | None:
         """The lane's weights as an absolute path (relative ones resolve against the project); None: the preset's."""
         weights = self.weights
-        if weights and not Path(weights).is_absolute():
-            weights = str((project / weights).resolve())
-        return weights
+        return str((project / weights).resolve()) if weights and not Path(weights).is_absolute() else weights
 
     def metric_value(self, median_ms: float | None) -> float | None:
         """A batch latency in ms expressed as the lane's primary metric."""
@@ -246,9 +251,8 @@ class _Reader:
 
     def known(self, node: dict[str, Any], where: str, keys: typing.Iterable[str]) -> None:
         keys = set(keys)
-        for key in node:
-            if key not in keys:
-                raise UnknownKeyError(self.path, _join(where, key), keys)
+        for key in (k for k in node if k not in keys):
+            raise UnknownKeyError(self.path, _join(where, key), keys)
 
     def build(self, cls: type, node: Any, where: str) -> Any:
         """An instance of dataclass `cls` from `node`, every field type-checked, unknown keys refused."""
@@ -329,9 +333,13 @@ def _positive(r: _Reader, where: str, **values: float | None) -> None:
 
 
 def _check_target(r: _Reader, t: Target) -> None:
+    if t.device not in ("cuda", "cpu"):
+        raise r.fail("target.device", t.device, '"cuda" (a GPU model) or "cpu" (this machine\'s CPU)')
     cc = t.compute_capability
+    if t.is_cpu:
+        return
     if cc.count(".") != 1 or not all(part.isdigit() for part in cc.split(".")):
-        raise r.fail("target.compute_capability", cc, 'a string like "8.6"')
+        raise r.fail("target.compute_capability", cc or "<missing>", 'a string like "8.6"')
     _positive(r, "target", vram_gb=t.vram_gb, gpu_count=t.gpu_count, peak_tflops_bf16=t.peak_tflops_bf16,
               memory_bandwidth_gbs=t.memory_bandwidth_gbs)
 
@@ -461,29 +469,22 @@ def repo_root_for(config_path: Path) -> Path:
     return Path(config_path).resolve().parent.parent
 
 
-def target_name(config_path: Path) -> str | None:
-    """The target's name as the config file spells it, without validating the rest (for read-only views of
-    a session whose config may be of another version); None when the file does not say."""
-    try:
-        data = json.loads(Path(config_path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    target = data.get("target") if isinstance(data, dict) else None
-    name = target.get("name") if isinstance(target, dict) else None
-    return name if isinstance(name, str) else None
-
-
 TOP_KEYS = ("schema_version", "target", "default_lane", "lanes", "mutable_paths", "fixed_paths", "quality",
             "performance")
 
 
 def load_config(path: str | Path = DEFAULT_CONFIG) -> Config:
     """Read, validate and return the config; every error names file, key, found and expected."""
-    path = Path(path)
-    if not path.is_file():
+    if not Path(path).is_file():
         raise ConfigError(path, "<file>", "missing", "an existing JSON file: pass --config PATH, or set up this "
                           "repository around your own pipeline with `dit-ar scaffold --pipeline PATH`")
-    text = path.read_text(encoding="utf-8")
+    return parse_config(Path(path).read_text(encoding="utf-8"), path)
+
+
+def parse_config(text: str, path: str | Path) -> Config:
+    """The config in `text`, as if read from `path` (its repository root is the folder above the file's folder):
+    the file itself, or the version of it a commit holds (`loop/guards/frozen.py` reads the best commit's)."""
+    path = Path(path)
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -506,19 +507,19 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> Config:
     if not lanes_raw:
         raise r.fail("lanes", lanes_raw, "at least one lane")
     lanes = {name: _lane(r, name, node, perf, quality, root) for name, node in lanes_raw.items()}
-    for lane in lanes.values():
-        if lane.gpus > target.gpu_count:
-            raise r.fail(f"lanes.{lane.name}.gpus", lane.gpus, f"at most target.gpu_count ({target.gpu_count}): "
-                         "the target machine has that many GPUs")
+    for lane in (lane for lane in lanes.values() if lane.gpus > target.gpu_count):
+        raise r.fail(f"lanes.{lane.name}.gpus", lane.gpus, f"at most target.gpu_count ({target.gpu_count}): "
+                     "the target machine has that many GPUs")
+    for lane in (lane for lane in lanes.values() if lane.is_cuda and target.is_cpu):
+        raise r.fail(f"lanes.{lane.name}.device", lane.device, "cpu: the target is a CPU (target.device)")
     default_lane = r.value(str, raw.get("default_lane"), "default_lane")
     if default_lane not in lanes:
         raise r.fail("default_lane", default_lane, f"one of the lanes {sorted(lanes)}")
     mutable, fixed = _paths(r, raw, "mutable_paths"), _paths(r, raw, "fixed_paths")
-    for m in mutable:
-        for f in fixed:
-            a, b = m.rstrip("/"), f.rstrip("/")
-            if a == b or a.startswith(b + "/") or b.startswith(a + "/"):
-                raise r.fail("mutable_paths", m, f"no overlap with fixed path {f!r}")
+    for m, f in ((m, f) for m in mutable for f in fixed):
+        a, b = m.rstrip("/"), f.rstrip("/")
+        if a == b or a.startswith(b + "/") or b.startswith(a + "/"):
+            raise r.fail("mutable_paths", m, f"no overlap with fixed path {f!r}")
     for lane in lanes.values():
         _check_metric_weights(r, lane, root, mutable)
     return Config(path=path.resolve(), root=root, sha256=hashlib.sha256(text.encode()).hexdigest(), target=target,

@@ -14,7 +14,12 @@ class DitArError(Exception):
 
 
 class Refused(DitArError):
-    """The request cannot be judged; nothing in git or state was changed (exit 2)."""
+    """The request cannot be judged; nothing in git or state was changed (exit 2). The message names what is wrong
+    and, in its words or in `way_out`, what gets the user out (the faces print `way_out` on a line of its own)."""
+
+    def __init__(self, message: str = "", way_out: str = ""):
+        super().__init__(message)
+        self.way_out = way_out
 
 
 class ConfigError(Refused):

@@ -465,6 +465,8 @@ class Look:
     bound_pct: float = float("nan")  # B, the session's bound on the between-process sd
     bound_source: str = ""
     look_index: int = 0
+    optimistic_pct: float = float("nan")  # the estimate with `futility_z` standard errors of luck
+    stop: str = ""  # a not-faster look: "optimism" (even the optimistic bound is below target) or "power"
 
     @property
     def final(self) -> bool:
@@ -476,8 +478,23 @@ class Look:
         (the H200's '+59.8% [-45041.6%, +100.0%]'), so it is named instead of printed."""
         return interval_text(self.estimate_pct, self.lower_pct, self.upper_pct, self.df, digits)
 
+    def figure_text(self, digits: int = 2) -> str:
+        """The estimate with the bound its decision rests on, so that the figure and the reason agree: a stop for
+        lack of optimism gives its optimistic bound (the keep test's interval is wider, at another level, and would
+        read as contradicting it); every other look its interval."""
+        if self.stop == "optimism":
+            return f"{self.estimate_pct:+.{digits}f}%, at most {self.optimistic_pct:+.{digits}f}% with luck"
+        return self.interval_text(digits)
+
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The look as perf.json holds it; a look read from a record written before `optimistic_pct` and `stop`
+        existed writes back without them."""
+        data = asdict(self)
+        if math.isnan(self.optimistic_pct):
+            del data["optimistic_pct"]
+        if not self.stop:
+            del data["stop"]
+        return data
 
 
 @dataclass
@@ -552,15 +569,15 @@ class SequentialTest:
         k, rounds = len(self.pairs), int(r.size)
         where = f"after {rounds} rounds in {k} pairs"
         interval = interval_text(gain, lo, hi, df)
-        reason = ""
+        reason, stop, optimistic = "", "", float(_optimistic(st, d)[0])
         if code == KEEP:
             reason = (f"faster: {interval} {where}, z={z:.2f} beyond the boundary -{c:.2f} "
                       f"(alpha {d.alpha:g} over all looks; offset bound {self.bound.pct:.2f}%, {self.bound.source})")
         elif code == NOT_FASTER:
-            optimistic = float(_optimistic(st, d)[0])
-            if optimistic < d.futility_target_pct:
-                reason = (f"not faster by {d.futility_target_pct:g}%: {interval} {where}; even {d.futility_z:g} "
-                          f"standard errors of luck give {optimistic:+.2f}%")
+            stop = "optimism" if optimistic < d.futility_target_pct else "power"
+            if stop == "optimism":  # the stop's own one-sided bound, not the keep test's wider interval
+                reason = (f"not faster by {d.futility_target_pct:g}%: {gain:+.2f}% {where}; even {d.futility_z:g} "
+                          f"standard errors of luck give at most {optimistic:+.2f}%, below {d.futility_target_pct:g}%")
             else:
                 power = float(conditional_power(st, d, j)[0])
                 reason = (f"unlikely to be kept: {interval} {where}; were the true change {gain:+.2f}%, a keep by "
@@ -570,4 +587,4 @@ class SequentialTest:
                       + (f"; needs z <= -{c:.2f}, got {z:.2f}" if gain >= d.min_improvement_pct else
                          f"; below the minimum {d.min_improvement_pct:g}%"))
         return Look(k, rounds, DECISIONS[code], gain, lo, hi, z, c, se, math.sqrt(float(st.between[0])), reason,
-                    df, self.bound.pct, self.bound.source, j)
+                    df, self.bound.pct, self.bound.source, j, optimistic, stop)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from dit_ar_contract.config import QualityContract
 from dit_ar_contract.errors import Refused
+from dit_ar_contract.guides import cite
 
 if TYPE_CHECKING:  # torch is imported where a score is computed: the setup checks (doctor) stay light
     import torch
@@ -36,7 +37,7 @@ HOW_TO = ("Classifier weights are never downloaded by the harness. On a machine 
           "copy {model}.pth to {path} and name it in config/autoresearch.json under quality.classifier "
           "(or lanes.<lane>.quality.classifier): {{\"model\": \"{model}\", \"weights\": \"<path>\", "
           "\"resize\": <resize_size>, \"crop\": <crop_size>, \"interpolation\": \"<printed, lower case>\"}}; "
-          "step by step: docs/guide/task-metrics.md.")
+          "step by step: " + cite("task-metrics") + ".")
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,8 @@ def _state_dict(path: Path) -> dict[str, torch.Tensor]:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unreadable file is the same setup error
         raise Refused(f"the classifier weights file {path} cannot be read ({type(exc).__name__}: "
-                      f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+                      f"{str(exc).splitlines()[0] if str(exc) else ''}); save it again with "
+                      "`torch.save(model.state_dict(), PATH)`") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise Refused(f"the classifier weights file {path} is not a state_dict (save model.state_dict(), "
                       "not the model or a training checkpoint)")
@@ -115,7 +117,8 @@ def _load(model: str, weights: str, stamp: tuple[int, int]) -> torch.nn.Module:
         net.load_state_dict(_state_dict(Path(weights)))
     except RuntimeError as exc:
         raise Refused(f"the classifier weights file {weights} does not fit torchvision's {model}: "
-                      f"{' '.join(str(exc).split())[:400]}") from None
+                      f"{' '.join(str(exc).split())[:400]}; set quality.classifier.model to the architecture the "
+                      "weights are of") from None
     return net.eval().requires_grad_(False)
 
 

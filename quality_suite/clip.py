@@ -23,13 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from dit_ar_contract.config import ClipSettings, QualityContract
 from dit_ar_contract.errors import Refused
+from dit_ar_contract.guides import cite
 
 from . import clip_weights
 
 if TYPE_CHECKING:  # torch is imported where a score is computed: the setup checks (doctor) stay light
     import torch
 
-GUIDE = "docs/guide/clip-weights.md"
+GUIDE = cite("clip-weights")
 HOW_TO = ("CLIP weights are never downloaded by the harness. On a machine with internet access, fetch them into a "
           "cache folder with\n"
           "  python -c \"import open_clip; "
@@ -104,10 +105,12 @@ def _register(model: str | None, config: Path) -> str:
     try:
         data = json.loads(config.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise Refused(f"{config} cannot be read as an open_clip config: {exc}") from None
+        raise Refused(f"{config} cannot be read as an open_clip config: {exc}; name the architecture in "
+                      "quality.clip.model (scaffold: --clip-model NAME)") from None
     cfg = data.get("model_cfg", data) if isinstance(data, dict) else None
     if not isinstance(cfg, dict) or not all(k in cfg for k in ("embed_dim", "vision_cfg", "text_cfg")):
-        raise Refused(f"{config} holds no open_clip architecture (model_cfg with embed_dim, vision_cfg, text_cfg)")
+        raise Refused(f"{config} holds no open_clip architecture (model_cfg with embed_dim, vision_cfg, text_cfg)"
+                      "; name the architecture in quality.clip.model (scaffold: --clip-model NAME)")
     name = model or "local-" + hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:12]
     if open_clip.get_model_config(name) != cfg:
         with tempfile.TemporaryDirectory() as tmp:  # open_clip keeps what it read; the file may go

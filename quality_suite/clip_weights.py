@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from dit_ar_contract.errors import Refused
+from dit_ar_contract.guides import cite
 
 SUFFIXES = (".safetensors", ".bin", ".pth", ".pt")
 # open_clip's own order of preference for a checkpoint in a folder (safetensors first)
@@ -155,7 +156,8 @@ def _cached(folder: Path) -> list[Checkpoint]:
     try:
         info = scan_cache_dir(folder.parent if only else folder)
     except (CacheNotFound, CorruptedCacheException, OSError) as exc:
-        raise Refused(f"{folder} cannot be read as a Hugging Face hub cache folder: {exc}") from None
+        raise Refused(f"{folder} cannot be read as a Hugging Face hub cache folder: {exc}; name the checkpoint file "
+                      "itself in quality.clip.weights") from None
     found = []
     for repo in sorted(info.repos, key=lambda r: r.repo_id):
         if repo.repo_type != "model" or (only and repo.repo_id != only) or not repo.revisions:
@@ -181,7 +183,7 @@ def _from_cache(folder: Path, model: str | None) -> Checkpoint:
     if not found:
         raise Refused(f"the hub cache folder {folder} holds no open_clip checkpoint ({OPEN_CLIP_NAMES[0]}, "
                       f"{OPEN_CLIP_NAMES[2]}, ...); fetch one into it on a machine with internet "
-                      "(docs/guide/clip-weights.md)")
+                      f"({cite('clip-weights')})")
     mine = _of_model(found, model)
     if not mine:
         raise Refused(f"the hub cache folder {folder} holds open_clip weights of "
@@ -198,17 +200,19 @@ def locate(path: Path, model: str | None = None) -> Checkpoint:
     """The checkpoint `path` names: the file itself, the one in a folder, or the one in a hub cache folder."""
     if path.is_file():
         if path.suffix not in SUFFIXES:
-            raise Refused(f"{path} is not a checkpoint file (open_clip loads {', '.join('*' + s for s in SUFFIXES)})")
+            raise Refused(f"{path} is not a checkpoint file: name one open_clip loads "
+                          f"({', '.join('*' + s for s in SUFFIXES)})")
         config = path.parent / CONFIG_NAME
         return Checkpoint(path, config if config.is_file() else None, _repo_of(path))
     if not path.is_dir():
-        raise Refused(f"{path} does not exist")
+        raise Refused(f"{path} does not exist: name an existing checkpoint file or folder (quality.clip.weights; "
+                      "scaffold: --clip-weights PATH)")
     if is_hub_cache(path):
         return _from_cache(path, model)
     found = _from_folder(path, model, strict=False)
     if found is None:
         raise Refused(f"the folder {path} holds no checkpoint file ({', '.join('*' + s for s in SUFFIXES)}); it holds "
-                      f"{_listing(path)}")
+                      f"{_listing(path)}; put the checkpoint there, or name the file itself")
     return found
 
 

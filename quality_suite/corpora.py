@@ -64,7 +64,9 @@ def verify_checksum(path: Path) -> str:
     actual = sha256_file(path)
     if sums.get(path.name) != actual:
         raise Refused(f"corpus {path} does not match its checksum in {sums_path} "
-                      f"(recorded {sums.get(path.name)!r}, found {actual}); a frozen corpus must not change")
+                      f"(recorded {sums.get(path.name)!r}, found {actual}); a frozen corpus must not change",
+                      way_out=f"put it back as committed (`git checkout -- {path.parent.name}/{path.name}`); a corpus "
+                      "changed on purpose needs its checksum refreshed, then a new session (`dit-ar init --tag NEW`)")
     return actual
 
 
@@ -85,7 +87,7 @@ def load_corpus(path: Path) -> list[Case]:
         seen.add(case.id)
         cases.append(case)
     if not cases:
-        raise Refused(f"{path} holds no cases")
+        raise Refused(f"{path} holds no cases: write one JSON object a line, with id, prompt and seed")
     return cases
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from dit_ar_contract.config import QualityContract
 from dit_ar_contract.errors import Refused
+from dit_ar_contract.guides import cite
 
 from .corpora import Case
 
@@ -65,7 +66,8 @@ def _stack(images: dict[str, torch.Tensor], cases: list[Case]) -> torch.Tensor:
 def _labelled(cases: list[Case], metric: str) -> list[Case]:
     labelled = [c for c in cases if c.label is not None]
     if not labelled:
-        raise Refused(f"{metric} needs corpus cases with a 'label' (the class each case asks for)")
+        raise Refused(f"{metric} needs corpus cases with a 'label' (the class each case asks for): give the "
+                      "corpus its labels, or take the metric out of the lane's task_metrics")
     return labelled
 
 
@@ -121,7 +123,7 @@ def classifier_top1(images: dict[str, torch.Tensor], cases: list[Case], root: Pa
     wrong = [c.id for c in labelled if not 0 <= int(c.label) < scores.shape[1]]
     if wrong:
         raise Refused(f"classifier_top1: the classifier tells {scores.shape[1]} classes apart but the labels of "
-                      f"cases {wrong[:5]} are outside 0..{scores.shape[1] - 1}")
+                      f"cases {wrong[:5]} are outside 0..{scores.shape[1] - 1}: use a classifier of these classes")
     return _agreement(labelled, scores, _label_margin(scores, labelled))
 
 
@@ -174,7 +176,7 @@ def _check_classifier(root: Path, quality: QualityContract) -> None:
     check(quality, root)
 
 
-LOCAL_WEIGHTS_DOCS = "docs/guide/task-metrics.md; CLIP weights: docs/guide/clip-weights.md"
+LOCAL_WEIGHTS_DOCS = f"{cite('task-metrics')}; CLIP weights: {cite('clip-weights')}"
 
 REGISTRY: dict[str, TaskMetric] = {
     "judge_accuracy": TaskMetric("judge_accuracy", False, judge_accuracy, _check_judge, needs_labels=True,

@@ -7,11 +7,12 @@ from pathlib import Path
 from dit_ar_contract import device, versions
 from dit_ar_contract.config import load_config, repo_root_for
 from dit_ar_contract.errors import EXIT_DISCARD, EXIT_OK
+from dit_ar_contract.guides import cite
 
 from ..state.paths import StatePaths
-from ..state.session import read_record
+from ..state.session import read_record, session_lane_name
 from .doctor_clip import clip_hints
-from .install_advice import install_command
+from .install_advice import canonical, install_command, unmet
 
 
 def _reason(name: str, why: str) -> str:
@@ -48,23 +49,33 @@ def _metric_problems(config, lane) -> list[str]:
 
 
 def task_metric_report(config, out=print) -> None:
-    """Every known task metric: usable here or why not (the default lane's quality settings), and which
-    lanes' corpora carry the labels it needs."""
+    """The task metrics of the lane this machine would run (the session's, else the default): those it uses, usable
+    here or why not, or, when it uses none, those that fit it; the others in one line."""
     from quality_suite import task_metrics
 
-    default = config.lanes[config.default_lane]
-    labelled = [lane.name for lane in config.lanes.values()
-                if any(c.label is not None for c in _corpus(config, lane) or [])]
-    out(f"task metrics (quality settings of the default lane {default.name}):")
-    for name in task_metrics.REGISTRY:
-        why = task_metrics.problem(name, default.quality, config.root)
-        state = "usable" if why is None else f"NOT usable: {_reason(name, why)}"
-        if task_metrics.needs_labels(name):
-            state += f"; needs corpus labels (labelled corpora: {', '.join(labelled) or 'no lane'})"
-        out(f"  {name}: {state}")
+    lane = config.lanes[session_lane_name(config)]
+    cases = _corpus(config, lane)
+    labelled = any(c.label is not None for c in cases or [])
+    shown = list(lane.task_metrics) or suited(lane.preset, labelled)
+    out(f"task metrics of lane {lane.name}:" if lane.task_metrics else
+        f"task metrics: lane {lane.name} uses none; what would fit it:")
+    for name in shown:
+        why = task_metrics.problem(name, lane.quality, config.root, cases)
+        out(f"  {name}: {'usable' if why is None else f'NOT usable: {_reason(name, why)}'}")
         if name == "clip_score":
-            for line in clip_hints(default.quality.clip, config.root, default.name):
+            for line in clip_hints(lane.quality.clip, config.root, lane.name):
                 out(f"    {line}")
+    others = [name for name in task_metrics.REGISTRY if name not in shown]
+    if others:
+        out(f"  other metrics (not for this lane): {', '.join(others)} ({cite('task-metrics')})")
+
+
+def suited(preset: str, labelled: bool) -> list[str]:
+    """The task metrics that fit a lane without one: the digit judge's on the embedded digits model, an ImageNet
+    classifier's on a corpus of class labels, CLIP on a corpus of prompts."""
+    if preset.startswith("embedded"):
+        return ["judge_accuracy", "frechet_distance"]
+    return ["classifier_top1"] if labelled else ["clip_score"]
 
 
 def _lane_problems(config, lane, target) -> list[str]:
@@ -101,19 +112,28 @@ def _metrics_note(lane) -> str:
 def doctor(config_path: Path, out=print) -> int:
     info = versions.collect(import_torch=False)  # doctor stays quick: nothing here needs torch imported
     out("software: " + ", ".join(f"{k} {v}" for k, v in info.items() if v))
+    absent, wrong = unmet()  # the installed wheel's own requirements (an install with --no-deps leaves them)
     missing = [k for k in ("torch", "diffusers", "torchmetrics", "open_clip_torch", "gitpython") if not info.get(k)]
+    missing += [name for name in absent if canonical(name) not in {canonical(k) for k in missing}]
     if missing:
         where = repo_root_for(config_path)
-        out(f"MISSING packages: {', '.join(missing)} — install with {install_command(missing, where)}")
+        out(f"MISSING packages: {', '.join(missing)} — install with {install_command(missing, where)} (pip keeps "
+            "the packages you have, torch among them)")
+    if wrong:
+        out(f"packages in a version pytest-dit-ar does not accept: {'; '.join(wrong)}")
     config = load_config(config_path)
     t = config.target
-    out(f"target: {t.name} (sm_{t.compute_capability.replace('.', '')}, {t.vram_gb:g} GB, {t.gpu_count} GPU, "
-        f"{t.peak_tflops_bf16:g} TFLOP/s bf16 dense, {t.memory_bandwidth_gbs:g} GB/s); "
-        f"foreign lanes {'allowed' if t.allow_foreign_lanes else 'refused'}")
+    if t.is_cpu:
+        out(f"target: {t.name}, a CPU (target.device cpu): the lanes run and are judged on this machine's CPU")
+    else:
+        out(f"target: {t.name} (sm_{t.compute_capability.replace('.', '')}, {t.vram_gb:g} GB, {t.gpu_count} GPU, "
+            f"{t.peak_tflops_bf16:g} TFLOP/s bf16 dense, {t.memory_bandwidth_gbs:g} GB/s); "
+            f"foreign lanes {'allowed' if t.allow_foreign_lanes else 'refused'}")
     gpus = device.list_gpus()
     out(f"cpu: {device.cpu_name()}")
     if not gpus:
-        out(f"gpu: none found — this machine is NOT the target {t.name}; only CPU lanes can run here")
+        out("gpu: none found" + ("" if t.is_cpu else f" — this machine is NOT the target {t.name}; only CPU lanes "
+                                                      "can run here"))
     for gpu in gpus:
         verdict = "matches the target" if device.matches_target(gpu, config) else \
             f"is NOT the target {t.name}: it runs as a foreign lane, labelled with its own name"

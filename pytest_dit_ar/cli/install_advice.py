@@ -38,6 +38,35 @@ def requirements() -> dict[str, str]:
     return found
 
 
+def unmet() -> tuple[list[str], list[str]]:
+    """pytest-dit-ar's own requirements this environment lacks, and those it has in a version they do not accept
+    ('name found X, needs SPEC'): what an install with `pip install --no-deps` leaves to the user."""
+    from packaging.requirements import Requirement
+
+    try:
+        listed = metadata.requires(DIST) or []
+    except metadata.PackageNotFoundError:
+        return [], []
+    missing, wrong = [], []
+    for req in (Requirement(line) for line in listed):
+        if req.marker is not None:  # the extras (test tools, ray) are not what doctor checks
+            continue
+        try:
+            found = metadata.version(req.name)
+        except metadata.PackageNotFoundError:
+            missing.append(req.name)
+            continue
+        if not req.specifier.contains(found, prereleases=True):
+            wrong.append(f"{req.name} {found} (needs {req.name}{req.specifier})")
+    return missing, wrong
+
+
+def canonical(name: str) -> str:
+    from packaging.utils import canonicalize_name
+
+    return canonicalize_name(name)
+
+
 def install_command(missing: list[str], root: Path) -> str:
     """How to install `missing` (distribution names) where the project at `root` is."""
     if is_this_repository(root):

@@ -1,4 +1,5 @@
-"""The `dit-ar` command. Exit codes: 0 success/KEEP, 1 DISCARD or CRASH (after the reset), 2 refused."""
+"""The `dit-ar` command. Exit codes: 0 success/KEEP, 1 DISCARD or CRASH (after the reset), 2 refused (its `way out:`
+line says what to do). The task guides: `dit-ar guide`."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ class _PrintCompletion(argparse.Action):
 def build_parser() -> argparse.ArgumentParser:
     from dit_ar_contract.classes import WORDS as CLASSES
 
-    from . import calibrate, demo, fleet, profile, report, scaffold, search, summary, watch
+    from . import calibrate, demo, fleet, guide, profile, report, scaffold, search, summary, watch
 
     parser = argparse.ArgumentParser(prog="dit-ar", description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -84,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = verb("recover", "restore the branch to the recorded best and a damaged baseline from its git copy", _recover)
     p.add_argument("--before", metavar="COMMIT", help="move the best and the branch back to the best before this keep "
                    "(the way back past a role-dependent best; the commits after it stay in `git reflog`)")
+    p = verb("case", "one corpus case by hand: the seed this session gives it and its image (PNG)", _case)
+    p.add_argument("case_id", metavar="ID", help="a corpus case id (as in the test ids), or <id>-r<k> for a replica")
+    p.add_argument("--baseline", action="store_true", help="the original baseline's stored image instead of one "
+                   "generated now by the current best")
+    p.add_argument("--out", type=Path, help="folder for the PNG (default .autoresearch/cases/)")
+    p.add_argument("--unsandboxed", action="store_true", help=UNSANDBOXED)
     p = verb("revalidate", "time the best against the original baseline again (fresh workers) and judge the holdout; "
                            "never moves the best", _revalidate)
     p.add_argument("--unsandboxed", action="store_true", help=UNSANDBOXED)
@@ -91,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     for module in (search, profile, report, demo, calibrate, watch, summary, fleet):
         _config_arg(module.add_parser(sub), top=False)
     scaffold.add_parser(sub)  # writes config/autoresearch.json at the git root: takes no --config
+    guide.add_parser(sub)  # reads the installed guides only: takes no --config
     return parser
 
 
@@ -167,8 +175,9 @@ def _experiment(args: argparse.Namespace) -> int:
 
     judge = ["--dit-ar-judge-only", *(["--dit-ar-run-id", args.run_id] if args.run_id else [])] \
         if args.judge_only else []
-    code = pytest.main(judge + experiment_pytest_args(args.config, args.classification, args.description, args.lane,
-                                                      args.unsandboxed) + extra)
+    # a refusal is its line and its way out, without pytest's banner (plugin/terminal.py's HeldOutput)
+    code = pytest.main(["--dit-ar-held-output"] + judge + experiment_pytest_args(
+        args.config, args.classification, args.description, args.lane, args.unsandboxed) + extra)
     if int(code) == 0 and not args.judge_only:  # a keep: every `revalidate_every` keeps the chain is timed again
         _revalidate_when_due(args)
     return int(code)
@@ -203,6 +212,19 @@ def _status(args: argparse.Namespace) -> int:
     return status(args.config, as_json=args.json, rows=args.rows, every_worktree=args.all)
 
 
+def _case(args: argparse.Namespace) -> int:
+    from ..loop.case import write_case
+
+    made = write_case(args.config, args.case_id, args.baseline, args.out, sandboxed=not args.unsandboxed)
+    case = made.case
+    print(f"case {case.id}: {case.prompt!r}" + (f" (label {case.label})" if case.label is not None else ""))
+    print(f"seed: {made.seed} in this session (corpus seed {case.seed}, keyed by the session's secret: each session "
+          "has its own seeds, so a candidate cannot recognise the corpus)")
+    print(f"image: {made.png} ({made.source})")
+    print(f"by hand: build_pipeline(spec).generate([({case.prompt!r}, {made.seed})]) with the lane's workload")
+    return 0
+
+
 def _recover(args: argparse.Namespace) -> int:
     from .status import recover, rewind
 
@@ -219,10 +241,25 @@ def main(argv: list[str] | None = None) -> int:
             return args.func(args)
         except Refused as exc:
             print(f"dit-ar {args.verb}: refused: {exc}", file=sys.stderr)
+            way = exc.way_out or (_session_way_out(args.config) if args.verb in JUDGING_VERBS else "")
+            if way:
+                print(f"way out: {way}", file=sys.stderr)
             return EXIT_REFUSED
     except BrokenPipeError:  # `dit-ar status | head -1`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+JUDGING_VERBS = ("experiment", "recover")  # their refusals may leave a commit no verdict judged
+
+
+def _session_way_out(config: Path) -> str:
+    from ..state.way_out import session_way_out
+
+    try:
+        return session_way_out(config)
+    except Exception:  # noqa: BLE001 - a way out is advice; the refusal itself is already printed
+        return ""
 
 
 def entry() -> int:

@@ -16,6 +16,7 @@ from typing import Any
 
 from dit_ar_contract.config import ClipSettings
 from dit_ar_contract.errors import Refused
+from dit_ar_contract.guides import cite
 from quality_suite import clip, clip_weights
 from quality_suite.clip import ClipSpec
 
@@ -45,7 +46,7 @@ def choose(root: Path, weights: Path, model: str | None, text_to_image: bool, mu
     """Find the checkpoint `weights` names and its architecture, or refuse saying what to pass instead."""
     if not text_to_image:
         raise Refused("--clip-weights scores images against their prompts, and a class-conditional pipeline has "
-                      "none; score ImageNet classes with classifier_top1 (quality.classifier, docs/design/quality.md)")
+                      f"none; use classifier_top1 for ImageNet classes (quality.classifier, {cite('task-metrics')})")
     given = _entry(root, weights)
     if given == mutable.rstrip("/") or given.startswith(mutable):
         raise Refused(f"--clip-weights {weights}: the CLIP weights are inside the mutable {mutable}, where a "

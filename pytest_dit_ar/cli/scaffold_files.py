@@ -152,9 +152,19 @@ def config_for(family: Family, lane: str, work: Workload, weights: str) -> dict[
     }
     if on_cuda and base["cuda_lane"].get("performance"):
         lane_node["performance"] = base["cuda_lane"]["performance"]
-    return {"schema_version": 1, "target": base["target"], "default_lane": lane, "lanes": {lane: lane_node},
+    target = base["target"] if on_cuda else cpu_target()
+    return {"schema_version": 1, "target": target, "default_lane": lane, "lanes": {lane: lane_node},
             "mutable_paths": [MUTABLE], "fixed_paths": fixed_paths(weights),
             "quality": base["quality"], "performance": base["performance"]}
+
+
+def cpu_target() -> dict[str, Any]:
+    """A CPU lane's target: this machine's CPU, as `dit-ar doctor` names it (no GPU model is the target of a
+    project that runs on a CPU)."""
+    from dit_ar_contract.device import cpu_name
+
+    name = cpu_name()
+    return {"name": name, "device": "cpu", "device_match": name, "allow_foreign_lanes": True}
 
 
 def render(template: str, **context: Any) -> str:

@@ -11,9 +11,10 @@ import git
 
 from dit_ar_contract.config import repo_root_for
 from dit_ar_contract.device import DeviceIdentity
-from dit_ar_contract.errors import Refused
+from dit_ar_contract.errors import ConfigError, Refused
 from dit_ar_contract.status import Status
 
+from ..loop.guards.frozen import touched
 from ..report.summary import latest_revalidation, session_rows
 from ..state import backup, gitops, ledger, runs
 from ..state.baseline import BaselineSummary, manifest_problems
@@ -22,11 +23,12 @@ from ..state.ledger import LedgerRow
 from ..state.paths import STATE_DIR
 from ..state.roles import refuse_if_marked
 from ..state.runs import RunPaths
-from ..state.session import Session, open_session
+from ..state.session import Session, best_commit_config, open_session
+from ..state.way_out import Unjudged, unjudged
 
 
-def _head_relation(repo: git.Repo, head: str, best: str | None) -> tuple[str, str | None]:
-    """How HEAD relates to the recorded best, and the command that fixes it when it is wrong."""
+def _head_relation(repo: git.Repo, head: str, best: str | None, config_path: Path) -> tuple[str, str | None]:
+    """How HEAD relates to the recorded best, and the command that gets out when it is not the best."""
     if not best:
         return "no best recorded yet (run `dit-ar baseline`)", None
     if head == best:
@@ -35,11 +37,25 @@ def _head_relation(repo: git.Repo, head: str, best: str | None) -> tuple[str, st
         return (f"HEAD {head[:10]} is BEHIND the best {best[:10]} (an extra reset?)",
                 "dit-ar recover   # or: git reset --hard " + best)
     if repo.is_ancestor(best, head):
-        n = int(repo.git.rev_list("--count", f"{best}..{head}"))
-        if n == 1:
-            return "one candidate commit on top of the best: run `dit-ar experiment`", None
-        return f"{n} commits on top of the best: squash them into one before `dit-ar experiment`", None
+        left = Unjudged(head, best, int(repo.git.rev_list("--count", f"{best}..{head}")))
+        return unjudged_relation(left, config_path), f"to set it aside instead: {left.set_aside}"
     return f"HEAD {head[:10]} has diverged from the best {best[:10]}", "dit-ar recover"
+
+
+def unjudged_relation(left: Unjudged, config_path: Path) -> str:
+    """What `status` and `recover` say of commits on top of the best that no verdict judged."""
+    if left.commits > 1:
+        return (f"{left.commits} commits on top of the best, not judged: squash them into one "
+                f"(`git reset --soft {left.best[:10]} && git commit`), then `dit-ar experiment`")
+    touch = touched(config_path)
+    if touch is not None:
+        return (f"one candidate commit on top of the best, not judged; it changes frozen paths "
+                f"{list(touch.outside[:5])}: `dit-ar experiment` discards it (DISCARD-SCOPE, reset to the best)")
+    return "one candidate commit on top of the best, not judged yet: run `dit-ar experiment`"
+
+
+SEEDS = ("seeds: each corpus case's seed is keyed by this session's secret (so a candidate cannot recognise the "
+         "corpus), so a case's seed here is not the number in its id; `dit-ar case ID` writes its image and its seed")
 
 
 @dataclass(frozen=True)
@@ -116,13 +132,14 @@ class SessionStatus:
         }
 
 
-def collect(session: Session, rows: int) -> SessionStatus:
+def collect(session: Session, rows: int, config_path: Path | None = None) -> SessionStatus:
     repo = gitops.open_repo(session.root)
     head = gitops.head_sha(repo)
     best = session.best()
     record = session.record
     ref = gitops.read_ref(repo, gitops.best_ref(record.tag, session.lane_id)) if record else None
-    relation, fix = _head_relation(repo, head, ref or (best.commit if best else None))
+    relation, fix = _head_relation(repo, head, ref or (best.commit if best else None),
+                                   config_path or session.config.path)
     lane_rows = tuple(r for r in ledger.read(session.paths.ledger) if r.lane == session.lane_id)
     return SessionStatus(
         tag=record.tag if record else None, branch=gitops.current_branch(repo), lane=session.lane.name,
@@ -164,7 +181,7 @@ def _print(info: SessionStatus, root: Path) -> None:
     print(f"best {str(best.commit if best else None)[:10]}  median {_num(median)} ms, p95 {_num(p95)} ms")
     print(f"HEAD {info.head[:10]}: {info.head_relation}")
     if info.fix:
-        print(f"  fix: {info.fix}")
+        print(f"  way out: {info.fix}")
     base = info.baseline
     present = info.baseline_problems is not None
     state = "intact" if info.baseline_intact else ("DAMAGED — run `dit-ar recover`" if present else "missing")
@@ -172,6 +189,7 @@ def _print(info: SessionStatus, root: Path) -> None:
     timing = base.timing if base else None
     print(f"baseline {state}; task metrics {metrics}; median {_num(timing and timing.median_ms)} ms; "
           f"A/A noise {_num(timing and timing.noise_floor_pct, 3)}%")
+    print(SEEDS)
     print("counts: " + ", ".join(f"{k}={v}" for k, v in info.counts.items()))
     reval = info.revalidation
     print(f"re-validation: {reval['headline']}" if reval else "re-validation: none yet (`dit-ar revalidate`)")
@@ -246,14 +264,16 @@ def status(config_path: Path, as_json: bool = False, rows: int = 10, every_workt
     from ..fleet.route import settle
 
     settle(config_path)  # a fleet session: a judging a killed driver left is recorded first
-    session = open_session(config_path)
-    info = collect(session, rows)
+    session, note = open_readable(config_path)
+    info = collect(session, rows, config_path)
     from ..loop.speed.warm_servers import describe
 
     warm = describe(session.paths)  # the fork servers started for the next experiment, if any
     if as_json:
         print(json.dumps({**info.as_dict(session.root), "warm_servers": warm}, indent=2, default=str))
     else:
+        if note:
+            print(note)
         _print(info, session.root)
         if warm:
             print(warm)
@@ -282,7 +302,9 @@ def recover(config_path: Path) -> int:
     from ..fleet.route import settle
 
     settle(config_path)
-    session = open_session(config_path)
+    session, note = open_readable(config_path)
+    if note:
+        print(note)
     record = session.started
     repo = gitops.open_repo(session.root)
     gitops.require_clean(repo)
@@ -304,5 +326,22 @@ def recover(config_path: Path) -> int:
         print(f"baseline of {session.lane_id} restored from {gitops.baseline_ref(record.tag, session.lane_id)}")
     elif damaged:
         raise Refused(f"the baseline in {folder} is damaged and has no saved copy; start a new session")
+    left = unjudged(session.root)
+    if left is not None:  # a candidate no verdict judged is the user's work: named, never reset here
+        print(f"HEAD {left.head[:10]}: {unjudged_relation(left, config_path)}; to set it aside instead: "
+              f"{left.set_aside}")
     print("nothing else to recover" if not damaged else "recovered")
     return 0
+
+
+def open_readable(config_path: Path) -> tuple[Session, str]:
+    """The session, with the best commit's config where the working tree's does not load (a candidate commit may
+    have broken it: `status` and `recover` still say where things are), and a note saying so."""
+    try:
+        return open_session(config_path), ""
+    except ConfigError as exc:
+        config = best_commit_config(config_path)
+        if config is None:
+            raise
+        return open_session(config_path, config=config), (f"note: the working tree's config does not load ({exc}); "
+                                                         "shown with the best commit's")

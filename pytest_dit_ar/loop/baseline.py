@@ -30,7 +30,7 @@ from ..state.ledger import LedgerRow
 from ..state.paths import new_run_id, now
 from ..state.perf_record import PerfRecord
 from ..state.runs import RunPaths
-from ..state.session import Session, open_session, verify_integrity
+from ..state.session import INTEGRITY_WAY_OUT, Session, open_session, verify_integrity
 from ..worker.client import WorkerLauncher, WorkerProcess
 from . import conclusion
 from .guards import gpu_locks
@@ -69,7 +69,7 @@ def _check_preconditions(session: Session) -> git.Repo:
                       "is never replaced — start a new session with `dit-ar init --tag NEW` for a fresh one")
     problems = verify_integrity(session)
     if problems:
-        raise Refused("fixed files differ from integrity.json: " + "; ".join(problems[:5]))
+        raise Refused("fixed files differ from integrity.json: " + "; ".join(problems[:5]), way_out=INTEGRITY_WAY_OUT)
     return repo
 
 

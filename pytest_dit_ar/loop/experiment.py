@@ -16,7 +16,7 @@ import git
 from filelock import FileLock
 
 from dit_ar_contract.classes import MILDEST
-from dit_ar_contract.config import load_config
+from dit_ar_contract.config import repo_root_for
 from dit_ar_contract.errors import Refused
 from dit_ar_contract.sides import Role
 
@@ -28,11 +28,11 @@ from ..state.paths import StatePaths, new_run_id
 from ..state.phases import PhaseTimes
 from ..state.roles import RoleCheck
 from ..state.runs import LogCutRecord, LogsRecord
-from ..state.session import Session, open_session, verify_integrity
+from ..state.session import INTEGRITY_WAY_OUT, Session, open_session, verify_integrity
 from . import conclusion
 from .conclusion import Candidate, ledger_row, performance_finding, quality_finding
 from .evidence import Evidence
-from .guards import gpu_locks, pregate
+from .guards import frozen, gpu_locks, pregate
 from .guards.checks import RunGuard, check_best, check_session, check_stack
 from .guards.outcomes import TestOutcomes
 from .quality import reuse
@@ -69,7 +69,7 @@ class Experiment:
     # -- before the run -------------------------------------------------------------------
     def acquire(self) -> None:
         """One experiment per repo at a time: a second one is refused, never interleaved."""
-        self.lock = gpu_locks.hold_session_lock(StatePaths(load_config(self.config_path).root), "wait for it to "
+        self.lock = gpu_locks.hold_session_lock(StatePaths(repo_root_for(self.config_path)), "wait for it to "
                                                 "finish (one experiment per repository and GPU at a time)")
 
     def release(self) -> None:
@@ -80,9 +80,16 @@ class Experiment:
             self.lock.release()
             self.lock = None
 
-    def begin(self) -> Verdict | None:
-        """Run every pre-run guard; refuse (raise Refused) or return a scope verdict, else None."""
+    def begin(self, refusal: Refused | None = None) -> Verdict | None:
+        """Run every pre-run guard; refuse (raise Refused) or return a scope verdict, else None. A commit that
+        changes frozen paths is discarded first (guards/frozen.py), before `refusal` (what the collection found
+        wrong with the config or corpus, which such a commit may have broken) or any other guard reads them."""
         self.acquire()
+        touch = frozen.touched(self.config_path)
+        if touch is not None:
+            return self.discard_frozen(touch)
+        if refusal is not None:
+            raise refusal
         session = self.session = open_session(self.config_path, self.lane_name)
         self.gpu_locks = gpu_locks.acquire_lane(session.target)
         record = check_session(session)
@@ -107,12 +114,13 @@ class Experiment:
                                    session.lane_id, seconds=self.seconds)
         ledger_bytes = session.paths.ledger.read_bytes() if session.paths.ledger.exists() else b""
         outside = gitops.out_of_scope(shape.changed, session.config.mutable_paths)
-        if outside:  # judged before any candidate code runs: nothing else to find
+        if outside:  # judged before any candidate code runs (frozen.touched finds this first where git has the config)
             return self.conclude(decide([f"the commit changes paths outside {list(session.config.mutable_paths)}: "
-                                         f"{outside}", way_back(self.commit)], None, None, None))
+                                         f"{outside}"], None, None, None))
         problems = verify_integrity(session)
         if problems:
-            raise Refused("fixed files differ from integrity.json before the run: " + "; ".join(problems[:5]))
+            raise Refused("fixed files differ from integrity.json before the run, and the commit did not change "
+                          "them: " + "; ".join(problems[:5]), way_out=INTEGRITY_WAY_OUT)
         gitops.sync_worktree(repo, session.paths.best_worktree, best.commit)
         if self.sandboxed:
             gitops.sync_worktree(repo, session.paths.candidate_worktree, self.commit)
@@ -123,6 +131,18 @@ class Experiment:
         self.evidence = evidence
         self.live.update(phase="quality", max_segments=session.lane.performance.max_segments)
         return None
+
+    def discard_frozen(self, touch: frozen.FrozenTouch) -> Verdict:
+        """DISCARD-SCOPE for a commit that changes frozen paths, recorded under the best commit's config before
+        anything of the commit is read; the session's own refusals (HALT, another device) still come first."""
+        session = self.session = open_session(self.config_path, self.lane_name, config=touch.config)
+        check_session(session)
+        self.repo, self.best = gitops.open_repo(session.root), session.best()
+        self.commit, self.parent = touch.commit, touch.parent
+        self.run_dir = session.paths.run(self.preset_run_id or new_run_id(self.commit))
+        self.run_id = self.run_dir.name
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        return self.conclude(decide([touch.reason], None, None, None))
 
     # -- after the run (loop/guards/checks.py) ------------------------------------------------------
     def guard_before_refusal(self) -> Verdict | None:
@@ -165,7 +185,7 @@ class Experiment:
         fleet's judge writes the outcome into the run folder for its session's process instead."""
         session, repo = self.session, self.repo
         assert session is not None and repo is not None and self.run_dir is not None
-        self.verdict, outcome = verdict, self.outcome(verdict)
+        self.verdict, outcome = verdict, outcome_of(self, verdict)
         conclusion.settle(session, repo, outcome, self.run_dir, judge_only=self.judge_only)
         if outcome.keep and not self.judge_only:  # a fleet's judge leaves the best's stored outputs alone
             store_best_outputs(self.evidence, self.best)
@@ -173,19 +193,20 @@ class Experiment:
             self.live.finish(verdict.status.verdict_word)
         return verdict
 
-    def outcome(self, verdict: Verdict) -> conclusion.ExperimentOutcome:
-        """What the verdict records (pure): the row, the reasons, the measurements and the run record's details."""
-        perf = self.evidence.performance_result if self.evidence else None
-        measurements = Measurements(perf.median_ms(Role.CANDIDATE), perf.p95_ms(Role.CANDIDATE)) if perf else None
-        return conclusion.ExperimentOutcome(row_of(self, verdict), tuple(verdict.reasons), time.time() - self.started,
-                                            measurements, run_details(self),
-                                            conclusion.spread_to_pool(perf) if self.judge_only else None)
-
     def seconds(self) -> dict[str, float]:
         """Where the experiment's wall time went: the evidence's phases, the rest, and the total."""
         phases = self.evidence.seconds if self.evidence else {}
         total = time.time() - self.started
         return {**phases, "harness_and_pytest": max(0.0, total - sum(phases.values())), "total": total}
+
+
+def outcome_of(exp: Experiment, verdict: Verdict) -> conclusion.ExperimentOutcome:
+    """What the verdict records (pure): the row, the reasons, the measurements and the run record's details."""
+    perf = exp.evidence.performance_result if exp.evidence else None
+    measurements = Measurements(perf.median_ms(Role.CANDIDATE), perf.p95_ms(Role.CANDIDATE)) if perf else None
+    return conclusion.ExperimentOutcome(row_of(exp, verdict), tuple(verdict.reasons), time.time() - exp.started,
+                                        measurements, run_details(exp),
+                                        conclusion.spread_to_pool(perf) if exp.judge_only else None)
 
 
 def row_of(exp: Experiment, verdict: Verdict) -> LedgerRow:
@@ -253,9 +274,8 @@ def store_best_outputs(evidence: Evidence | None, before: BestRecord | None) -> 
         evidence.reuse.note = f"the best's outputs were not stored ({exc})"
 
 
-def way_back(commit: str) -> str:
-    """How to get a reset commit back: it stays in git's object store and the reflog."""
+def way_back(commit: str, mutable: tuple[str, ...] = ("model_under_test/",)) -> str:
+    """How to get a reset commit's changes back: it stays in git's object store and the reflog."""
     sha = commit[:10]
-    return (f"the reset commit {sha} is still in git (`git reflog`): `git cherry-pick -n {sha}` puts its changes "
-            f"back in the working tree (keep the model_under_test/ part, commit again), `git show {sha}` shows it, "
-            f"`git reset --hard {sha}` returns the branch to it as it was")
+    return (f"your commit {sha} stays in `git reflog`: `git cherry-pick -n {sha}` brings its changes back into the "
+            f"working tree (commit the {', '.join(mutable)} part again), `git show {sha}` shows it")

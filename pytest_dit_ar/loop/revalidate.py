@@ -39,7 +39,7 @@ from ..state.noise import read_noise
 from ..state.paths import new_run_id, now
 from ..state.perf_record import PerfRecord
 from ..state.roles import RoleCheck, read_roles
-from ..state.session import Session, open_session, verify_integrity
+from ..state.session import INTEGRITY_WAY_OUT, Session, open_session, verify_integrity
 from . import conclusion
 from .guards import gpu_locks
 from .quality import holdout
@@ -276,10 +276,10 @@ def _check(session: Session) -> tuple[str, str]:
     best = require_best(session.best(), session.lane_id)
     if best.commit == pointer.commit:
         raise Refused("the best is still the original baseline: nothing to re-validate until an experiment is "
-                      "kept")
+                      "kept", way_out="run it after the first KEEP of `dit-ar experiment`")
     problems = verify_integrity(session)
     if problems:
-        raise Refused("fixed files differ from integrity.json: " + "; ".join(problems[:5]))
+        raise Refused("fixed files differ from integrity.json: " + "; ".join(problems[:5]), way_out=INTEGRITY_WAY_OUT)
     baseline = session.verified_baseline()
     changed = versions.stack_differences(baseline.environment, versions.stack(versions.collect()))
     if changed:

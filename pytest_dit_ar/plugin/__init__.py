@@ -4,6 +4,7 @@ run judges HEAD (see session.py)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from .fixtures import (
     parametrize_cases,
 )
 from .session import OPTIONS, PluginSession
+from .terminal import HeldOutput
 
 __all__ = ["dit_ar", "dit_ar_baseline", "dit_ar_baseline_case", "dit_ar_candidate_case", "dit_ar_case", "dit_ar_config",
            "dit_ar_corpus", "dit_ar_device", "dit_ar_evidence", "dit_ar_pipeline", "dit_ar_quality", "dit_ar_session",
@@ -56,11 +58,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="judge only: write the outcome into the run folder, leave git and the ledger (a fleet's "
                          "judge in its slot; the session's own process records it; command line only)")
     group.addoption("--dit-ar-run-id", default=None, help="the run id to judge under (a fleet's dispatch names it)")
+    group.addoption("--dit-ar-held-output", action="store_true", default=False,
+                    help="hold pytest's output until the experiment starts; a refusal prints only its line and its "
+                         "way out (`dit-ar experiment` passes it)")
     for dest, help_text in OPTIONS.items():
         parser.addini(dest, help_text, type="bool" if dest == "dit_ar_experiment" else "string", default=None)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    """The plugin's configuration. First of all plugins: with `--dit-ar-held-output` stdout becomes a HeldOutput
+    before pytest's terminal reporter is made with it as its file (plugin/terminal.py; the plugin's session puts
+    stdout back at the end)."""
     if _disabled(config):
         return
     if config.getini("dit_ar_experiment"):
@@ -69,6 +78,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "quality: quality gate of the model under test against the baseline")
     config.addinivalue_line("markers", "perf: performance of the model under test (timed out of process)")
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU")
+    if config.getoption("dit_ar_held_output"):
+        sys.stdout = HeldOutput(sys.stdout)
     config.pluginmanager.register(_Hooks(PluginSession(config)), STATE)
     from .benchmark import default_benchmark_timer
 

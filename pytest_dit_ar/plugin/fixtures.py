@@ -28,7 +28,7 @@ def _guarded(state: PluginSession, compute: Callable[[], Any]) -> Any:
     try:
         return compute()
     except Refused as exc:
-        state.refusal = str(exc)
+        state.ending.refuse(exc, replace=True)
         pytest.exit(REFUSED_EXIT, returncode=EXIT_REFUSED)
     except CandidateCrash as exc:
         pytest.fail(f"candidate crashed: {exc}\n{exc.details[-3000:]}", pytrace=False)
@@ -173,6 +173,6 @@ def parametrize_cases(metafunc: pytest.Metafunc, state: PluginSession) -> None:
         lane = config.lanes[session_lane_name(config, state.lane)]
         cases = load_corpus(config.root / lane.corpus)
     except Refused as exc:  # raised here it would be a collection error with pytest's traceback: stop after
-        state.refusal = state.refusal or str(exc)  # collection instead (PluginSession.collected), once
+        state.ending.refuse(exc)  # collection instead (PluginSession.collected), once
         cases = []
     metafunc.parametrize("dit_ar_case", cases, ids=[c.id for c in cases], indirect=True)

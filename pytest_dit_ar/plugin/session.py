@@ -18,10 +18,12 @@ from dit_ar_contract.config import DEFAULT_CONFIG
 from dit_ar_contract.errors import EXIT_REFUSED, CandidateCrash, Refused
 
 from ..loop.guards.suites import MARKERS, SuiteFiles, suite_files
+from ..state.way_out import session_way_out
 from .collection import Collection, cases_needed
-from .terminal import last_line, one_line, show_progress
+from .ending import Ending
+from .terminal import held_output, show_progress
 
-REFUSED_EXIT = "dit-ar refused (the reason is the last line)"
+REFUSED_EXIT = "dit-ar refused (the reason and the way out are the last lines)"
 # what a suite test may end with: a failed check (assert, pytest.fail), the candidate's crash (its worker died,
 # raised, ran out of memory), a skip, an exit (a refusal); anything else is the harness's own error
 EXPECTED_OUTCOMES = (AssertionError, CandidateCrash, pytest.fail.Exception, pytest.skip.Exception,
@@ -63,9 +65,8 @@ class PluginSession:
         self.run_id = config.getoption("dit_ar_run_id") or ""
         self.experiment = None
         self.outcomes = TestOutcomes()
-        self.refusal: str | None = None
+        self.ending = Ending(held_output())  # the refusal or verdict line the run ends with (plugin/ending.py)
         self.harness_error: str | None = None  # an exception in the harness's own code (not the candidate's)
-        self.last_line: str | None = None
         self.selected_cases: set[str] | None = None  # plain runs generate only the cases their tests need
         self._plain = None
         self.suites: SuiteFiles = suite_files()
@@ -76,29 +77,36 @@ class PluginSession:
     def collected(self, session: pytest.Session) -> None:
         """Start the experiment once the selection is known (refuse, or discard on scope, before anything runs).
         In a plain run, note which corpus cases the selected tests need, so only those are generated."""
-        if self.refusal:  # noted while collecting (a broken config or corpus, an unknown lane)
-            pytest.exit(REFUSED_EXIT, returncode=EXIT_REFUSED)
         if not self.experiment_mode:
+            if self.ending.refusal:  # noted while collecting (a broken config or corpus, an unknown lane)
+                pytest.exit(REFUSED_EXIT, returncode=EXIT_REFUSED)
             self.selected_cases = cases_needed(session.items)
             return
-        from ..loop.experiment import Experiment
-
         try:
             problem = self.collection.refusal(session, self.classification, self.description)
             if problem:
                 raise Refused(problem)
+            refuse_unless_frozen_touch(self.ending, self.config_path)
+            from ..loop.experiment import Experiment  # torch and the suites: only for an experiment that starts
+
             self.experiment = Experiment(self.config_path, self.lane, self.classification, self.description,
                                          sandboxed=not self.unsandboxed, judge_only=self.judge_only,
                                          run_id=self.run_id)
-            verdict = self.experiment.begin()
+            # a broken config or corpus noted while collecting is refused there, unless the commit broke it
+            verdict = self.experiment.begin(self.ending.refused())
         except Refused as exc:
-            self.refusal = str(exc)
+            self.ending.refuse(exc, replace=True)
             if self.experiment is not None:
                 self.experiment.release()
+            self.ending.drop(session)
             pytest.exit(REFUSED_EXIT, returncode=EXIT_REFUSED)
-        if verdict is not None:  # scope discard before anything ran
-            self.last_line = verdict.line
-            pytest.exit("dit-ar: " + "; ".join(verdict.reasons), returncode=verdict.exit_code)
+        if verdict is not None:  # scope discard before anything ran: its reasons are in the summary, once
+            from .summary import prerun_lines
+
+            self.ending.verdict_before_the_run(verdict.line, prerun_lines(self.experiment), session)
+            pytest.exit(f"dit-ar: {verdict.status.verdict_word} before any candidate code ran (the reasons are above)",
+                        returncode=verdict.exit_code)
+        self.ending.started()
         show_progress(self.config, self.experiment.evidence, self.experiment.session.lane.performance)
         from ..state.live import Tee
 
@@ -143,16 +151,17 @@ class PluginSession:
             exp.evidence.close()
             guarded = exp.guard_before_refusal()  # what the candidate changed is judged before any refusal
             if guarded is not None:
-                self.last_line = guarded.line
+                self.ending.last_line = guarded.line
                 session.exitstatus = guarded.exit_code
                 return
         if exitstatus == pytest.ExitCode.INTERRUPTED:
-            self.refusal = self.refusal or "interrupted: nothing was recorded and HEAD was left as it was"
+            self.ending.refuse(Refused("interrupted: nothing was recorded and HEAD was left as it was; run the "
+                                       "experiment again"))
             session.exitstatus = EXIT_REFUSED
             return
         if self.harness_error:
-            self.refusal = ("the harness failed (not the candidate): " + self.harness_error.splitlines()[0] +
-                            "; nothing was recorded and HEAD was kept; please report it")
+            self.ending.refuse(Refused("the harness failed (not the candidate): " + self.harness_error.splitlines()[0]
+                                       + "; nothing was recorded and HEAD was kept; please report it"), replace=True)
             session.exitstatus = EXIT_REFUSED
             return
         exp.evidence.close()
@@ -163,7 +172,7 @@ class PluginSession:
             session.exitstatus = EXIT_REFUSED
             return
         verdict = exp.conclude(exp.judge(self.outcomes))
-        self.last_line = verdict.line
+        self.ending.last_line = verdict.line
         session.exitstatus = verdict.exit_code
 
     def summary(self, tr: Any) -> None:
@@ -183,10 +192,20 @@ class PluginSession:
 
             warm_servers.start_next(exp.session, exp.config_path, exp.verdict is not None and exp.sandboxed and
                                     not exp.judge_only)
-        if self.refusal:
-            last_line("REFUSED: " + one_line(self.refusal))
-        elif self.last_line:
-            last_line(self.last_line)
+        ending = self.ending
+        ending.write(session_way_out(self.config_path) if ending.refusal and self.experiment_mode else "")
+
+
+def refuse_unless_frozen_touch(ending: Ending, config_path: Path) -> None:
+    """A broken config or corpus noted while collecting is refused at once (git and state only: nothing heavy is
+    imported), unless HEAD's commit touched frozen paths: then it is the commit's scope discard, which the
+    experiment records (`Experiment.begin`)."""
+    refused = ending.refused()
+    if refused is not None:
+        from ..loop.guards.frozen import touched
+
+        if touched(config_path) is None:
+            raise refused
 
 
 def plain_evidence(config_path: Path, lane: str | None, classification: str | None, sandboxed: bool,
@@ -211,3 +230,4 @@ def harness_error(nodeid: str, call: pytest.CallInfo) -> str | None:
     if call.excinfo is None or call.excinfo.errisinstance(EXPECTED_OUTCOMES):
         return None
     return f"{nodeid} ({call.when}): {call.excinfo.exconly()[:500]}"
+

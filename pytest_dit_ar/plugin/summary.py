@@ -78,14 +78,29 @@ def verdict_section(tr: Any, exp: Experiment) -> None:
         tr.write_line(f"reuse: {exp.evidence.reuse.note}")
     if exp.evidence is not None and exp.evidence.workers.warm.note:
         tr.write_line(f"warm servers: {exp.evidence.workers.warm.note}")
+    tr.write_line(action_line(exp))
+
+
+def action_line(exp: Experiment) -> str:
+    """What the verdict did to the branch, the way back of a reset commit, and where the evidence is."""
+    from ..loop.experiment import way_back
+
+    verdict = exp.verdict
+    assert verdict is not None and exp.session is not None and exp.run_dir is not None
     action = "kept as the new best" if verdict.exit_code == 0 else \
-        f"reset to {exp.parent[:10]} (your commit {exp.commit[:10]} stays in `git reflog`: " \
-        f"`git cherry-pick -n {exp.commit[:10]}` brings its changes back)"
-    if exp.judge_only and exp.session is not None and exp.run_dir is not None:  # a fleet's judge in its slot
+        f"reset to {exp.parent[:10]}; {way_back(exp.commit, exp.session.config.mutable_paths)}"
+    if exp.judge_only:  # a fleet's judge in its slot
         action = f"judged in its slot; the session's own process records it ({action})"
-        tr.write_line(f"{action}; evidence in {exp.run_dir.relative_to(exp.session.root)}")
-        return
-    tr.write_line(f"{action}; evidence in {exp.run_dir}")
+        return f"{action}; evidence in {exp.run_dir.relative_to(exp.session.root)}"
+    return f"{action}; evidence in {exp.run_dir}"
+
+
+def prerun_lines(exp: Experiment) -> list[str]:
+    """A verdict reached before any candidate code ran (a commit out of scope), in a few lines: each reason
+    once, then what was done to the branch (`dit-ar experiment` prints these instead of pytest's framing)."""
+    verdict = exp.verdict
+    assert verdict is not None
+    return [f"{verdict.status.verdict_word}: {reason}" for reason in verdict.reasons[:10]] + [action_line(exp)]
 
 
 def failures_section(tr: Any, evidence: Evidence, failed_ids: list[str] | None = None) -> None:
@@ -125,7 +140,7 @@ def speed_lines(perf: PerfRecord, lane: Lane) -> list[str]:
     two disagree in direction."""
     look = perf.look
     assert look is not None
-    lines = [f"speed: {look.interval_text(2)} paired estimate "
+    lines = [f"speed: {look.figure_text(2)} paired estimate "
              f"(the verdict's figure: trimmed mean of each round's candidate/best time ratio, {look.rounds} rounds in "
              f"{look.segments} fresh worker pair{'s' if look.segments != 1 else ''}; + is faster)"]
     cand, best = perf.median_ms(Role.CANDIDATE), perf.median_ms(Role.BEST)

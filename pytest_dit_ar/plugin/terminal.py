@@ -3,8 +3,9 @@ pytest's output capture, and the one last line a run prints."""
 
 from __future__ import annotations
 
+import io
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 import pytest
 
@@ -30,10 +31,60 @@ def one_line(text: str) -> str:
     return " ".join(lines[:1] + ["; ".join(lines[1:])] if len(lines) > 1 else lines)
 
 
-def last_line(text: str) -> None:
+def last_line(text: str, stream: TextIO | None = None) -> None:
+    """One of the run's last lines, after everything pytest wrote (`stream`: where, default stdout)."""
     sys.stdout.flush()
     sys.stderr.flush()
-    print(text, flush=True)
+    print(text, file=stream or sys.stdout, flush=True)
+
+
+class HeldOutput(io.TextIOBase):
+    """pytest's terminal output while `dit-ar experiment` does not yet know whether its run starts (the CLI passes
+    `--dit-ar-held-output`; the terminal reporter is made with this as its file): what pytest writes (its banner,
+    the collection) is held. `release` writes it out and lets the rest through (the run started); `drop` discards
+    it and all pytest writes after it (a refusal, or a verdict before any candidate code ran: the plugin prints
+    those in its own few lines to `stream`). `pytest --dit-ar-experiment` has none: pytest's framing stays."""
+
+    def __init__(self, stream: TextIO):
+        super().__init__()
+        self.stream = stream
+        self.held: list[str] = []
+        self.mode = "hold"  # "hold", "pass" or "drop"
+
+    def write(self, text: str) -> int:
+        if self.mode == "pass":
+            return self.stream.write(text)
+        if self.mode == "hold":
+            self.held.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.mode == "pass":
+            self.stream.flush()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override] - the stream's
+        return getattr(self.stream, "encoding", "utf-8")
+
+    def release(self) -> None:
+        if self.mode == "hold":
+            self.stream.write("".join(self.held))
+            self.stream.flush()
+        self.held, self.mode = [], "pass"
+
+    def drop(self) -> None:
+        self.held, self.mode = [], "drop"
+
+
+def held_output() -> HeldOutput | None:
+    """The HeldOutput in place of stdout while the plugins are configured (`--dit-ar-held-output`), if any."""
+    return sys.stdout if isinstance(sys.stdout, HeldOutput) else None
 
 
 class ReporterStream:

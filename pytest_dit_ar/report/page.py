@@ -10,6 +10,7 @@ so no text from the state (descriptions, reasons, crash logs, device names) can 
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 from dataclasses import replace
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from dit_ar_contract.config import gpu_seconds_per_image, repo_root_for, target_name
+from dit_ar_contract.config import gpu_seconds_per_image, repo_root_for
 from dit_ar_contract.errors import Refused
 from dit_ar_contract.status import Status
 
@@ -133,6 +134,18 @@ def _slug(text: str) -> str:
 
 
 # -- header -------------------------------------------------------------------------------------
+
+def target_name(config_path: Path) -> str | None:
+    """The target's name as the config file spells it, without validating the rest (for read-only views of
+    a session whose config may be of another version); None when the file does not say."""
+    try:
+        data = json.loads(Path(config_path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    target = data.get("target") if isinstance(data, dict) else None
+    name = target.get("name") if isinstance(target, dict) else None
+    return name if isinstance(name, str) else None
+
 
 def device_label(lane_id: str, session: SessionRecord | None, baseline: BaselineSummary | None,
                  target_name: str) -> str:

@@ -9,7 +9,8 @@ One entry per lane: `.autoresearch/best-outputs/<lane>.pt` (the tensors, the ass
 `<lane>.json` (the key, the file's SHA-256 and an HMAC-SHA256 of both under the session's secret key, which no
 worker ever sees). An entry is used only when the HMAC verifies, the file's digest matches and the key is the
 current best's (tree, lane, seed-key digest, steps, corpus, baseline, lane settings); anything else is refused and
-deleted, never trusted, and the candidate is judged in full.
+deleted, never trusted, and the candidate is judged in full. An entry an earlier session in the repository left (its
+index names another seed key) is "not reusable here"; "tampered" is kept for an entry of this session that fails.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class StoredOutputs:
 
 @dataclass(frozen=True)
 class Lookup:
-    """The entry when it verified, else None with why (absent, stale, tampered)."""
+    """The entry when it verified, else None with why (absent, another session's, stale, tampered)."""
 
     stored: StoredOutputs | None
     why: str
@@ -109,13 +110,18 @@ def load(state_dir: Path, secret: str, key: OutputsKey) -> Lookup:
 
 
 def _refusal(data: Path, index: dict[str, Any], secret: str, key: OutputsKey) -> str:
-    file_sha = sha256_file(data)
-    if index.get("sha256") != file_sha:
-        return "stored outputs refused: the file's SHA-256 differs from its index (tampered): deleted"
+    """Why the entry is not used ('' when it verifies and is the best's): another session's (its index names
+    another seed key: signed under a secret this session does not hold, so its signature cannot verify here and
+    says nothing), tampered (within this session, the digest or the signature does not verify), or stale."""
     try:
         recorded = OutputsKey(**index.get("key", {}))
     except TypeError:
         return "stored outputs refused: malformed index: deleted"
+    if recorded.seed_key_sha256 != key.seed_key_sha256:
+        return "stored outputs not reusable here (another session's key): deleted; this session stores its own"
+    file_sha = sha256_file(data)
+    if index.get("sha256") != file_sha:
+        return "stored outputs refused: the file's SHA-256 differs from its index (tampered): deleted"
     if not hmac.compare_digest(str(index.get("hmac", "")), _sign(secret, recorded, file_sha)):
         return "stored outputs refused: the index's signature does not verify (tampered): deleted"
     if recorded != key:

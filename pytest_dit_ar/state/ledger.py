@@ -118,7 +118,8 @@ def _header(path: Path) -> tuple[str, ...] | None:
     for columns in (COLUMNS, COLUMNS_V1):
         if tuple(first) == columns:
             return columns
-    raise Refused(f"{path}: the header row is not a ledger header (expected {COLUMNS})")
+    raise Refused(f"{path}: the header row is not a ledger header (expected {COLUMNS})",
+                  way_out=f"move {path.name} aside (the next row starts a new ledger) or put the ledger back")
 
 
 def append(path: Path, row: LedgerRow) -> None:

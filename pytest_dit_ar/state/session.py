@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dit_ar_contract import device
-from dit_ar_contract.config import Config, Lane, load_config
+from dit_ar_contract.config import Config, Lane, load_config, parse_config, repo_root_for
 from dit_ar_contract.device import DeviceIdentity, LaneTarget
 from dit_ar_contract.errors import Refused
 
@@ -128,9 +128,11 @@ def no_session(paths: StatePaths, config_path: str | Path) -> Refused:
     return Refused(f"no session in {paths.dir}: run `dit-ar --config {config_path} init --tag T` first")
 
 
-def open_session(config_path: str | Path, lane: str | None = None, need_session: bool = True) -> Session:
-    """Load config and session; the lane is the session's unless given; refuse when it cannot run here."""
-    config = load_config(config_path)
+def open_session(config_path: str | Path, lane: str | None = None, need_session: bool = True,
+                 config: Config | None = None) -> Session:
+    """Load config and session; the lane is the session's unless given; refuse when it cannot run here. `config`:
+    the config to use instead of the file's (the best commit's, for a commit that changed the file)."""
+    config = config or load_config(config_path)
     paths = StatePaths(config.root)
     record = read_record(paths)
     if need_session and record is None:
@@ -147,6 +149,42 @@ def open_session(config_path: str | Path, lane: str | None = None, need_session:
     return Session(config, lane_obj, target, paths, record)
 
 
+def best_commit_config(config_path: str | Path) -> Config | None:
+    """The config as the session's best commit holds it: the session's own, whatever a candidate commit did to the
+    file, checked against the best commit's files (its worktree: a commit may also have deleted the corpus); the
+    file itself where git does not track it. None without a session and best, or when it does not load."""
+    import git
+
+    paths = StatePaths(repo_root_for(config_path))
+    record = read_record(paths)
+    best = read_best(paths).get(record.lane_id) if record else None
+    if best is None:
+        return None
+    try:
+        repo = git.Repo(paths.root)
+        relative = Path(config_path).resolve().relative_to(Path(repo.working_dir).resolve())
+        text = repo.git.show(f"{best.commit}:{relative.as_posix()}", strip_newline_in_stdout=False)
+    except (ValueError, git.GitCommandError, git.InvalidGitRepositoryError, git.NoSuchPathError):
+        text, relative = None, None
+    try:
+        if text is None or relative is None:
+            return load_config(config_path)
+        config = parse_config(text, _checkout_of(paths, best.commit) / relative)
+    except Refused:
+        return None
+    return dataclasses.replace(config, path=Path(config_path).resolve(), root=paths.root)
+
+
+def _checkout_of(paths: StatePaths, commit: str) -> Path:
+    """A folder holding `commit`'s files: the best's worktree when it is there, else the repository itself."""
+    import git
+
+    try:
+        return paths.best_worktree if git.Repo(paths.best_worktree).head.commit.hexsha == commit else paths.root
+    except (ValueError, git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return paths.root
+
+
 def slot_target(record: SessionRecord) -> LaneTarget:
     """A fleet session's lane as its driver sees it: the device its slot was found to have at `init`, never
     probed here (its workers run only in the slot; `launch.launcher_for` refuses to start one here)."""
@@ -158,6 +196,13 @@ def session_lane_name(config: Config, explicit: str | None = None) -> str:
     """Which lane a command without a loaded session means (read-only; never refuses for the device)."""
     record = read_record(StatePaths(config.root))
     return config.lane_name(explicit, record.lane if record else None)
+
+
+# what gets out of a difference in the fixed files that no commit of the session made (a file outside git, such as a
+# weights folder, changed; or the installed harness)
+INTEGRITY_WAY_OUT = ("put the fixed files back as they were at `dit-ar init` (`git status` shows tracked ones; a file "
+                     "outside git, such as weights, from where it came), or start a new session on them as they are: "
+                     "`dit-ar init --tag NEW` at the lane's baseline commit, then `dit-ar baseline`")
 
 
 def verify_integrity(session: Session) -> list[str]:

@@ -16,6 +16,7 @@ one after the other and two at the same time, are in the extended tier.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ import pytest
 from tests.helpers.loop import commit_change, git, make_project_copy
 from tests.helpers.venv import Venv, build_wheel, make_venv
 
+PROJECT = Path(__file__).resolve().parents[2]
 INSTALLS = ("wheel", pytest.param("editable", marks=pytest.mark.extended))  # CI: the wheel
 EXPERIMENT = ("experiment", "--classification", "exact", "--description", "a comment: the same program")
 
@@ -68,8 +70,9 @@ def test_a_worktree_collects_the_installed_suites(installed: Venv, first_clone: 
     assert str(tree / "quality_suite") not in out
     # an experiment collects the suites and only then refuses (no baseline yet): not "collection failed"
     proc = installed.dit_ar(tree, *EXPERIMENT, expect=2)
-    last = proc.stdout.rstrip().splitlines()[-1]
-    assert last.startswith("REFUSED:") and "baseline" in last and "collection failed" not in last, last
+    last = next(line for line in proc.stdout.splitlines() if line.startswith("REFUSED:"))
+    assert "baseline" in last and "collection failed" not in last, proc.stdout[-2000:]
+    assert "test session starts" not in proc.stdout  # a refusal of `dit-ar experiment`: no pytest banner
     assert "import file mismatch" not in proc.stdout + proc.stderr
 
 
@@ -152,3 +155,21 @@ def test_the_venv_inside_a_users_project(tmp_path: Path, wheel: Path) -> None:
     proc = venv.dit_ar(repo, *EXPERIMENT, expect=2)
     last = proc.stdout.rstrip().splitlines()[-1]
     assert "baseline" in last and "site-packages" not in last and "not selected" not in last, last
+
+
+def test_the_guides_come_with_the_wheel(tmp_path: Path, wheel: Path) -> None:
+    """`dit-ar guide` prints the task guides from the installed package (setup.py copies docs/guide/ into it), in a
+    folder with no checkout around: the list, a guide whose text is the repository's page (its links to other guides
+    written as the command that prints them), and an unknown name refused with the list and a way out."""
+    venv = make_venv(tmp_path / "venv", str(wheel))
+    assert (venv.where("pytest_dit_ar").parent / "guides" / "your-own-model.md").is_file()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    listing = venv.dit_ar(elsewhere, "guide").stdout
+    pages = sorted(p.stem for p in (PROJECT / "docs" / "guide").glob("*.md") if p.name != "README.md")
+    assert all(f"  {name} " in listing for name in pages), listing
+    page = venv.dit_ar(elsewhere, "guide", "your-own-model").stdout
+    source = (PROJECT / "docs" / "guide" / "your-own-model.md").read_text(encoding="utf-8")
+    assert page == re.sub(r"\]\(([a-z0-9-]+)\.md\)", r"](`dit-ar guide \1`)", source)
+    refused = venv.dit_ar(elsewhere, "guide", "nope", expect=2)
+    assert "your-own-model" in refused.stderr and "way out: `dit-ar guide`" in refused.stderr

@@ -46,6 +46,7 @@ OTHER_JSON = {  # the shipped modules outside state/ that call json.load(s), and
     "pytest_dit_ar/cli/scaffold_files.py": "a diffusers pipeline's configs and the scaffold's contract template",
     "pytest_dit_ar/fleet/index.py": "the fleet's index of judged candidates (judged.jsonl)",
     "pytest_dit_ar/fleet/judging.py": "a judge's live.json bytes, read into LiveState",
+    "pytest_dit_ar/report/page.py": "the config's target name, read without validating the rest (target_name)",
     "pytest_dit_ar/loop/speed/warm_servers.py":
         "the warm servers' keeper's hand-over message and its import path argument",
     "pytest_dit_ar/search/index.py": "the handbook index's cache",

@@ -90,3 +90,23 @@ def test_absent_or_malformed_index_is_no_entry(tmp_path: Path) -> None:
         paths(tmp_path)[0])}))
     found = best_outputs.load(tmp_path, SECRET, KEY)
     assert found.stored is None and "malformed" in found.why
+
+
+def test_an_entry_another_session_left_is_not_reusable_here_and_not_called_tampered(tmp_path: Path) -> None:
+    """A new session in the same repository (a new tag on the same baseline) finds the earlier session's entry:
+    signed under that session's secret for that session's seed key. Not an alarm: not reusable here, deleted."""
+    earlier = replace(KEY, seed_key_sha256="e" * 64)
+    best_outputs.store(tmp_path, "the earlier session's secret", earlier, stored())
+    found = best_outputs.load(tmp_path, SECRET, KEY)
+    assert found.stored is None and "another session's key" in found.why and "tampered" not in found.why
+    assert not any(p.exists() for p in paths(tmp_path))
+
+
+def test_a_signature_that_fails_within_its_own_session_is_tampered(tmp_path: Path) -> None:
+    best_outputs.store(tmp_path, SECRET, KEY, stored())
+    index = paths(tmp_path)[1]
+    entry = json.loads(index.read_text())
+    entry["hmac"] = "0" * 64
+    index.write_text(json.dumps(entry))
+    found = best_outputs.load(tmp_path, SECRET, KEY)
+    assert found.stored is None and "tampered" in found.why and "another session" not in found.why

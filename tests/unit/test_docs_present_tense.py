@@ -107,3 +107,18 @@ def test_design_pages_cite_the_notebook_behind_their_figures(page: Path):
     assert cited, f"{rel(page)} names no lab/notebook/ file for its measured figures"
     missing = sorted(c for c in cited if not (ROOT / c).is_file())
     assert not missing, f"{rel(page)} cites {missing}, which do not exist"
+
+
+FIRST_VERDICT_WORDS = 2500  # what a newcomer with a model of their own reads before the first verdict
+
+
+def test_the_path_to_a_first_verdict_on_your_own_model_is_short():
+    """README's introduction (up to its first section) and the own-model guide are the whole path from nothing to a
+    first verdict in one's own repository; everything else is linked from them."""
+    intro = (ROOT / "README.md").read_text(encoding="utf-8").split("\n## ", 1)[0]
+    guide = (ROOT / "docs" / "guide" / "your-own-model.md").read_text(encoding="utf-8")
+    assert "your-own-model.md" in intro, "README's introduction no longer sends a newcomer to the guide"
+    words = len(intro.split()) + len(guide.split())
+    assert words <= FIRST_VERDICT_WORDS, f"the path to a first verdict is {words} words (at most {FIRST_VERDICT_WORDS})"
+    for step in ("pip install", "dit-ar scaffold", "dit-ar init", "dit-ar baseline", "dit-ar experiment", "way out:"):
+        assert step in guide, f"the own-model guide lost {step!r}"

@@ -82,7 +82,7 @@ def test_a_lane_without_weights_gets_where_doctor_looked_and_what_to_put_where(m
     target = machine / "home" / "clip-cache"
     assert f"cache_dir='clip-cache')\"; copy clip-cache/ to {target} here" in text
     assert f'set lanes.{LANE}.quality.clip to {{"model": "ViT-B-32", "weights": "{target}"}}' in text
-    assert "docs/guide/clip-weights.md" in text
+    assert "`dit-ar guide clip-weights`" in text
 
 
 def test_weights_in_the_hub_cache_are_found_and_named_exactly(machine: Path) -> None:
@@ -112,3 +112,37 @@ def test_pipeline_weights_nobody_cannot_read_are_a_lane_problem_with_the_command
     text = run_doctor(config)
     assert f"lane {LANE}: cannot run here" in text
     assert f"transformer.safetensors (mode 0600)); fix: `chmod -R a+rX {(machine / 'pipe').resolve()}`" in text
+
+
+def test_an_install_without_its_requirements_gets_each_one_named(machine: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pip install --no-deps` (beside a torch of one's own) leaves the wheel's other requirements to the user:
+    doctor names each one missing or in a version it does not accept, with the pip line; extras are not asked for."""
+    from pytest_dit_ar.cli import install_advice
+
+    listed = ["torch>=2.4", "rapidfuzz>=3.0", "scipy>=1.10", "ruff>=0.6; extra == 'test'"]
+    monkeypatch.setattr(install_advice.metadata, "requires", lambda dist: listed)
+    real = install_advice.metadata.version
+
+    def version(name: str) -> str:
+        if name in ("rapidfuzz", "ruff"):
+            raise install_advice.metadata.PackageNotFoundError(name)
+        return "1.2" if name == "scipy" else real(name)
+
+    monkeypatch.setattr(install_advice.metadata, "version", version)
+    text = run_doctor(project(machine))
+    missing = next(line for line in text.splitlines() if line.startswith("MISSING packages"))
+    assert "rapidfuzz" in missing and "'rapidfuzz>=3.0'" in missing and "ruff" not in missing
+    assert "torch" not in missing.split(" — ")[0].split(": ")[1].split(", ")  # the torch installed is kept
+    assert "packages in a version pytest-dit-ar does not accept: scipy 1.2 (needs scipy>=1.10)" in text
+
+
+def test_a_text_to_image_lane_sees_its_own_metric_and_its_own_cpu(machine: Path) -> None:
+    """Only the metric that fits a lane of prompts is listed (the digit judge's and the classifier's in one line),
+    and a CPU lane's scaffolded target is this machine's CPU, not a GPU it does not have."""
+    text = run_doctor(project(machine))
+    assert f"task metrics: lane {LANE} uses none; what would fit it:" in text and "  clip_score: NOT usable" in text
+    assert "  other metrics (not for this lane): judge_accuracy, frechet_distance, classifier_top1" in text
+    assert not any(line.startswith(("  judge_accuracy:", "  frechet_distance:", "  classifier_top1:"))
+                   for line in text.splitlines())
+    assert f"target: {device.cpu_name()}, a CPU (target.device cpu)" in text and "A5500" not in text

@@ -10,7 +10,8 @@ import torch
 
 from dit_ar_contract.config import load_config
 from dit_ar_contract.errors import CandidateCrash
-from pytest_dit_ar.plugin.session import harness_error, one_line
+from pytest_dit_ar.plugin.session import harness_error
+from pytest_dit_ar.plugin.terminal import one_line
 from quality_suite import task_metrics
 from quality_suite.assessment import BaselineReference, Outputs, assess
 from quality_suite.audit import AuditEvidence

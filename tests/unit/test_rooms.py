@@ -261,7 +261,7 @@ def test_a_crowded_room_is_named(tmp_path: Path) -> None:
 
 # -- the loop's top ------------------------------------------------------------------------------------------
 
-VERBS = {"baseline", "experiment", "revalidate", "init_session", "verdict", "conclusion"}
+VERBS = {"baseline", "experiment", "revalidate", "init_session", "case", "verdict", "conclusion"}
 COMPOSERS = {"evidence", "candidate"}  # they compose the rooms for the verbs
 LOOP_ROOMS = {"speed", "quality", "guards", "workers"}
 

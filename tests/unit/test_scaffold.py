@@ -11,6 +11,7 @@ import git
 import pytest
 
 from dit_ar_contract.config import load_config
+from dit_ar_contract.device import cpu_name
 from dit_ar_contract.errors import Refused
 from pytest_dit_ar.cli import scaffold as sc
 from pytest_dit_ar.cli import scaffold_files
@@ -68,7 +69,8 @@ def test_scaffold_writes_a_loadable_project_for_each_family(repo, tmp_path, clas
     assert node.weights == str((tmp_path / "pipe").resolve())  # outside the repository: absolute
     assert config.mutable_paths == ("model_under_test/",)
     assert {"config/", "corpus/", "program.md", "AGENTS.md", "tests/"} <= set(config.fixed_paths)
-    assert config.target.name == "NVIDIA RTX A5500"
+    assert config.target.is_cpu and config.target.name == cpu_name()  # a CPU lane's target is its own CPU
+    assert "A5500" not in (repo / "program.md").read_text() and cpu_name() in (repo / "program.md").read_text()
     cases = load_corpus(repo / node.corpus)  # the checksum the harness verifies
     assert len(cases) == sc.DEFAULT_CASES and len({c.seed for c in cases}) == len(cases)
     if family.text_to_image:
@@ -90,8 +92,10 @@ def test_workload_comes_from_the_folder_then_the_flags(repo, tmp_path):
     pipe = fake_pipeline(tmp_path / "pipe", "PixArtSigmaPipeline", transformer={"sample_size": 64},
                          vae={"block_out_channels": [8, 8, 8, 8]})
     run_scaffold(repo, pipe)
-    lane = load_config(repo / "config" / "autoresearch.json").lanes["pixart-sigma-512"]
+    config = load_config(repo / "config" / "autoresearch.json")
+    lane = config.lanes["pixart-sigma-512"]
     assert (lane.resolution, lane.device, lane.performance.warmup_rounds) == (512, "cuda", 3)  # the GPU lanes'
+    assert config.target.name == "NVIDIA RTX A5500" and not config.target.is_cpu  # a GPU lane: the project's card
     run_scaffold(repo, pipe, lane="mine", resolution=384, steps=7, guidance=2.5, batch=3, cases=5, force=True)
     lane = load_config(repo / "config" / "autoresearch.json").lanes["mine"]
     assert (lane.resolution, lane.steps, lane.guidance, lane.batch) == (384, 7, 2.5, 3)

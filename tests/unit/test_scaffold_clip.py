@@ -86,7 +86,7 @@ def test_without_weights_the_scaffold_says_what_the_lane_cannot_keep(repo: Path,
     assert raw(repo)["lanes"][LANE]["task_metrics"] == []
     text = "\n".join(lines)
     assert "no task metric: approximate and quantization changes cannot be kept" in text
-    assert "--clip-weights PATH" in text and "docs/guide/clip-weights.md" in text
+    assert "--clip-weights PATH" in text and "`dit-ar guide clip-weights`" in text
     assert "no task metric, so `approximate` and `quantization` changes cannot be kept" in \
         (repo / "program.md").read_text()
 

@@ -230,3 +230,16 @@ def test_a_no_op_stops_as_unlikely_to_be_kept_long_before_the_last_pair() -> Non
     assert np.mean([a.segments for a, _ in stops]) < np.mean([b.segments for _, b in stops])
     unlikely = [a for a, _ in stops if a.reason.startswith("unlikely to be kept")]
     assert unlikely and all(a.segments >= 4 and "% chance (below 5%)" in a.reason for a in unlikely)
+
+
+def test_a_not_faster_stop_says_the_bound_it_rests_on_not_the_wider_interval() -> None:
+    """The keep test's interval is wider (another level) and can reach the 2% target while the stop, on its own
+    one-sided bound, is right that 2% is out of reach: "not faster by 2%: -2.43% [-7.81%, +2.67%]" read as
+    contradicting itself. The reason and the summary's figure give the stop's bound, below the target."""
+    look = run(np.random.default_rng(40), 0.0, noise=0.05)
+    assert look.stop == "optimism" and look.upper_pct >= 2.0  # the interval alone would reach the target
+    assert look.reason.startswith("not faster by 2%") and "[" not in look.reason
+    bound = f"at most {look.optimistic_pct:+.2f}%"
+    assert look.optimistic_pct < 2.0 and bound in look.reason and bound in look.figure_text(2)
+    slower = run(np.random.default_rng(4), -0.10)
+    assert slower.figure_text(2).startswith(f"{slower.estimate_pct:+.2f}%, at most")

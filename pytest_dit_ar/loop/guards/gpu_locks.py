@@ -13,6 +13,7 @@ from filelock import FileLock, Timeout
 
 from dit_ar_contract.device import LaneTarget
 from dit_ar_contract.errors import Refused
+from dit_ar_contract.guides import cite
 
 from ...state.paths import StatePaths
 
@@ -25,7 +26,7 @@ def hold_session_lock(paths: StatePaths, advice: str) -> FileLock:
     try:
         lock.acquire()
     except Timeout:
-        raise Refused(f"another experiment holds {paths.lock}: {advice}") from None
+        raise Refused(f"another experiment holds {paths.lock}", way_out=advice) from None
     return lock
 
 
@@ -47,7 +48,7 @@ def acquire(uuids: list[str], folder: Path | None = None) -> list[FileLock]:
             release(held)
             raise Refused(f"another experiment is using GPU {uuid} (lock {lock.lock_file}): sessions side by "
                           "side need a GPU each (a lane with device cuda:N per session, "
-                          "docs/guide/sessions-side-by-side.md)") from None
+                          f"{cite('sessions-side-by-side')})") from None
         held.append(lock)
     return held
 

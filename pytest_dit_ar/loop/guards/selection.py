@@ -41,7 +41,7 @@ class Request:
 def refusal(request: Request, required: tuple[Path, ...], root: Path) -> str | None:
     """Why the run is not an experiment's whole required test set with its inputs, None when it is."""
     if request.collection_failed:
-        return "collection failed (see the errors above); nothing was judged"
+        return "collection failed (see the errors above); nothing was judged: fix them and run again"
     if request.classification not in WORDS:
         return (f"--dit-ar-classification (or the ini key dit_ar_classification) must be one of "
                 f"{', '.join(WORDS)}; got {request.classification!r}")

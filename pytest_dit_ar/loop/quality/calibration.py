@@ -23,6 +23,7 @@ import torch
 
 from dit_ar_contract.classes import ChangeClass
 from dit_ar_contract.errors import Refused
+from dit_ar_contract.guides import cite
 from quality_suite import calibration, pool_sessions, task_metrics, task_tests
 from quality_suite.assessment import NO_SPREAD
 from quality_suite.case_scores import CaseScores
@@ -141,7 +142,7 @@ def run_quality_calibration(config_path: Path, blocks: int, sessions: int, sizes
     lane = session.lane
     if not lane.task_metrics:
         raise Refused(f"lane {lane.name} configures no task metric: the task-score tests have nothing to calibrate "
-                      "(lanes.<lane>.task_metrics; docs/design/quality-verdict.md)")
+                      f"(set lanes.{lane.name}.task_metrics: {cite('task-metrics')})")
     if blocks < 5:
         raise Refused(f"--blocks {blocks}: a quality calibration needs at least 5 blocks (the case budget's worth)")
     task_metrics.check_available(lane.task_metrics, lane.quality, session.root)
@@ -172,6 +173,6 @@ def sizes_of(text: str) -> list[float]:
     except ValueError:
         raise Refused(f"--sizes {text!r}: expected comma-separated multiples such as 0.5,1,2,5") from None
     if not values or any(v <= 0 for v in values):
-        raise Refused(f"--sizes {text!r}: each size is a positive multiple of the margin")
+        raise Refused(f"--sizes {text!r}: each size must be a positive multiple of the margin")
     return values
 

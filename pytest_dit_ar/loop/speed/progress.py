@@ -48,7 +48,7 @@ class TimingProgress:
                                  refresh=True)
 
     def on_look(self, look: Look) -> None:
-        estimate = look.interval_text(1)
+        estimate = look.figure_text(1)
         self.bar.set_description_str(f"{self.desc} {estimate}", refresh=True)
         self._line(f"segment {look.segments} done ({look.rounds} rounds, {time.perf_counter() - self.started:.0f} s): "
                    f"paired estimate {estimate}" + ("" if not look.final else f"; {look.decision}"))

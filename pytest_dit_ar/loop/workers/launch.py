@@ -49,7 +49,8 @@ def launcher_for(session: Session, sandboxed: bool = True) -> WorkerLauncher:
     if sandboxed:
         problem = sandbox_problem()
         if problem:
-            raise Refused(f"the workers cannot be sandboxed here: {problem}")
+            raise Refused(f"the workers cannot be sandboxed here: {problem}", way_out="`dit-ar doctor` checks the "
+                          "sandbox; `--unsandboxed` runs without it (recorded in the ledger)")
         policy = sandbox_policy(session)
         weights = session.lane.weights_path(session.root)
         refusal = sandbox.unreadable_refusal(Path(weights), (session.root.resolve(),)) if weights else None
