@@ -131,6 +131,10 @@ def doctor(config_path: Path, out=print) -> int:
         f"filter: {'yes' if seccomp.program() else 'none for this architecture'}; freeze and memory: "
         f"{cgroup.describe()} (without a writable freezer: SIGSTOP and /proc waits)")
     task_metric_report(config, out)
+    from .doctor_budget import case_budget_lines, session_task_base
+
+    for line in case_budget_lines(config, session_task_base(config)):
+        out(line)
     runnable = []
     for lane in config.lanes.values():
         target = device.resolve_lane(config, lane, gpus)

@@ -31,6 +31,7 @@ from .paths import StatePaths
 from .perf_record import PERF_FORMAT, PerfRecord
 from .phases import PhaseTimes
 from .session import SessionRecord
+from .timed_quality import TimedQuality
 
 if TYPE_CHECKING:  # imported on use: torch stays out of `dit-ar status`
     from quality_suite.assessment import QualityAssessment
@@ -147,7 +148,7 @@ def _mapping(value: Any) -> dict[str, Any]:
 @dataclass(frozen=True)
 class ExperimentRecord:
     """experiment.json: the ledger row of the run (None when the record is partial), the verdict's reasons,
-    the wall time and where it went, the software stack."""
+    the wall time and where it went, the software stack, and the timed outputs judged on the task."""
 
     row: LedgerRow | None
     reasons: tuple[str, ...] = ()
@@ -155,6 +156,7 @@ class ExperimentRecord:
     seconds: dict[str, float] = field(default_factory=dict)
     software: dict[str, Any] = field(default_factory=dict)
     phases: PhaseTimes | None = None  # where the wall time went, by phase (None: recorded before the phases)
+    timed_quality: TimedQuality | None = None  # the timed outputs judged on the task (None: not judged)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ExperimentRecord:
@@ -165,7 +167,7 @@ class ExperimentRecord:
         return cls(row, tuple(str(r) for r in data.get("reasons") or ()), data.get("duration_s"),
                    {str(k): float(v) for k, v in _mapping(data.get("seconds")).items()
                     if isinstance(v, (int, float))}, _mapping(data.get("software")),
-                   PhaseTimes.from_dict(data.get("phases")))
+                   PhaseTimes.from_dict(data.get("phases")), TimedQuality.from_dict(data.get("timed_quality")))
 
 
 def read_experiment(run_dir: Path) -> ExperimentRecord:
