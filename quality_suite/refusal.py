@@ -121,10 +121,10 @@ def _severe_cases(rule: CaseRule, count: int, n: int) -> int | None:
 def outlook(result: TestResult, budget: int) -> tuple[str, int | None]:
     """Whether more cases could pass the test, in words, and about how many would (None: none)."""
     look, rule = result.last, result.rule
-    if look.estimate > result.margin:
-        return "the estimate itself is above the margin: more cases cannot pass it", None
     if rule is not None and rule.kind == TOLERANCE and look.beyond > 0:
         return f"{look.beyond} case(s) beyond tau_q already break the claim: more cases cannot pass it", None
+    if look.estimate > result.margin:
+        return "the estimate itself is above the margin: more cases cannot pass it", None
     need = rule.min_cases if rule is not None else 0
     if rule is not None and look.beyond > 0:
         severe = _severe_cases(rule, look.beyond, look.n)
