@@ -80,7 +80,8 @@ def test_a_lane_whose_budget_is_below_n_min_says_the_budget_it_needs() -> None:
     j, (r,) = judged("approximate", np.zeros(200), 40, small)
     assert "the case budget 80 is below n_min 119" in r.why and r.cases_needed == 119 and r.raise_to() == 3
     assert "about 119 cases would be needed, the budget is 80" in r.outlook
-    assert "the case budget is 80 cases (2 x the 40-case corpus" in r.line() and "raise it to 3 for 119 cases" in r.line()
+    line = r.line()
+    assert "the case budget is 80 cases (2 x the 40-case corpus" in line and "raise it to 3 for 119 cases" in line
 
 
 def test_the_verdict_line_of_a_failed_test_is_its_refusal() -> None:
