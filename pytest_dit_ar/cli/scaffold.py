@@ -21,14 +21,12 @@ import argparse
 import dataclasses
 import inspect
 import json
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from dit_ar_contract.config import DEFAULT_CONFIG, load_config
 from dit_ar_contract.errors import Refused
-from dit_ar_contract.noninferiority_settings import NonInferiorityTest
 
 from .scaffold_clip import add_clip, describe
 from .scaffold_files import (
@@ -49,6 +47,7 @@ from .scaffold_files import (
     read_json_file,
     render,
     repo_root,
+    set_case_budget,
     slug,
     weights_entry,
     write,
@@ -153,21 +152,6 @@ def corpus_cases(family: Family, folder: Path, count: int) -> list[dict[str, Any
 
 
 # -- the plan ------------------------------------------------------------------------------------------
-def set_case_budget(config: dict[str, Any], lane: str, cases: int) -> None:
-    """A lane with a task metric gets the case budget a quantization needs (n_pass cases, `tolerance_cases`) as its
-    own `quality.noninferiority.case_budget_multiple` when the contract's is smaller; an approximate change's
-    n_min depends on the baseline's scores (`dit-ar doctor` says whether the budget holds it)."""
-    node = config["lanes"][lane]
-    if not node.get("task_metrics") or cases < 1:
-        return
-    settings = config["quality"].get("noninferiority", {})
-    n_pass = int(settings.get("tolerance_cases", NonInferiorityTest.tolerance_cases))
-    multiple = float(settings.get("case_budget_multiple", NonInferiorityTest.case_budget_multiple))
-    if round(multiple * cases) < n_pass:
-        quality = node.setdefault("quality", {})
-        quality.setdefault("noninferiority", {})["case_budget_multiple"] = math.ceil(n_pass / cases)
-
-
 def plan(request: Request, root: Path) -> Plan:
     """Everything to write, computed without touching the repository."""
     folder = request.pipeline.expanduser().resolve()
