@@ -173,3 +173,24 @@ def test_the_report_page_says_it_in_the_lane_header(state: Path) -> None:
     skipped = ReportContext(state, paths, runs.read_session(paths), runs.read_bests(paths), "the target",
                             confirm_skipped=True)
     assert _confirmed(LANE, ledger.read(paths.ledger), skipped).startswith("not confirmed (skipped)")
+
+
+def test_a_best_not_confirmed_says_how_to_revert_its_approximate_keep(state: Path) -> None:
+    from pytest_dit_ar.loop.revalidate import approximate_keeps, revert_advice
+
+    paths = StatePaths(state)
+    ledger.append(paths.ledger, LedgerRow(timestamp="2026-12-07T09:30:00+0000", run_id="r2", lane=LANE,
+                                          commit="c" * 40, parent="b" * 40, status=Status.KEEP,
+                                          effective_class="approximate", description="batched guidance"))
+    best = BestRecord("c" * 40, "night", "autoresearch/night", "r2", "now", "ref", effective_class="approximate",
+                      history=("a" * 40, "b" * 40, "c" * 40))
+    session = SimpleNamespace(paths=paths, lane_id=LANE, best=lambda: best, started=SimpleNamespace(tag="night"))
+    keeps = approximate_keeps(session)  # type: ignore[arg-type]
+    assert [k.commit for k in keeps] == ["b" * 40, "c" * 40]
+    advice = revert_advice(session, keeps)  # type: ignore[arg-type]
+    assert advice.startswith("not confirmed changes nothing (the best stays); revert the approximate keep "
+                             f"{'b' * 10} (half the steps)")
+    assert f"`git switch --detach {'b' * 10}^ && dit-ar init --tag night-without-{'b' * 7} --new-baseline && " \
+           "dit-ar baseline`" in advice
+    assert f"bring back the later keeps {'c' * 10} one at a time" in advice
+    assert revert_advice(session, []) == ""  # type: ignore[arg-type]
