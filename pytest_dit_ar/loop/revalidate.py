@@ -353,7 +353,11 @@ def _run(session: Session, launcher: Any, best_commit: str, baseline_commit: str
         write_json_atomic(runs.RunPaths(run_dir).perf, perf.to_dict())
         live.phase("quality")
         held = _holdout(session, launcher, run_dir, best.effective_class)
-        fresh = _confirmation(session, launcher, run_dir, out, judge_only, live)
+        try:
+            fresh = _confirmation(session, launcher, run_dir, out, judge_only, live)
+        except Refused as exc:  # the re-validation stands; the confirmation says why it did not run
+            out(f"confirmation: not run ({exc})")
+            fresh = None
         result = _result(session, run_dir.name, best_commit, baseline_commit, plan, perf, held,
                          {**perf.seconds, "total": time.time() - started}, best.history)
         result = dataclasses.replace(result, confirmation=fresh.headline() if fresh else "")
