@@ -405,7 +405,8 @@ def _row(session: Session, result: Revalidation, perf: PerfRecord, run_dir: Path
         metric=lane.primary_metric, best_before=lane.metric_value(perf.median_ms(Role.BEST)),
         candidate=lane.metric_value(perf.median_ms(Role.CANDIDATE)),
         improvement_pct=result.measured.estimate_pct if result.measured else None, p_value=perf.nominal_p,
-        peak_vram_mb=perf.peak_memory_mb(Role.CANDIDATE), quality_summary=result.holdout.headline(),
+        peak_vram_mb=perf.peak_memory_mb(Role.CANDIDATE),
+        quality_summary=result.holdout.headline() + (f"; {result.confirmation}" if result.confirmation else ""),
         description=f"re-validation of the best against the original baseline {result.baseline_commit[:10]}",
         run_dir=str(run_dir.relative_to(session.root)),
         reason=f"measured {result.measured.describe() if result.measured else 'nothing'} {agree} the product of "
