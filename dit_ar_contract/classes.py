@@ -18,7 +18,7 @@ class ChangeClass(str, Enum):
     EXACT = "exact"  # the same computation: outputs within the baseline's own noise envelope
     NUMERICAL = "numerical"  # the same algorithm in other arithmetic: fixed fidelity floors
     APPROXIMATE = "approximate"  # less work for a close answer (e.g. fewer steps): task non-inferiority
-    QUANTIZATION = "quantization"  # low-bit weights or activations: zero task regression
+    QUANTIZATION = "quantization"  # low-bit weights or activations: the task scores within their tolerance
 
     def __str__(self) -> str:
         return self.value

@@ -94,7 +94,8 @@ class ApproximateGate:
 
 @dataclass(frozen=True)
 class QuantizationGate:
-    """Zero regression on every task score plus the numerical floors; nothing to configure."""
+    """The tolerance claim on every task score (quality_suite/task_tests.py) plus the numerical floors; nothing to
+    configure here (its settings are `quality.noninferiority`)."""
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from dit_ar_contract.classes import ChangeClass
 from dit_ar_contract.config import QualityContract
 from dit_ar_contract.errors import Refused
 
-from . import audit, gates, own_change, perceptual, sharpness, task_metrics, task_tests
+from . import audit, gates, own_change, perceptual, refusal, sharpness, task_metrics, task_tests
 from .artifacts import per_case_fidelity
 from .case_scores import CaseScores
 from .corpora import Case
@@ -63,7 +63,7 @@ class TaskInputs:
     """What the paired task-score tests compare beyond the candidate's corpus outputs.
 
     `baseline`: the baseline's per-case scores of the corpus (None: computed from its stored images);
-    `parent`: called when zero regression must also hold against the current best, returns its per-case scores of
+    `parent`: called when the tolerance claim must also hold against the current best, returns its per-case scores of
     the corpus; `supply`: further cases for undecided tests (None: the corpus alone)."""
 
     baseline: CaseScores | None = None
@@ -94,6 +94,7 @@ class QualityAssessment:
     task_tests: tuple[TestResult, ...] = ()  # the paired non-inferiority tests (approximate, quantization)
     own_class: str = ""  # the class of the change from the best (quality_suite/own_change.py); "": not judged
     own_reasons: tuple[str, ...] = ()  # what the audit found against the best's pipeline
+    refusals: tuple[refusal.Refusal, ...] = ()  # each failed task-score test: what would decide it
 
     def case_checks(self, case_id: str) -> tuple[gates.Check, ...]:
         return self.per_case[case_id].checks
@@ -105,6 +106,12 @@ class QualityAssessment:
     @property
     def passed(self) -> bool:
         return not self.failures()
+
+    def reasons(self) -> list[str]:
+        """The failures in words for the verdict: a failed task-score test's check as its refusal's line (what
+        failed and by how much, the case budget and its key, whether more cases could pass it, the claim)."""
+        lines = {r.check_name: r.line() for r in self.refusals}
+        return [lines.get(c.name, c.describe()) if c.case is None else c.describe() for c in self.failures()]
 
     def headline(self, tests: bool = True) -> str:
         """One line for the ledger: the class, the worst fidelity, the task scores and (with `tests`) each paired
@@ -150,6 +157,7 @@ class QualityAssessment:
             "failures": [c.describe() for c in self.failures()], "approximate_outputs": self.approximate_outputs,
             "task_tests": [r.as_dict() for r in self.task_tests],
             "own_class": self.own_class, "own_reasons": list(self.own_reasons),
+            "refusals": [r.as_dict() for r in self.refusals],
         }
 
     @classmethod
@@ -169,7 +177,8 @@ class QualityAssessment:
                    str(data.get("lpips", "not measured")), {cid: case.fidelity for cid, case in per_case.items()},
                    bool(data.get("approximate_outputs", False)),
                    tuple(TestResult.from_dict(r) for r in data.get("task_tests") or ()),
-                   str(data.get("own_class", "")), tuple(str(r) for r in data.get("own_reasons") or ()))
+                   str(data.get("own_class", "")), tuple(str(r) for r in data.get("own_reasons") or ()),
+                   tuple(refusal.Refusal.from_dict(r) for r in data.get("refusals") or () if isinstance(r, Mapping)))
 
 
 def _tests(effective: str, scores: dict[str, task_metrics.TaskScore], baseline: BaselineReference,
@@ -200,7 +209,7 @@ def _tests(effective: str, scores: dict[str, task_metrics.TaskScore], baseline: 
 def assess(declared: str, inherited: str, candidate: Outputs, baseline: BaselineReference, cases: list[Case],
            quality: QualityContract, metric_names: tuple[str, ...], root: Path,
            whole_corpus: bool = True, inputs: TaskInputs | None = None,
-           parent: own_change.ParentOutputs | None = None) -> QualityAssessment:
+           parent: own_change.ParentOutputs | None = None, budget_key: str = refusal.BUDGET_KEY) -> QualityAssessment:
     """Audit the class, measure fidelity and task quality, and apply the effective class's gate.
 
     A plain run of a few cases (`whole_corpus=False`, an IDE click on one case) is judged case by case:
@@ -209,7 +218,9 @@ def assess(declared: str, inherited: str, candidate: Outputs, baseline: Baseline
 
     `inputs.parent` is called only when the effective class is quantization; without `inputs` the tests compare
     the corpus with the baseline's stored outputs alone. `parent` (the best's outputs, when the best is not the
-    original baseline) judges the candidate's own change against the best as well (quality_suite/own_change.py)."""
+    original baseline) judges the candidate's own change against the best as well (quality_suite/own_change.py).
+    Each failed task-score test gets its refusal (quality_suite/refusal.py), `budget_key` naming the setting
+    that raises the lane's case budget."""
     fid = per_case_fidelity(candidate.images, candidate.latents, baseline.outputs.images, baseline.outputs.latents)
     # bit-identical latents and images in every case: fewer denoiser rows then removed redundant passes
     same = len(fid) == len(cases) > 0 and all(f["latent_max_abs"] == 0 and f["psnr_db"] == math.inf
@@ -244,4 +255,13 @@ def assess(declared: str, inherited: str, candidate: Outputs, baseline: Baseline
                                        tests) if whole_corpus else []
     return QualityAssessment(declared, effective, tuple(reasons), per_case, tuple(aggregate), summary, task_cand,
                              dict(baseline.task_metrics), lpips_status, fid, approx, tests,
-                             own.cls.word if own else "", own.reasons if own else ())
+                             own.cls.word if own else "", own.reasons if own else (),
+                             refusals_of(tests, quality, len(cases), budget_key))
+
+
+def refusals_of(tests: tuple[TestResult, ...], quality: QualityContract, corpus: int,
+                key: str) -> tuple[refusal.Refusal, ...]:
+    """What would decide each task-score test that failed on its own (quality_suite/refusal.py)."""
+    plan = task_tests.design(quality, corpus)
+    found = (refusal.explain(r, plan, corpus, quality.noninferiority.case_budget_multiple, key) for r in tests)
+    return tuple(r for r in found if r is not None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import re
 from dataclasses import dataclass
@@ -41,6 +42,31 @@ def keyed_seed(seed: int, key: str) -> int:
 def replica_seed(seed: int, replica: int) -> int:
     """The corpus seed of a case's `replica`-th replica: a fixed 31-bit seed derived from the case's own."""
     return int.from_bytes(hashlib.sha256(f"replica:{replica}:{seed}".encode()).digest()[:4], "big") >> 1
+
+
+def purpose_key(key: str, purpose: str) -> str:
+    """A key of its own for `purpose`, derived from the session's secret (HMAC-SHA256): requests keyed by it share
+    nothing a worker could learn from requests keyed by the secret itself (the corpus, the holdout, the replicas)."""
+    return hmac.new(key.encode(), purpose.encode(), hashlib.sha256).hexdigest()
+
+
+def fresh_seed(seed: int, index: int) -> int:
+    """The corpus seed of a case's `index`-th fresh case: a fixed 31-bit seed derived from the case's own, apart
+    from its replicas' (`replica_seed`)."""
+    return int.from_bytes(hashlib.sha256(f"fresh:{index}:{seed}".encode()).digest()[:4], "big") >> 1
+
+
+def fresh_cases(cases: list[Case], count: int) -> list[Case]:
+    """`count` cases no candidate saw: the corpus cases again (same prompt and label) under derived seeds, ids
+    `<case id>-c<k>`, fresh case 1 of every case first. Their requests are keyed by a key of their own
+    (`purpose_key`), never by the session's secret, so their seeds are none of the corpus's, holdout's or
+    replicas'."""
+    out: list[Case] = []
+    index = 1
+    while len(out) < count and cases:
+        out += [Case(f"{c.id}-c{index}", c.prompt, fresh_seed(c.seed, index), c.label) for c in cases]
+        index += 1
+    return out[:count]
 
 
 def replicas(cases: list[Case], count: int) -> list[Case]:

@@ -234,7 +234,7 @@ def aggregate_checks(cls: ChangeClass | str, summary: dict[str, Any], quality: Q
         checks += [_ge("mean_psnr_db", summary["psnr_db"]["mean"], t.min_mean_psnr_db, None),
                    _ge("mean_ssim", summary["ssim"]["mean"], t.min_mean_ssim, None)]
     if cls.judged_on_the_task and not task_base and not task_cand:
-        claim = "non-inferiority" if cls is ChangeClass.APPROXIMATE else "zero regression"
+        claim = "non-inferiority" if cls is ChangeClass.APPROXIMATE else "its tolerance claim"
         checks.append(Check("task_metrics", False, 0.0, 1.0, None, f"the {cls} gate needs task-quality metrics to "
                             f"show {claim}; this lane configures none: set lanes.<lane>.task_metrics, e.g. "
                             "clip_score with quality.clip (dit-ar scaffold --clip-weights PATH)"))

@@ -55,6 +55,7 @@ from .noninferiority import (
 
 BASELINE, PARENT = "baseline", "parent"
 RESOLUTION = "resolution"  # the margin source of the tolerance claim
+STOPPED = "undecided when the gate stopped"  # a test another's failure stopped before it decided
 REPORTED_WHY = ("reported, not gated: over 40-200 cases a Frechet distance's small-sample bias exceeds the margin "
                 "and its bootstrap misstates its spread (docs/design/quality-verdict.md)")
 
@@ -255,7 +256,7 @@ class _Replay:
     def result(self, stopped: bool) -> TestResult:
         decision, reason = self.decision, self.reason
         if decision is Decision.MORE and stopped:  # stopped before its last look (another test failed)
-            decision, reason = Decision.FAIL, "undecided when the gate stopped"
+            decision, reason = Decision.FAIL, STOPPED
         s = self.spec
         return TestResult(s.metric, s.reference, s.margin, s.margin_source, tuple(self.looks), decision, reason,
                           s.rule)
@@ -352,11 +353,37 @@ def run(cls: ChangeClass | str, quality: QualityContract, figures: Figures, firs
         complete = len(cand.all_ids()) == have  # a supply that gave nothing has run out
 
 
-def budget_shortfall(quality: QualityContract, corpus_cases: int, task_metric_names: Sequence[str],
-                     task_base: Mapping[str, float] | None = None) -> list[Shortfall]:
-    """The (metric, class) pairs a lane's case budget cannot pass: an approximate change needs n_min cases of each
-    per-case metric, a quantization n_pass. R of a CLIP score is the baseline's score when `task_base` gives it,
-    else the score's range (a larger n_min: the check then errs towards reporting). Set metrics are not gated."""
+def cases_to_pass(cls: ChangeClass | str, quality: QualityContract, figures: Figures, first_cases: int,
+                  approximate_chain: bool = False) -> int:
+    """The fewest cases at which every gated test of `cls` against the baseline may pass: the first planned look at
+    or beyond the largest n_min or n_pass of its tests, at most the case budget."""
+    plan = design(quality, first_cases)
+    tests = specs(cls, quality, figures, plan, False, approximate_chain)
+    need = max((s.rule.min_cases for s in tests if s.rule is not None), default=first_cases)
+    return next((n for n in plan.schedule() if n >= need), plan.max_cases)
+
+
+def measured_failure(result: TestResult, plan: Design) -> str:
+    """Why a FAIL was measured on the cases themselves: a regression (the lower bound beyond the margin), or the
+    case-count condition broken by the cases seen (a severe share past its limit even at the budget, a case beyond
+    tau_q); "" for a test that failed only because it was not shown (too few cases, the budget spent)."""
+    if result.decision is not Decision.FAIL or not result.looks or not result.gated:
+        return ""
+    look = result.last
+    if look.lower > result.margin:
+        return "a regression measured (the lower bound exceeds the margin)"
+    rule = result.rule
+    if rule is None or look.beyond == 0 or plan.max_cases < rule.min_cases:
+        return ""
+    return rule.hopeless(look.beyond, plan.max_cases)
+
+
+def cases_needed(quality: QualityContract, corpus_cases: int, task_metric_names: Sequence[str],
+                 task_base: Mapping[str, float] | None = None) -> list[Shortfall]:
+    """Every (metric, class) of a lane's per-case metrics with the cases its test needs before it may pass (n_min for
+    an approximate change, n_pass for a quantization) and the lane's case budget. R of a CLIP score is the
+    baseline's score when `task_base` gives it, else the score's range (a larger n_min: the check then errs
+    towards reporting). Set metrics are not gated."""
     plan = design(quality, corpus_cases)
     out = []
     for name in task_metric_names:
@@ -369,6 +396,11 @@ def budget_shortfall(quality: QualityContract, corpus_cases: int, task_metric_na
         bound = case_rules.loss_bound(metric.loss_bound, base)
         approximate = case_rules.n_min(plan.alpha, declared, bound) if declared > 0 else plan.tolerance_cases
         for cls, needed in ((ChangeClass.APPROXIMATE, approximate), (ChangeClass.QUANTIZATION, plan.tolerance_cases)):
-            if needed > plan.max_cases:
-                out.append(Shortfall(name, cls.word, needed, plan.max_cases))
+            out.append(Shortfall(name, cls.word, needed, plan.max_cases))
     return out
+
+
+def budget_shortfall(quality: QualityContract, corpus_cases: int, task_metric_names: Sequence[str],
+                     task_base: Mapping[str, float] | None = None) -> list[Shortfall]:
+    """The (metric, class) pairs a lane's case budget cannot pass (`cases_needed` beyond the budget)."""
+    return [s for s in cases_needed(quality, corpus_cases, task_metric_names, task_base) if s.needed > s.budget]

@@ -58,8 +58,8 @@ CANDIDATES = (
               "fewer denoiser evaluations: the approximate gate (task quality within a margin)",
               (Edit(PIPELINE, "        self.steps = int(steps)\n", "        self.steps = max(1, int(steps) // 2)\n"),)),
     Candidate("04-quantization-int8-dynamic", "dynamic int8 quantization of every Linear", "quantization",
-              "zero regression: paired task-score tests within each metric's resolution, against the baseline "
-              "and the parent",
+              "the quantization tolerance claim: each task score within its resolution and no case beyond tau_q, "
+              "against the baseline and the parent",
               (Edit(EMBEDDED, "from __future__ import annotations\n\n",
                     "from __future__ import annotations\n\nimport torch\n\n"),
                Edit(EMBEDDED, LOAD, LOAD + "    transformer = torch.ao.quantization.quantize_dynamic(\n"

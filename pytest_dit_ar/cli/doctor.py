@@ -152,6 +152,10 @@ def doctor(config_path: Path, out=print) -> int:
         f"{cgroup.describe()} (without a writable freezer: SIGSTOP and /proc waits)")
     out(_memory_limit_line(cgroup.memory_limit_kind()))
     task_metric_report(config, out)
+    from .doctor_budget import case_budget_lines, session_task_base
+
+    for line in case_budget_lines(config, session_task_base(config)):
+        out(line)
     runnable = []
     for lane in config.lanes.values():
         target = device.resolve_lane(config, lane, gpus)

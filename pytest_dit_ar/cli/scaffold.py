@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dit_ar_contract.config import DEFAULT_CONFIG
+from dit_ar_contract.config import DEFAULT_CONFIG, load_config
 from dit_ar_contract.errors import Refused
 
 from .scaffold_clip import add_clip, describe
@@ -47,6 +47,7 @@ from .scaffold_files import (
     read_json_file,
     render,
     repo_root,
+    set_case_budget,
     slug,
     weights_entry,
     write,
@@ -169,6 +170,7 @@ def plan(request: Request, root: Path) -> Plan:
     clip = add_clip(config, lane, request.clip_weights, request.clip_model, root, family.text_to_image,
                     MUTABLE)
     cases = corpus_cases(family, folder, request.cases)
+    set_case_budget(config, lane, len(cases))
     context = dict(family=family, lane=lane, weights=weights, target=config["target"],
                    fixed_paths=config["fixed_paths"], corpus=f"{CORPUS_DIR}/{lane}.jsonl", cases=len(cases),
                    task_metrics=config["lanes"][lane]["task_metrics"], **dataclasses.asdict(work))
@@ -192,6 +194,10 @@ def scaffold(request: Request, cwd: Path | None = None, out: Callable[[str], Non
         out(f"  wrote {rel}")
     if made.family.text_to_image:
         out(describe(made.clip, made.lane))
+    from .doctor_budget import case_budget_lines
+
+    for line in case_budget_lines(load_config(made.root / DEFAULT_CONFIG)):
+        out(line)
     out("next:")
     from ..worker.sandbox import unreadable_refusal
 

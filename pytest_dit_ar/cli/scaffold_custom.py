@@ -94,6 +94,7 @@ def plan(request: sc.Request, root: Path, weights: Path | None) -> sc.Plan:
     clip = add_clip(config, lane, request.clip_weights, request.clip_model, root, True,  # prompts
                     sc.MUTABLE)
     cases = corpus_cases(request.cases)
+    sc.set_case_budget(config, lane, len(cases))
     context = dict(family=CUSTOM, lane=lane, weights=entry or "none (the skeleton's seeded weights)",
                    target=config["target"], fixed_paths=config["fixed_paths"], corpus=f"{sc.CORPUS_DIR}/{lane}.jsonl",
                    cases=len(cases), task_metrics=config["lanes"][lane]["task_metrics"], **dataclasses.asdict(work))
@@ -117,6 +118,10 @@ def scaffold_custom(request: sc.Request, weights: Path | None = None, cwd: Path 
     for rel in written:
         out(f"  wrote {rel}")
     out(describe(made.clip, made.lane))
+    from .doctor_budget import case_budget_lines
+
+    for line in case_budget_lines(sc.load_config(made.root / DEFAULT_CONFIG)):
+        out(line)
     out("next:")
     if weights is not None:  # baseline would refuse weights the sandboxed workers cannot read: the fix comes first
         from ..worker.sandbox import unreadable_refusal

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import tempfile
 from collections.abc import Mapping
@@ -15,6 +16,7 @@ from typing import Any
 
 from dit_ar_contract.config import DEFAULT_CONFIG, load_config
 from dit_ar_contract.errors import Refused
+from dit_ar_contract.noninferiority_settings import NonInferiorityTest
 
 from .scaffold_clip import ClipChoice
 
@@ -165,6 +167,21 @@ def cpu_target() -> dict[str, Any]:
 
     name = cpu_name()
     return {"name": name, "device": "cpu", "device_match": name, "allow_foreign_lanes": True}
+
+
+def set_case_budget(config: dict[str, Any], lane: str, cases: int) -> None:
+    """A lane with a task metric gets the case budget a quantization needs (n_pass cases, `tolerance_cases`) as its
+    own `quality.noninferiority.case_budget_multiple` when the contract's is smaller; an approximate change's
+    n_min depends on the baseline's scores (`dit-ar doctor` says whether the budget holds it)."""
+    node = config["lanes"][lane]
+    if not node.get("task_metrics") or cases < 1:
+        return
+    settings = config["quality"].get("noninferiority", {})
+    n_pass = int(settings.get("tolerance_cases", NonInferiorityTest.tolerance_cases))
+    multiple = float(settings.get("case_budget_multiple", NonInferiorityTest.case_budget_multiple))
+    if round(multiple * cases) < n_pass:
+        quality = node.setdefault("quality", {})
+        quality.setdefault("noninferiority", {})["case_budget_multiple"] = math.ceil(n_pass / cases)
 
 
 def render(template: str, **context: Any) -> str:

@@ -9,13 +9,15 @@ from dit_ar_contract.config import repo_root_for
 from dit_ar_contract.errors import Refused
 
 from ..state.paths import StatePaths
+from . import confirm
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("summary", help="PR-ready text of the session: the kept chain, discards, re-validation, stack",
                        description="The session as Markdown: the chain from the original baseline to the best (class, "
-                                   "estimate, interval, quality of each keep), the discarded ideas grouped by reason, "
-                                   "the re-validated cumulative speed-up and holdout result, device and software.")
+                                   "estimate, interval, quality of each keep), the best confirmed on fresh seeds "
+                                   "(run first when it needs it), the discarded ideas grouped by reason, the "
+                                   "re-validated cumulative speed-up and holdout result, device and software.")
     p.add_argument("--markdown", action="store_true", help="Markdown (the one format; the flag says so explicitly)")
     p.add_argument("--time", action="store_true",
                    help="add where each experiment's wall time went, by phase (start-up, quality corpus, quality "
@@ -23,6 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         "it reused of the best")
     p.add_argument("--lane", help="lane id (default: the session's)")
     p.add_argument("--out", type=Path, metavar="FILE", help="write the text to FILE instead of printing it")
+    confirm.add_flag(p)
     p.set_defaults(func=run)
     return p
 
@@ -36,7 +39,9 @@ def run(args: argparse.Namespace) -> int:
         raise Refused(f"--out {args.out} is a folder: give a file name, e.g. {args.out / 'summary.md'}")
     from ..report.summary import markdown  # loaded for this verb only (the parser is built for every verb)
 
-    text = markdown(root, args.lane, time=getattr(args, "time", False))
+    skipped = getattr(args, "no_confirm", False)
+    why_not = "" if skipped else confirm.when_needed(args.config, args.lane)
+    text = markdown(root, args.lane, time=getattr(args, "time", False), skipped=skipped, why_not=why_not)
     if args.out is None:
         print(text, end="")
     else:

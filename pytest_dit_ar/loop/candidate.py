@@ -30,7 +30,7 @@ from .quality import cases
 from .quality.generation import CandidateRun, CorpusOutputs, audit_evidence, generate_corpus, quality_gaps
 from .speed import warm_servers
 from .speed.measurement import measure
-from .speed.measurement_plan import MeasurementPlan, RoundCheck, Side
+from .speed.measurement_plan import MeasurementPlan, RoundCheck, RoundCollector, Side
 from .speed.pairs import Pair, boot
 from .speed.progress import TimingProgress
 from .workers import first_worker, memory_plan
@@ -143,8 +143,9 @@ class CandidateWorkers:
         return CandidateRun(build_s, outputs, audit)
 
     def plan(self, prompts: tuple[str, ...], roofline_ms: float | None, check: RoundCheck,
-             bound: OffsetBound) -> MeasurementPlan:
-        """The timed comparison of these two trees: the lane's protocol, the peaks and start seen so far."""
+             bound: OffsetBound, collect: RoundCollector | None = None) -> MeasurementPlan:
+        """The timed comparison of these two trees: the lane's protocol, the peaks and start seen so far, and who
+        receives the timed outputs (`collect`: loop/quality/timed.py)."""
         assert self.best_root is not None
         lane = self.session.lane
         return MeasurementPlan(
@@ -154,7 +155,7 @@ class CandidateWorkers:
             guardrails=lane.guardrails, is_cuda=lane.is_cuda, log_dir=self.run.dir, roofline_ms=roofline_ms,
             resolution=lane.resolution, check=check, memory=self.memory if lane.is_cuda else None,
             known_peaks_mb=Sides(self.cand_peak_mb, self.best_peak_mb()),
-            cold_start_s=self.cold_start_s, bound=bound)
+            cold_start_s=self.cold_start_s, bound=bound, collect=collect)
 
     def measure(self, plan: MeasurementPlan, progress: TimingProgress | None, clock: PhaseClock) -> PerfRecord:
         """Time the plan on the first pair (if kept up) and the fork servers; they are closed afterwards."""

@@ -36,6 +36,7 @@ from ..state.noise import record_spread
 from ..state.paths import now
 from ..state.perf_record import PerfRecord
 from ..state.session import Session
+from ..state.timed_quality import TimedQuality
 from .guards.outcomes import TestOutcomes
 from .verdict import Finding, Verdict
 
@@ -151,16 +152,20 @@ def read_baseline(run_dir: Path) -> BaselineOutcome | None:
 
 
 def quality_finding(outcomes: TestOutcomes, assessment: QualityAssessment | None,
-                    perf: PerfRecord | None) -> Finding | None:
-    """The quality gate: the assessment and the quality tests (and timed outputs that were not faithful)."""
+                    perf: PerfRecord | None, timed: TimedQuality | None = None) -> Finding | None:
+    """The quality gate: the assessment and the quality tests, the timed outputs that were not faithful, and the
+    timed outputs judged on the task (`timed`: a FAIL measured on the timed cases fails the gate; undecided is
+    reported, not failed). A failed task-score test's reason is its refusal (what would decide it)."""
     if not outcomes.quality or assessment is None:
         return None
     failed = outcomes.failed("quality")
-    reasons = tuple(c.describe() for c in assessment.failures()[:8])
+    reasons = tuple(assessment.reasons()[:8])
     if failed and not reasons:
         reasons = (f"quality tests failed: {failed[:5]}",)
+    on_task = tuple(timed.reasons[:3]) if timed is not None and timed.failed else ()
     unfaithful = tuple(perf.unfaithful[:5]) if perf else ()
-    return Finding(not failed and assessment.passed and not unfaithful, reasons + unfaithful)
+    return Finding(not failed and assessment.passed and not unfaithful and not on_task,
+                   reasons + on_task + unfaithful)
 
 
 def performance_finding(outcomes: TestOutcomes, perf: PerfRecord | None) -> Finding | None:

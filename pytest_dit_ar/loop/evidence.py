@@ -25,9 +25,11 @@ from ..state.files import write_record
 from ..state.perf_record import PerfRecord
 from ..state.runs import RunPaths
 from ..state.session import Session
+from ..state.timed_quality import TimedQuality
 from .candidate import CandidateWorkers, PhaseClock, further_inputs
+from .guards.checks import check_case_budget
 from .quality import assess as quality
-from .quality import reuse
+from .quality import reuse, timed
 from .quality.generation import CandidateRun
 from .quality.parent import parent_outputs
 from .speed import timing
@@ -56,6 +58,7 @@ class Evidence:
         self._run: CandidateRun | None = None
         self._quality: QualityAssessment | None = None
         self._perf: PerfRecord | None = None
+        self._timed: TimedQuality | None = None  # the timed rounds judged on the task (loop/quality/timed.py)
         self._baseline: BaselineSummary | None = None
         self.clock = PhaseClock()
         self.reuse = reuse.Reused()  # whether the quality judging was the best's stored one, and why
@@ -79,6 +82,10 @@ class Evidence:
     @property
     def performance_result(self) -> PerfRecord | None:
         return self._perf
+
+    @property
+    def timed_quality(self) -> TimedQuality | None:
+        return self._timed
 
     @property
     def effective_class(self) -> str:
@@ -155,34 +162,59 @@ class Evidence:
         return result
 
     def check_metrics_available(self) -> None:
-        """Refuse before anything runs when a required metric cannot be computed here."""
+        """Refuse before anything runs when a required metric cannot be computed here, or when the lane's case
+        budget cannot pass the candidate's class (guards/checks.py `check_case_budget`)."""
         task_metrics.check_available(self.session.lane.task_metrics, self.session.lane.quality, self.session.root)
+        check_case_budget(self.session, self.declared_class, self.baseline().task_metrics)
 
     # -- performance (loop/speed/timing.py) ---------------------------------------------------------------
     def performance(self) -> PerfRecord:
         """Interleaved A/B timing of the candidate against the best worktree (after the quality run: the
-        timed outputs are checked under the class the quality run found)."""
+        timed outputs are checked under the class the quality run found, and for an approximate or quantization
+        class scored on the lane's task metrics: loop/quality/timed.py)."""
         self._raise_if_crashed()
         if self._perf is None:
             if self.best_root is None:
                 raise RuntimeError("no best worktree to compare with")
-            rows = self._run.outputs.denoiser_rows_per_image if self._run else None
-            check = timing.round_check(self.quality(), self.baseline().envelope, self.session, rows)
-            self._phase("speed: the candidate against the best in fresh worker pairs, interleaved rounds")
-            plan = self.workers.plan(tuple(c.prompt for c in self.cases()), self.roofline_ms(), check,
-                                     timing.offset_bound(self.session))
-            try:
-                self._perf = self.workers.measure(plan, self.progress, self.clock)
-            except CandidateCrash as exc:
-                self.record_crash(exc)
-                raise
+            outputs = timed.collector(self.session, self.quality().effective_class, self.cases())
+            self._perf = timed_comparison(self, outputs)
+            self._timed = judged_timing(self, outputs)
             for phase, spent in self._perf.seconds.items():
                 self.clock.seconds[f"timing_{phase}"] = spent
             write_record(self.run.perf, self._perf.to_dict())
             timing.learn_noise(self.session, self.run_dir, self._perf)
         return self._perf
 
-    def roofline_ms(self) -> float | None:
-        """The fastest a batch could possibly run on this device (timing.roofline_ms)."""
-        rows = self._run.outputs.denoiser_rows_per_image if self._run else None
-        return timing.roofline_ms(self.baseline(), rows, self.session.lane.gpus, self.effective_class)
+
+def roofline_ms(evidence: Evidence) -> float | None:
+    """The fastest a batch could possibly run on this device (timing.roofline_ms)."""
+    rows = evidence.candidate().outputs.denoiser_rows_per_image
+    return timing.roofline_ms(evidence.baseline(), rows, evidence.session.lane.gpus, evidence.effective_class)
+
+
+def timed_comparison(evidence: Evidence, outputs: timed.TimedCases | None) -> PerfRecord:
+    """The timing of the candidate against the best, every round's outputs checked (and handed to `outputs`);
+    a crash is the candidate's, recorded."""
+    rows = evidence.candidate().outputs.denoiser_rows_per_image  # the judged run's rows (timing.round_check)
+    check = timing.round_check(evidence.quality(), evidence.baseline().envelope, evidence.session, rows)
+    if evidence.live is not None:
+        evidence.live.phase("speed: the candidate against the best in fresh worker pairs, interleaved rounds")
+    plan = evidence.workers.plan(tuple(c.prompt for c in evidence.cases()), roofline_ms(evidence), check,
+                                 timing.offset_bound(evidence.session), outputs)
+    try:
+        return evidence.workers.measure(plan, evidence.progress, evidence.clock)
+    except CandidateCrash as exc:
+        evidence.record_crash(exc)
+        raise
+
+
+def judged_timing(evidence: Evidence, outputs: timed.TimedCases | None) -> TimedQuality | None:
+    """What was timed, judged on the task (None: not collected, or no round ran)."""
+    if outputs is None or not outputs.cases:
+        return None
+    t = time.perf_counter()
+    try:
+        return timed.judge(evidence.session, outputs, evidence.effective_class, evidence.baseline(),
+                           len(evidence.cases()))
+    finally:
+        evidence.clock.spent("timed_quality", t)

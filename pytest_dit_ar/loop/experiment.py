@@ -176,9 +176,9 @@ class Experiment:
         assert self.guard is not None
         damage = self.guard.problems()
         self.guard.repair(damage)
-        quality, perf = evidence.quality_result, evidence.performance_result
-        return decide(damage.problems, str(crash) if crash else None, quality_finding(outcomes, quality, perf),
-                      performance_finding(outcomes, perf))
+        found = quality_finding(outcomes, evidence.quality_result, evidence.performance_result, evidence.timed_quality)
+        return decide(damage.problems, str(crash) if crash else None, found,
+                      performance_finding(outcomes, evidence.performance_result))
 
     def conclude(self, verdict: Verdict) -> Verdict:
         """Write the run record and the ledger row, then keep (move best) or reset to the explicit parent; a
@@ -248,9 +248,13 @@ def logs_record(evidence: Evidence | None) -> dict[str, Any]:
 
 
 def phase_record(evidence: Evidence | None, spent: dict[str, float]) -> dict[str, Any]:
-    """The run record's `phases` (state/phases.py: the clock's seconds by phase, the warm-up count, what was
-    reused) and `reuse` (why the best's judging was or was not reused)."""
-    return {"phases": phase_times(evidence, spent).as_dict(), "reuse": evidence.reuse.note if evidence else ""}
+    """The run record's details from the evidence: `phases` (state/phases.py: the clock's seconds by phase, the
+    warm-up count, what was reused), `reuse` (why the best's judging was or was not reused), `warm_servers` and
+    `timed_quality` (the timed outputs judged on the task: state/timed_quality.py)."""
+    timed = evidence.timed_quality if evidence else None
+    return {"phases": phase_times(evidence, spent).as_dict(), "reuse": evidence.reuse.note if evidence else "",
+            "warm_servers": evidence.workers.warm.note if evidence else "",
+            "timed_quality": timed.as_dict() if timed else None}
 
 
 def phase_times(evidence: Evidence | None, spent: dict[str, float]) -> PhaseTimes:

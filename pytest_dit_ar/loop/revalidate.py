@@ -7,9 +7,12 @@ original baseline commit (`.autoresearch/worktrees/origin`), in fresh worker pai
 the verdict's own statistics; and beside it the product of the kept steps' estimates, with the interval of the
 sum of their log ratios. When the two 95% intervals do not overlap, `status`, the report and the summary warn.
 
-It also judges the best on the lane's holdout corpus (loop/quality/holdout.py). It writes a run folder
-(`revalidate.json`, `perf.json`) and one ledger row of its own kind (`revalidate`), and never moves the best.
-`dit-ar experiment` runs it after every `revalidate_every` keeps (the lane's performance protocol, default 5).
+It also judges the best on the lane's holdout corpus (loop/quality/holdout.py) and, when the best is approximate or
+quantization against the original baseline, confirms it there on fresh seeds (loop/quality/confirmation.py;
+`confirm_best` does the same alone for `dit-ar summary` and `dit-ar report`). It writes a run folder
+(`revalidate.json`, `perf.json`, `confirmation.json`) and one ledger row of its own kind (`revalidate`), and never
+moves the best: a confirmation that fails is information, never a reset. `dit-ar experiment` runs it after every
+`revalidate_every` keeps (the lane's performance protocol, default 5).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from dit_ar_contract.status import Status
 from perf_suite.sequential import Look, improvement_pct
 from quality_suite.corpora import load_corpus
 
+from ..state import confirmation as confirmed
 from ..state import gitops, ledger, runs
 from ..state.best import require_best
 from ..state.files import fields_from, read_json_object, write_json_atomic
@@ -42,7 +46,7 @@ from ..state.roles import RoleCheck, read_roles
 from ..state.session import INTEGRITY_WAY_OUT, Session, open_session, verify_integrity
 from . import conclusion
 from .guards import gpu_locks
-from .quality import holdout
+from .quality import confirmation, holdout
 from .speed import role_check
 from .speed.measurement import measure
 from .speed.measurement_plan import MeasurementPlan, Side
@@ -160,6 +164,7 @@ class Revalidation:
     seconds: dict[str, float] = field(default_factory=dict)
     reasons: tuple[str, ...] = ()
     role_check: RoleCheck | None = None  # the best against itself, side-blind (loop/speed/role_check.py)
+    confirmation: str = ""  # the best's confirmation on fresh seeds, in one line ("": nothing to confirm)
 
     @property
     def agree(self) -> bool | None:
@@ -185,7 +190,8 @@ class Revalidation:
             "; no role difference" if self.role_check else ""
         return (f"re-validated {self.best_commit[:10]} vs original baseline {self.baseline_commit[:10]}: "
                 f"measured {measured}; product of {len(self.steps)} kept steps {product} ({agree}); "
-                f"{self.holdout.headline()}{roles}")
+                f"{self.holdout.headline()}{roles}"
+                + (f"; confirmation: {self.confirmation}" if self.confirmation else ""))
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -206,7 +212,8 @@ class Revalidation:
                    int(data.get("segments", 0)), int(data.get("rounds", 0)),
                    holdout.HoldoutResult.from_dict(data.get("holdout") or {}), data.get("created", ""),
                    dict(data.get("seconds") or {}), tuple(data.get("reasons") or ()),
-                   fields_from(RoleCheck, check) if isinstance(check, dict) else None)
+                   fields_from(RoleCheck, check) if isinstance(check, dict) else None,
+                   str(data.get("confirmation") or ""))
 
 
 def latest(session: Session) -> Revalidation | None:
@@ -354,11 +361,16 @@ def _run(session: Session, launcher: Any, best_commit: str, baseline_commit: str
         write_json_atomic(runs.RunPaths(run_dir).perf, perf.to_dict())
         live.phase("quality")
         held = _holdout(session, launcher, run_dir, best.effective_class)
+        try:
+            fresh = _confirmation(session, launcher, run_dir, out, judge_only, live)
+        except Refused as exc:  # the re-validation stands; the confirmation says why it did not run
+            out(f"confirmation: not run ({exc})")
+            fresh = None
         live.phase("the best against itself, side-blind")
         roles = role_check.judge_best(session, launcher, run_dir, best, "dit-ar revalidate")
         result = dataclasses.replace(_result(session, run_dir.name, best_commit, baseline_commit, plan, perf, held,
                                              {**perf.seconds, "total": time.time() - started}, best.history),
-                                     role_check=roles)
+                                     role_check=roles, confirmation=fresh.headline() if fresh else "")
         write_json_atomic(run_dir / RECORD, result.as_dict())
         row = _row(session, result, perf, run_dir, sandboxed)
         if judge_only:
@@ -408,10 +420,109 @@ def _row(session: Session, result: Revalidation, perf: PerfRecord, run_dir: Path
         metric=lane.primary_metric, best_before=lane.metric_value(perf.median_ms(Role.BEST)),
         candidate=lane.metric_value(perf.median_ms(Role.CANDIDATE)),
         improvement_pct=result.measured.estimate_pct if result.measured else None, p_value=perf.nominal_p,
-        peak_vram_mb=perf.peak_memory_mb(Role.CANDIDATE), quality_summary=result.holdout.headline(),
+        peak_vram_mb=perf.peak_memory_mb(Role.CANDIDATE),
+        quality_summary=result.holdout.headline() + (f"; {result.confirmation}" if result.confirmation else ""),
         description=f"re-validation of the best against the original baseline {result.baseline_commit[:10]}",
         run_dir=str(run_dir.relative_to(session.root)),
         reason=f"measured {result.measured.describe() if result.measured else 'nothing'} {agree} the product of "
                f"{len(result.steps)} kept steps {product}" + ("; the best is ROLE-DEPENDENT (roles.json)"
                                                               if result.role_check and result.role_check.role_dependent
                                                               else ""), flags="" if sandboxed else "unsandboxed")
+
+
+# -- the best confirmed on fresh seeds (loop/quality/confirmation.py) -----------------------------------------
+NO_KEY = ("this session has no secret seed key (made before keyed seeds): its best cannot be confirmed on fresh "
+          "seeds; a new session (`dit-ar init --tag NEW`) has one")
+
+
+def approximate_keeps(session: Session) -> list[LedgerRow]:
+    """The keeps of the best's chain whose class against the original baseline is approximate or quantization,
+    in order."""
+    best = require_best(session.best(), session.lane_id)
+    chain = set(best.history) | {best.commit}
+    return [r for r in ledger.read(session.paths.ledger) if r.status is Status.KEEP and r.lane == session.lane_id
+            and r.commit in chain and r.effective_class in ("approximate", "quantization")]
+
+
+def revert_advice(session: Session, keeps: list[LedgerRow]) -> str:
+    """What to do when the best is not confirmed: revert the first approximate or quantization keep of its chain.
+    A revert judged in this session is slower than the best and is discarded on speed, so it is a new session
+    started at the commit before that keep, with the later keeps brought back one at a time."""
+    if not keeps:
+        return ""
+    first = keeps[0]
+    best = require_best(session.best(), session.lane_id)
+    later = best.history[best.history.index(first.commit) + 1:] if first.commit in best.history else ()
+    tag = f"{session.started.tag}-without-{first.commit[:7]}"
+    again = f", then bring back the later keeps {', '.join(c[:10] for c in later)} one at a time " \
+            "(`git cherry-pick -n <commit>`, commit, `dit-ar experiment ...`)" if later else ""
+    return (f"not confirmed changes nothing (the best stays); revert the {first.effective_class} keep "
+            f"{first.commit[:10]} ({first.description}): a revert judged in this session is slower than the best "
+            f"and would be discarded on speed, so go on from the commit before it: `git switch --detach "
+            f"{first.commit[:10]}^ && dit-ar init --tag {tag} --new-baseline && dit-ar baseline`{again}")
+
+
+def _confirmation(session: Session, launcher: Any, run_dir: Path, out: Callable[[str], None], judge_only: bool,
+                  live: Any = None) -> confirmed.ConfirmationRecord | None:
+    """Confirm the best on fresh seeds when its class against the original baseline asks for it (None when it does
+    not); the lane's record and the run folder's copy (a fleet's judge: the copy alone)."""
+    record = session.started
+    best = require_best(session.best(), session.lane_id)
+    if not confirmed.needs_confirmation(best, record.baselines[session.lane_id].commit):
+        return None
+    if not record.seed_key:
+        out(f"confirmation: {NO_KEY}")
+        return None
+    keeps = approximate_keeps(session)
+    chain = any(r.effective_class == "approximate" for r in keeps)
+    cls = confirmation.judged_class(best.effective_class, chain)
+    out(f"confirming the best {best.commit[:10]} ({best.effective_class}) against the original baseline on fresh "
+        f"seeds: {confirmation.planned(session, cls)} cases or more on both sides, generated and scored now")
+    if live is not None:
+        live.phase("confirmation on fresh seeds")
+    result = confirmation.confirm(session, launcher, session.paths.origin_worktree, session.paths.best_worktree,
+                                  run_dir, chain, live)
+    result = dataclasses.replace(result, revert="" if result.confirmed else revert_advice(session, keeps))
+    if judge_only:
+        confirmed.write_run_copy(run_dir, result)
+    else:
+        confirmed.write(session.paths, result, run_dir)
+    out(f"confirmation: {result.headline()}")
+    for line in result.test_lines() + ([result.revert] if result.revert else []):
+        out(f"  {line}")
+    return result
+
+
+def confirm_best(config_path: Path, lane: str | None = None, sandboxed: bool = True,
+                 out: Callable[[str], None] = print) -> confirmed.ConfirmationRecord | None:
+    """`dit-ar summary` and `dit-ar report`: confirm the best when it needs a confirmation and has none stored
+    (None: nothing to do). Refused (nothing written) while another run holds the session's lock, or when the
+    fixed files or the baseline changed."""
+    session = open_session(config_path, lane)
+    record = session.require_current_layout()
+    pointer = record.baselines.get(session.lane_id)
+    best = session.best()
+    if pointer is None or not confirmed.needs_confirmation(best, pointer.commit):
+        return None
+    assert best is not None
+    if not record.seed_key:
+        raise Refused(NO_KEY)
+    runs_of_best = tuple(session.root / r.run_dir for r in ledger.read(session.paths.ledger)
+                         if r.status is Status.REVALIDATE and r.lane == session.lane_id and r.commit == best.commit)
+    if confirmed.of_best(session.paths, session.lane_id, best.commit, runs_of_best) is not None:
+        return None
+    problems = verify_integrity(session)
+    if problems:
+        raise Refused("fixed files differ from integrity.json: " + "; ".join(problems[:5]))
+    session.verified_baseline()
+    launcher = launcher_for(session, sandboxed)
+    locks = _Locks(session)
+    try:
+        repo = gitops.open_repo(session.root)
+        gitops.sync_worktree(repo, session.paths.best_worktree, best.commit)
+        gitops.sync_worktree(repo, session.paths.origin_worktree, pointer.commit)
+        run_dir = session.paths.run(new_run_id("confirm"))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return _confirmation(session, launcher, run_dir, out, judge_only=False)
+    finally:
+        locks.release()

@@ -56,6 +56,9 @@ def verdict_section(tr: Any, exp: Experiment) -> None:
             ready, starts = forked
             tr.write_line(f"workers: {len(ready)} forked, ready in {max(ready, default=0):.2f} s at most; "
                           f"fork servers started in {max(starts, default=0):.1f} s")
+    timed = exp.evidence.timed_quality if exp.evidence else None
+    for line in timed.lines() if timed is not None else ():
+        tr.write_line(f"timed quality: {line}")
     for reason in verdict.reasons[:10]:
         tr.write_line(f"- {reason}")
     if exp.role_check is not None:

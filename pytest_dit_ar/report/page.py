@@ -190,8 +190,16 @@ def _header(lane_id: str, rows: list[LedgerRow], ctx: ReportContext) -> LaneHead
         ("baseline task metrics", (_pairs(baseline.task_metrics) if baseline else "") or "none"),
         ("quality noise envelope", (_pairs(baseline.envelope) if baseline else "") or "none"),
         ("ledger rows", counts or "none"),
+        ("the best on fresh seeds", _confirmed(lane_id, rows, ctx)),
     ]
     return LaneHeader(lane_id, tuple(Fact(name, value) for name, value in facts))
+
+
+def _confirmed(lane_id: str, rows: list[LedgerRow], ctx: ReportContext) -> str:
+    """The best's confirmation on fresh seeds against the original baseline, in one paragraph."""
+    view = summary.confirmation_view(ctx.root, rows, lane_id, ctx.best.get(lane_id),
+                                     ctx.confirm_skipped and ctx.is_session_lane(lane_id), ctx.confirm_why_not)
+    return "; ".join((view.headline, *view.lines))
 
 
 def _measurements(best: BestRecord) -> str:
@@ -411,7 +419,7 @@ def _prepare(out: Path) -> Path:
     return assets
 
 
-def _context(config_path: Path) -> ReportContext:
+def _context(config_path: Path, skipped: bool = False, why_not: str = "") -> ReportContext:
     """Root, state paths, session and target name; read-only, so a lane need not run here nor the config validate."""
     config_path = Path(config_path)
     if not config_path.is_file():
@@ -419,7 +427,8 @@ def _context(config_path: Path) -> ReportContext:
     root = repo_root_for(config_path)
     paths = StatePaths(root)
     return ReportContext(root=root, paths=paths, session=runs.read_session(paths), best=runs.read_bests(paths),
-                         target_name=target_name(config_path) or "the target device")
+                         target_name=target_name(config_path) or "the target device", confirm_skipped=skipped,
+                         confirm_why_not=why_not)
 
 
 def _lane_section(lane_id: str, rows: list[LedgerRow], ctx: ReportContext, assets: Path) -> LaneSection:
@@ -431,9 +440,10 @@ def _lane_section(lane_id: str, rows: list[LedgerRow], ctx: ReportContext, asset
                                   for r in reversed(mine[-MAX_RUNS:])))
 
 
-def session_report(config_path: Path, out: Path | None = None) -> Path:
-    """The session page: per lane the header, progress, profile, runs and ledger; returns index.html."""
-    ctx = _context(config_path)
+def session_report(config_path: Path, out: Path | None = None, skipped: bool = False, why_not: str = "") -> Path:
+    """The session page: per lane the header (with the best's confirmation on fresh seeds: `skipped` when it was
+    left out, `why_not` when it was refused), progress, profile, runs and ledger; returns index.html."""
+    ctx = _context(config_path, skipped, why_not)
     out = out or ctx.paths.report
     assets = _prepare(out)
     rows = ledger.read(ctx.paths.ledger)
@@ -444,7 +454,8 @@ def session_report(config_path: Path, out: Path | None = None) -> Path:
                        row_count=len(rows), lanes=tuple(_lane_section(lane, rows, ctx, assets) for lane in lanes),
                        ledger=ledger_view(rows), summary=SUMMARY_FILE, warnings=_warnings(ctx, lanes))
     lane_id = ctx.session.lane_id if ctx.session else None
-    (out / SUMMARY_FILE).write_text(summary.markdown(ctx.root, lane_id), encoding="utf-8")
+    (out / SUMMARY_FILE).write_text(summary.markdown(ctx.root, lane_id, skipped=skipped, why_not=why_not),
+                                    encoding="utf-8")
     return _render("session.html", page, out / "index.html")
 
 

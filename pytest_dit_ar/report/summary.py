@@ -1,9 +1,11 @@
 """`dit-ar summary --markdown`: the session as a PR-ready text, from the state files alone (read-only).
 
 The chain from the original baseline to the best (each kept commit with its class, estimate, interval and
-quality figures), the discarded ideas grouped by reason, the latest re-validation (the cumulative speed-up
-measured against the original baseline, beside the product of the steps) and its holdout result, and the device
-and software stack of the baseline. The session report (index.html) writes it beside itself as summary.md.
+quality figures), the best's confirmation on fresh seeds (state/confirmation.py: confirmed or not, with each test's
+estimate and bound, or why it was not run), the discarded ideas grouped by reason, the latest re-validation (the
+cumulative speed-up measured against the original baseline, beside the product of the steps) and its holdout
+result, and the device and software stack of the baseline. The session report (index.html) writes it beside itself
+as summary.md.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from typing import Any
 
 from dit_ar_contract.status import Status
 
-from ..state import ledger, runs
+from ..state import confirmation, ledger, runs
 from ..state.baseline import BaselineSummary
+from ..state.best import BestRecord
 from ..state.ledger import LedgerRow
 from ..state.paths import StatePaths
 from ..state.phases import PhaseTimes
@@ -119,6 +122,21 @@ def _holdout_line(held: runs.HoldoutRecord | None) -> str:
     return f"holdout: {verdict} {held.passed}/{held.cases} cases under the {held.effective_class} gate"
 
 
+def confirmation_view(root: Path, rows: list[LedgerRow], lane_id: str, best: BestRecord | None,
+                      skipped: bool = False, why_not: str = "") -> confirmation.ConfirmationView:
+    """The best's confirmation on fresh seeds: the lane's record or a re-validation's copy of it, for this best."""
+    base = next((r for r in rows if r.status is Status.BASELINE), None)
+    found = None
+    if best is not None:
+        dirs = tuple(root / r.run_dir for r in reversed(rows) if r.status is Status.REVALIDATE and r.run_dir)
+        found = confirmation.of_best(StatePaths(root), lane_id, best.commit, dirs)
+    return confirmation.view(best, base.commit if base else None, found, skipped, why_not)
+
+
+def _confirmation(view: confirmation.ConfirmationView) -> list[str]:
+    return [f"**{view.headline}**"] + ([""] + [f"- {line}" for line in view.lines] if view.lines else [])
+
+
 def _stack(baseline: BaselineSummary) -> list[str]:
     device = baseline.device
     name = device.name or (device.kind if device.kind != "none" else "") or "unknown"
@@ -149,9 +167,11 @@ def _phases(root: Path, experiments: list[LedgerRow]) -> list[str]:
     return lines
 
 
-def markdown(root: Path, lane_id: str | None = None, time: bool = False) -> str:
+def markdown(root: Path, lane_id: str | None = None, time: bool = False, skipped: bool = False,
+             why_not: str = "") -> str:
     """The PR-ready text of the session at `root` (its lane, or `lane_id`); with `time`, where each experiment's
-    wall time went, by phase."""
+    wall time went, by phase. `skipped`: the confirmation was left out (`--no-confirm`); `why_not`: why it did not
+    run (a refusal)."""
     paths = StatePaths(root)
     session = runs.read_session(paths)
     lane_id = lane_id or (session.lane_id if session else "") or ""
@@ -167,7 +187,9 @@ def markdown(root: Path, lane_id: str | None = None, time: bool = False) -> str:
     lines += _chain(root, rows, best.history if best else ())
     lines += ["", "Estimates are each keep's verdict against the best of its moment (improvement of the primary "
               "metric, positive = faster), with the interval of its last look.", "",
-              "### Re-validation", ""]
+              "### The best on fresh seeds", ""]
+    lines += _confirmation(confirmation_view(root, rows, lane_id, best, skipped, why_not))
+    lines += ["", "### Re-validation", ""]
     lines += _revalidation(latest_revalidation(root, rows))
     lines += ["", "### The best's arithmetic", ""]
     found = runs.arithmetic_of(paths.runs, lane_id, best.commit) if best else None

@@ -178,6 +178,8 @@ class ReportContext:
     session: SessionRecord | None
     best: dict[str, BestRecord]
     target_name: str
+    confirm_skipped: bool = False  # the best's confirmation was left out (`--no-confirm`)
+    confirm_why_not: str = ""  # why it did not run (a refusal), if it did not
 
     def is_session_lane(self, lane_id: str) -> bool:
         return self.session is not None and self.session.lane_id == lane_id

@@ -90,6 +90,10 @@ class StatePaths:
     def baseline(self, lane_id: str) -> Path:
         return self.baselines / lane_id
 
+    def confirmation(self, lane_id: str) -> Path:
+        """The lane's best confirmed on fresh seeds against the original baseline (state/confirmation.py)."""
+        return self.dir / "confirmation" / f"{lane_id}.json"
+
     def run(self, run_id: str) -> Path:
         return self.runs / run_id
 

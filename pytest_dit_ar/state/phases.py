@@ -19,7 +19,7 @@ CLOCK_NAMES: dict[str, tuple[str, ...]] = {
     "start_up": ("first_worker", "warm_servers_adopt", "quality_worker_start", "best_worker_start_not_overlapped",
                  "timing_startup", "timing_fork_servers_wait"),
     "quality_corpus": ("quality_corpus",),
-    "quality_judging": ("quality_metrics",),
+    "quality_judging": ("quality_metrics", "timed_quality"),  # the timed outputs scored too (loop/quality/timed.py)
     "warm_up": ("timing_warmup",),
     "timed": ("timing_timed",),
     "round_checks": ("timing_round_checks",),

@@ -32,6 +32,7 @@ from .perf_record import PERF_FORMAT, PerfRecord
 from .phases import PhaseTimes
 from .roles import RoleCheck
 from .session import SessionRecord
+from .timed_quality import TimedQuality
 
 if TYPE_CHECKING:  # imported on use: torch stays out of `dit-ar status`
     from quality_suite.assessment import QualityAssessment
@@ -182,8 +183,8 @@ class LogsRecord:
 @dataclass(frozen=True)
 class ExperimentRecord:
     """experiment.json: the ledger row of the run (None when the record is partial), the verdict's reasons,
-    the wall time and where it went, the software stack, the worker logs cut at their cap and the best's side-blind
-    A/A when the run did one."""
+    the wall time and where it went, the software stack, the worker logs cut at their cap, the best's side-blind
+    A/A when the run did one, and the timed outputs judged on the task."""
 
     row: LedgerRow | None
     reasons: tuple[str, ...] = ()
@@ -193,6 +194,7 @@ class ExperimentRecord:
     phases: PhaseTimes | None = None  # where the wall time went, by phase (None: recorded before the phases)
     logs: LogsRecord = field(default_factory=LogsRecord)
     role_check: RoleCheck | None = None
+    timed_quality: TimedQuality | None = None  # the timed outputs judged on the task (None: not judged)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ExperimentRecord:
@@ -205,7 +207,8 @@ class ExperimentRecord:
                    {str(k): float(v) for k, v in _mapping(data.get("seconds")).items()
                     if isinstance(v, (int, float))}, _mapping(data.get("software")),
                    PhaseTimes.from_dict(data.get("phases")), LogsRecord.from_dict(data.get("logs")),
-                   fields_from(RoleCheck, check) if isinstance(check, Mapping) else None)
+                   fields_from(RoleCheck, check) if isinstance(check, Mapping) else None,
+                   TimedQuality.from_dict(data.get("timed_quality")))
 
 
 def read_experiment(run_dir: Path) -> ExperimentRecord:

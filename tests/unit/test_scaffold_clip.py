@@ -57,6 +57,13 @@ def test_a_cache_folder_gives_the_lane_clip_score(repo: Path, tmp_path: Path) ->
     assert "task metric clip_score: open_clip local-" in text and str(checkpoint) in text
     assert f"lanes.{LANE}.quality.approximate.task_margin.clip_score" in text
     assert "judged on the task metric\n   clip_score against the baseline's" in (repo / "program.md").read_text()
+    # a lane with a task metric gets the budget n_pass needs: 13 x its 16 cases = 208 >= 200
+    assert node["quality"]["noninferiority"] == {"case_budget_multiple": 13}
+    assert lane.quality.noninferiority.case_budget_multiple == 13 and lane.quality.noninferiority.alpha_q == 0.05
+    assert f"lane {LANE}: case budget 208 (13 x the 16-case corpus)" in text
+    assert "quantization clip_score 200" in text and f"lanes.{LANE}.quality.noninferiority.case_budget_multiple" in text
+    assert "n_min takes R, the largest loss of one case, as the score's range (100)" in text  # before a baseline
+    assert "case_budget_multiple" in (repo / "program.md").read_text()
 
 
 def test_weights_inside_the_repository_are_relative_and_fixed(repo: Path, tmp_path: Path) -> None:
@@ -119,6 +126,7 @@ def test_the_custom_skeleton_takes_clip_weights_too(repo: Path, tmp_path: Path) 
     scaffold_custom(sc.Request(pipeline=Path(), device="cpu", resolution=32, steps=2, cases=4,
                                clip_weights=tmp_path / "cache"), None, cwd=repo, out=lines.append)
     assert raw(repo)["lanes"]["custom-32"]["task_metrics"] == ["clip_score"]
+    assert raw(repo)["lanes"]["custom-32"]["quality"]["noninferiority"] == {"case_budget_multiple": 50}  # 4 cases
     assert any(line.startswith("task metric clip_score") for line in lines)
 
 

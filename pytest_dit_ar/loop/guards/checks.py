@@ -14,6 +14,7 @@ from pathlib import Path
 import git
 
 from dit_ar_contract import versions
+from dit_ar_contract.classes import ChangeClass
 from dit_ar_contract.errors import Refused
 
 from ...state import gitops, tamper
@@ -122,3 +123,23 @@ class RunGuard:
             write_bytes_atomic(path, data)
         if damage.environment:
             self.session.paths.halt.write_text("\n".join(damage.environment) + "\n")
+
+
+def check_case_budget(session: Session, declared: str, task_base: dict[str, float]) -> None:
+    """Refuse an approximate or quantization candidate (declared, or inherited from the best) on a lane whose case
+    budget cannot pass that class (n_min or n_pass beyond the budget): its tests would only spend the budget to
+    fail. The refusal names the budget needed and the key that raises it (quality_suite/refusal.py)."""
+    from quality_suite import refusal
+    from quality_suite.corpora import load_corpus
+
+    best = session.best()
+    inherited = best.effective_class if best else ChangeClass.EXACT.word
+    cls = ChangeClass.from_word(declared).raised_to(inherited)
+    if not cls.judged_on_the_task:
+        return
+    classes = {cls.word} | ({ChangeClass.APPROXIMATE.word} if inherited == ChangeClass.APPROXIMATE.word else set())
+    lane = session.lane
+    corpus = len(load_corpus(session.root / lane.corpus))
+    short = refusal.shortfall_lines(lane.name, lane.quality, corpus, lane.task_metrics, task_base, tuple(classes))
+    if short:
+        raise Refused("; ".join(short) + "; nothing ran (`dit-ar doctor` lists each lane's case budget)")

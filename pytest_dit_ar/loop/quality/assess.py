@@ -7,9 +7,11 @@ from __future__ import annotations
 import dataclasses
 
 from dit_ar_contract.classes import MILDEST, ChangeClass
-from quality_suite import diff_images, margin_spread
+from dit_ar_contract.config import QualityContract
+from dit_ar_contract.errors import Refused
+from quality_suite import diff_images, margin_spread, refusal, task_tests
 from quality_suite.artifacts import load_cases
-from quality_suite.assessment import BaselineReference, Outputs, QualityAssessment, TaskInputs, assess
+from quality_suite.assessment import NO_SPREAD, BaselineReference, Outputs, QualityAssessment, TaskInputs, assess
 from quality_suite.audit import AuditEvidence
 from quality_suite.corpora import Case
 from quality_suite.own_change import ParentOutputs
@@ -26,6 +28,23 @@ def reference(session: Session, base: BaselineSummary, cases: list[Case]) -> Bas
     return BaselineReference(Outputs(images, latents, AuditEvidence.from_dict(base.evidence)), base.envelope,
                              base.task_metrics, base.task_case_pass, base.task_envelope, base.task_resolution,
                              margin_spread.floors(base.task_spread), margin_spread.tolerances(base.task_spread))
+
+
+def figures(base: BaselineSummary, quality: QualityContract) -> task_tests.Figures:
+    """What the baseline stored that the task-score tests need (its corpus scores, resolutions, spread floors and
+    tau_q), for tests outside the experiment's assessment (the confirmation, the timed rounds); a baseline without
+    floors or tau_q is refused as the assessment refuses it."""
+    floors, taus = margin_spread.floors(base.task_spread), margin_spread.tolerances(base.task_spread)
+    if floors is None or taus is None:
+        raise Refused(NO_SPREAD)
+    resolution = base.task_resolution or task_tests.fallback_resolution(base.task_metrics, base.task_envelope,
+                                                                        quality.exact.envelope_multiple)
+    return task_tests.Figures(base.task_metrics, resolution, floors, taus)
+
+
+def budget_key(session: Session) -> str:
+    """The setting that raises this lane's case budget."""
+    return f"lanes.{session.lane.name}.{refusal.BUDGET_KEY}"
 
 
 def assess_run(session: Session, declared_class: str, run: CandidateRun, ref: BaselineReference, cases: list[Case],
@@ -45,7 +64,7 @@ def assess_run(session: Session, declared_class: str, run: CandidateRun, ref: Ba
         result = assess(declared_class, best.effective_class if best else MILDEST,
                         Outputs(run.outputs.images, run.outputs.latents, run.evidence), ref, cases,
                         lane.quality, lane.task_metrics, session.root, whole_corpus=whole_corpus, inputs=inputs,
-                        parent=parent)
+                        parent=parent, budget_key=budget_key(session))
     diff_images.write(run_paths.worst_cases, run_paths.cases, run.outputs.images, ref.outputs.images, result.fidelity)
     failing = [cid for cid, case in result.per_case.items() if any(not c.passed for c in case.checks)]
     diff_images.case_diffs(run.outputs.images, ref.outputs.images, result.fidelity, failing, run_paths.diffs)

@@ -142,6 +142,8 @@ class OutputSource:
     log: Path
     running: WorkerProcess | None = None
     candidate: bool = False  # the candidate's requests come with the timed rounds' gaps
+    key: str = ""  # the requests' key ("": the session's secret; the confirmation's fresh cases have their own)
+    desc: str = ""  # what the live view calls its generation
     _own: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     def generate(self, cases: list[Case], live: Live | None) -> CorpusOutputs:
@@ -149,8 +151,9 @@ class OutputSource:
         worker = self.running or self._start()
         gaps = quality_gaps(self.session) if self.candidate else None
         try:
-            return generate_corpus(worker, cases, lane.batch, self.session.started.seed_key, lane.resolution,
-                                   desc=f"quality: {self.name} on further cases", live=live, gaps=gaps)
+            return generate_corpus(worker, cases, lane.batch, self.key or self.session.started.seed_key,
+                                   lane.resolution, desc=self.desc or f"quality: {self.name} on further cases",
+                                   live=live, gaps=gaps)
         finally:
             if self.running is None and lane.is_cuda:
                 self.close()
@@ -194,7 +197,7 @@ class ExtensionSupply:
 
 def parent_moved(session: Session) -> bool:
     """Whether the current best's outputs are not the baseline's (a numerical, approximate or quantization keep):
-    then a quantization must show zero regression against it too."""
+    then a quantization must show its tolerance claim against it too."""
     best = session.best()
     record = session.record
     if best is None or (record is not None and best.commit == record.baseline_commit):

@@ -106,6 +106,9 @@ def run_alternating_segment(launcher: WorkerLauncher, plan: MeasurementPlan, ind
     if plan.check is not None:
         for done, (c, b) in enumerate(zip(runs[Role.CANDIDATE].got, runs[Role.BEST].got)):
             problems += [f"round {done + 1}: {p}" for p in plan.check(c, b)]
+    if plan.collect is not None:
+        for reqs, c, b in zip(requests, runs[Role.CANDIDATE].got, runs[Role.BEST].got):
+            plan.collect(reqs, c, b)
     sides = Sides.of(runs.__getitem__)
     return SegmentRecord(index, [g.seconds for g in sides.candidate.got], [g.seconds for g in sides.best.got],
                          [[s for _, s in reqs] for reqs in requests],

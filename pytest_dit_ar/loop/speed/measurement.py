@@ -123,7 +123,7 @@ class _Sequence:
         t_seg = time.perf_counter()
         seg = run_segment(pair, index, plan.prompts, plan.batch, plan.protocol.rounds, plan.warmup_rule(), self.rng,
                           on_round, plan.resolution, plan.check, self.watch,
-                          warm_cores=warm_cores(cores, plan.is_cuda), cores=cores)
+                          warm_cores=warm_cores(cores, plan.is_cuda), cores=cores, collect=plan.collect)
         for role, worker in pair.workers.items():
             seen = seg.peak_memory_mb(role) if plan.is_cuda else None
             if seen:
@@ -196,7 +196,7 @@ def measure_concurrent(plan: MeasurementPlan, test: SequentialTest, source: Pair
             pair.pin(source.cores)
             pair.freeze()
         watch = gpu_watch(pairs[0], plan.is_cuda)
-        runs = [SegmentRun(pair, i, plan.prompts, plan.batch, rng, plan.resolution, plan.check, watch)
+        runs = [SegmentRun(pair, i, plan.prompts, plan.batch, rng, plan.resolution, plan.check, watch, plan.collect)
                 for i, pair in enumerate(pairs)]
         for run in runs:
             run.cores = source.cores

@@ -1,5 +1,6 @@
 """What a performance verdict is given besides its workers: the two sides' trees and workloads (`Side`), the
-lane's protocol, prompts and guardrails, the per-round output check and the memory budget (`MeasurementPlan`);
+lane's protocol, prompts and guardrails, the per-round output check, the collector of the timed outputs and the
+memory budget (`MeasurementPlan`);
 loop/speed/measurement.py's `measure` runs it."""
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from ..workers.memory_plan import MemoryBudget
 
 RoundCallback = Callable[[int, int, int], None]  # (segment index, rounds done in it, rounds per segment)
 RoundCheck = Callable[[Generated, Generated], list[str]]  # candidate vs best outputs of the same requests
+# every timed round's requests ([prompt, seed] per image) with the candidate's and the best's outputs of them,
+# handed to whoever judges what was timed (the loop's top: loop/evidence.py); the speed room only hands them on
+RoundCollector = Callable[[list[list[Any]], Generated, Generated], None]
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,7 @@ class MeasurementPlan:
     max_segments: int | None = None  # overrides the protocol's (the baseline's A/A run takes one)
     resolution: int | None = None  # the lane's: outputs of another size break the seam
     check: RoundCheck | None = None  # candidate vs best outputs of every timed round
+    collect: RoundCollector | None = None  # every timed round's requests and both sides' outputs, handed on
     bound: OffsetBound | None = None  # the session's bound on the between-process sd (state.noise)
     memory: MemoryBudget | None = None  # what live workers may hold together (None: not limited)
     known_peaks_mb: Sides[float | None] = field(default_factory=lambda: Sides(None, None))  # measured before

@@ -4,7 +4,8 @@ harness's clock while the other side's whole sandbox is frozen, every round's ou
 Both sides of a round run the same fresh requests (drawn here), back to back in balanced order (CB/BC
 alternating from a random first order). Outputs that repeat for different requests, or candidate outputs that
 fail the plan's check against the best's outputs for the same requests, are recorded as problems: the timed work
-is not the judged work.
+is not the judged work. Each round's requests and both sides' outputs are also handed to the plan's collector,
+which the loop's top scores on the lane's task metrics (loop/evidence.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ...worker.client import Generated, WorkerProcess
 from ...worker.gpu_memory import MemorySampler, nvml_reader
 from . import clean_rounds
 from .clean_rounds import GpuWatch, NoGpu
-from .measurement_plan import RoundCallback, RoundCheck
+from .measurement_plan import RoundCallback, RoundCheck, RoundCollector
 from .pairs import Pair
 
 IDLE_WAIT_S = 0.25  # at most this long for the GPU to show no work in flight before a side is timed
@@ -142,9 +143,10 @@ class SegmentRun:
     as problems (the timed work is not the judged work)."""
 
     def __init__(self, pair: Pair, index: int, prompts: tuple[str, ...], batch: int, rng: random.Random,
-                 resolution: int | None = None, check: RoundCheck | None = None, watch: GpuWatch | None = None):
+                 resolution: int | None = None, check: RoundCheck | None = None, watch: GpuWatch | None = None,
+                 collect: RoundCollector | None = None):
         self.pair, self.index, self.prompts, self.batch, self.rng = pair, index, prompts, batch, rng
-        self.resolution, self.check, self.watch = resolution, check, watch
+        self.resolution, self.check, self.watch, self.collect = resolution, check, watch, collect
         self.cand_first = rng.random() < 0.5
         self.warm: Sides[list[float]] = Sides.of(lambda _: [])
         self.times: Sides[list[float]] = Sides.of(lambda _: [])
@@ -234,6 +236,8 @@ class SegmentRun:
                 seen[fp] = tuple(req)
         if self.check is not None:
             self.problems += [f"round {done + 1}: {p}" for p in self.check(got[Role.CANDIDATE], got[Role.BEST])]
+        if self.collect is not None:
+            self.collect(reqs, got[Role.CANDIDATE], got[Role.BEST])
         spent = got[Role.CANDIDATE].seconds + got[Role.BEST].seconds
         if record.excluded:
             return spent
@@ -263,11 +267,11 @@ def run_segment(pair: Pair, index: int, prompts: tuple[str, ...], batch: int, ro
                 warmup: int | WarmupRule, rng: random.Random, on_round: RoundCallback | None = None,
                 resolution: int | None = None, check: RoundCheck | None = None,
                 watch: GpuWatch | None = None, warm_cores: Sides[tuple[int, ...]] | None = None,
-                cores: tuple[int, ...] | None = None) -> SegmentRecord:
+                cores: tuple[int, ...] | None = None, collect: RoundCollector | None = None) -> SegmentRecord:
     """Warm up both sides (each until steady: perf_suite.warmup; a fresh pair's first generates at once, each
     side on its own `warm_cores`, when given), then time `rounds` paired rounds on `cores` in balanced orders
     with fresh seeds (SegmentRun). On CUDA lanes the harness samples both sides' device memory (NVML)."""
-    run = SegmentRun(pair, index, prompts, batch, rng, resolution, check, watch)
+    run = SegmentRun(pair, index, prompts, batch, rng, resolution, check, watch, collect)
     run.cores = cores
     run.sampler = sampler(dict(pair.workers.items()))
     try:
