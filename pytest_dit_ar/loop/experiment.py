@@ -157,15 +157,6 @@ class Experiment:
         self.guard.repair(damage)
         return self.conclude(decide(damage.problems, None, None, None))
 
-    def check_roles(self) -> None:
-        """The best's side-blind A/A when this run calls for it; a role-dependent best is a refusal
-        (role_check.after_timing). A fleet's judge leaves it to the session's own runs."""
-        ev = self.evidence
-        if ev is not None and self.session is not None and self.run_dir is not None and not self.judge_only:
-            self.role_check = role_check.after_timing(self.session, ev.launcher, self.run_dir,
-                                                      None if ev.crash else ev.performance_result, self.best,
-                                                      self.live.phase if self.live else None)
-
     def judge(self, outcomes: TestOutcomes) -> Verdict:
         """The verdict from the post-run guards, the evidence and the tests' outcomes."""
         evidence = self.evidence
@@ -198,6 +189,16 @@ class Experiment:
         phases = self.evidence.seconds if self.evidence else {}
         total = time.time() - self.started
         return {**phases, "harness_and_pytest": max(0.0, total - sum(phases.values())), "total": total}
+
+
+def check_roles(exp: Experiment) -> None:
+    """The best's side-blind A/A when this run calls for it; a role-dependent best is a refusal
+    (role_check.after_timing). A fleet's judge leaves it to the session's own runs."""
+    ev = exp.evidence
+    if ev is not None and exp.session is not None and exp.run_dir is not None and not exp.judge_only:
+        exp.role_check = role_check.after_timing(exp.session, ev.launcher, exp.run_dir,
+                                                 None if ev.crash else ev.performance_result, exp.best,
+                                                 exp.live.phase if exp.live else None)
 
 
 def outcome_of(exp: Experiment, verdict: Verdict) -> conclusion.ExperimentOutcome:

@@ -513,7 +513,7 @@ def confirm_best(config_path: Path, lane: str | None = None, sandboxed: bool = T
         return None
     problems = verify_integrity(session)
     if problems:
-        raise Refused("fixed files differ from integrity.json: " + "; ".join(problems[:5]))
+        raise Refused("fixed files differ from integrity.json: " + "; ".join(problems[:5]), way_out=INTEGRITY_WAY_OUT)
     session.verified_baseline()
     launcher = launcher_for(session, sandboxed)
     locks = _Locks(session)

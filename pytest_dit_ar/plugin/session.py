@@ -165,10 +165,11 @@ class PluginSession:
             session.exitstatus = EXIT_REFUSED
             return
         exp.evidence.close()
+        from ..loop.experiment import check_roles
         try:
-            exp.check_roles()  # the best against itself, side-blind, when this run calls for it
+            check_roles(exp)  # the best against itself, side-blind, when this run calls for it
         except Refused as exc:  # the best is role-dependent: nothing is judged against it
-            self.refusal = str(exc)
+            self.ending.refuse(exc)
             session.exitstatus = EXIT_REFUSED
             return
         verdict = exp.conclude(exp.judge(self.outcomes))

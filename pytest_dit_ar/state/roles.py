@@ -69,6 +69,12 @@ class RoleFinding:
     def way_back(self) -> str:
         return f"dit-ar recover --before {self.introduced_by[:10]}"
 
+    def way_out(self) -> str:
+        """The command that leaves a role-dependent best behind."""
+        if not self.back_to:
+            return "start a new session from another commit: `dit-ar init --tag NEW --new-baseline`"
+        return f"`{self.way_back()}` (then `dit-ar status`)"
+
     def refusal(self) -> str:
         c = self.check
         if not self.back_to:
@@ -165,4 +171,4 @@ def refuse_if_marked(paths: StatePaths, lane_id: str) -> None:
     """Refuse while the lane's best is marked role-dependent (the refusal names the keep and the way back)."""
     finding = read_roles(paths, lane_id).finding
     if finding is not None:
-        raise Refused(finding.refusal())
+        raise Refused(finding.refusal(), way_out=finding.way_out())

@@ -195,5 +195,5 @@ def after_timing(session: Session, launcher: WorkerLauncher, run_dir: Path, perf
     check = judge_best(session, launcher, run_dir, best, why)
     finding = read_roles(session.paths, session.lane_id).finding
     if check.role_dependent and finding is not None:
-        raise Refused(finding.refusal())
+        raise Refused(finding.refusal(), way_out=finding.way_out())
     return check
