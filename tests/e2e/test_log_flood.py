@@ -1,6 +1,9 @@
 """A candidate that floods its stderr (the red team's 3 x 256 MiB into the run folder): every worker's output is
 relayed into its log up to the lane's cap (performance.worker_log_mb), the rest is dropped, the cut logs are named in
-experiment.json and in the summary, and the experiment is judged as any other (worker/log_relay.py)."""
+experiment.json and in the summary, and the experiment is judged as any other (worker/log_relay.py).
+
+CI runs the flood in a candidate whose images are also noisy (declared exact: a quality discard after the quality
+run, about a third of the time); the extended tier replays the red team's run whole, every timed worker flooding."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_dit_ar.loop.speed.patching import wrap_generate
 from pytest_dit_ar.state import runs
 from pytest_dit_ar.worker.log_relay import CUT_LINE, DEFAULT_LOG_MB
 from tests.helpers.loop import commit_change, experiment, last_line, ledger_rows
@@ -30,11 +34,19 @@ def build_pipeline(spec):
 '''
 
 
-def test_a_flood_of_output_is_cut_at_the_cap_and_named(loop_repo: Path) -> None:
+NOISE = wrap_generate("noise", """\
+    out = _gen(requests)
+    gen = torch.Generator().manual_seed(0)
+    out.images = (out.images + 0.05 * torch.randn(out.images.shape, generator=gen)).clamp(0, 1)
+    return out""", "    import torch\n")
+
+
+def judge_flood(loop_repo: Path, change: str, verdicts: tuple[str, ...]) -> None:
+    """Commit the flood (and `change`), judge it, and check that every flooded log was cut at the cap and named."""
     require_sandbox()
-    commit_change(loop_repo, "model_under_test/__init__.py", FLOOD, "flood stderr")
+    commit_change(loop_repo, "model_under_test/__init__.py", FLOOD + change, "flood stderr")
     proc = experiment(loop_repo, "exact", "flood stderr")
-    assert last_line(proc).startswith("VERDICT: "), proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert last_line(proc) in tuple(f"VERDICT: {v}" for v in verdicts), proc.stdout[-3000:] + proc.stderr[-3000:]
     row = ledger_rows(loop_repo)[-1]
     run_dir = loop_repo / row.run_dir
     cap = int(DEFAULT_LOG_MB * 2**20) + len(CUT_LINE.format(mb=DEFAULT_LOG_MB).encode())
@@ -48,3 +60,12 @@ def test_a_flood_of_output_is_cut_at_the_cap_and_named(loop_repo: Path) -> None:
     assert record.logs.cap_mb == DEFAULT_LOG_MB and all(c.dropped_bytes > 200 << 20 for c in record.logs.cut
                                                          if c.name in flooded)
     assert "worker logs cut at 4 MiB each" in proc.stdout
+
+
+def test_a_flood_of_output_is_cut_at_the_cap_and_named(loop_repo: Path) -> None:
+    judge_flood(loop_repo, NOISE, ("DISCARD-QUALITY",))
+
+
+@pytest.mark.extended
+def test_a_flood_in_every_timed_worker_is_cut_and_the_run_judged(loop_repo: Path) -> None:
+    judge_flood(loop_repo, "", ("KEEP", "DISCARD-PERFORMANCE"))

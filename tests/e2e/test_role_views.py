@@ -17,7 +17,7 @@ import pytest
 from dit_ar_contract.errors import CandidateCrash
 from pytest_dit_ar.loop.workers.launch import launcher_for
 from pytest_dit_ar.state.runs import RunPaths
-from pytest_dit_ar.state.session import open_session
+from pytest_dit_ar.state.session import Session, open_session
 from pytest_dit_ar.worker.client import WorkerLauncher, WorkerProcess
 from pytest_dit_ar.worker.forkserver import ForkServers
 from tests.helpers import role_view
@@ -84,24 +84,36 @@ def assert_same(found: dict[str, dict]) -> None:
         assert role_view.differences(first, role_view.normalise(found[name])) == [], (names[0], name)
 
 
-def test_workers_of_every_role_and_phase_see_the_same_room(tmp_path: Path) -> None:
+def probe_session(tmp_path: Path) -> tuple[Session, WorkerLauncher, Path, Path]:
     require_sandbox()
     repo = make_project_copy(tmp_path / "repo")
     cand, best = probe_trees(repo)
     session = open_session(repo / "config" / "autoresearch.json", need_session=False)
-    launcher = launcher_for(session)
+    return session, launcher_for(session), cand, best
+
+
+def test_workers_of_every_role_and_phase_see_the_same_room(tmp_path: Path) -> None:
+    session, launcher, cand, best = probe_session(tmp_path)
     run = RunPaths(session.paths.run("probe"))
     cpu = views(launcher, cand, best, run, (("candidate", "quality"), ("best", "block0"), ("candidate", "cases")),
                 session.lane.performance.fork_servers(False), 2)
     assert len(cpu) == 7
     assert_same(cpu)
-    # a CUDA lane's sandbox: the GPU device nodes (none on this machine) and the CUDA variables
+    shutil.rmtree(session.paths.dir / "worktrees")
+
+
+@pytest.mark.extended
+def test_a_cuda_lanes_sandbox_shows_every_role_the_same_room(tmp_path: Path) -> None:
+    """The same with a CUDA lane's sandbox settings: the GPU device nodes (none on this machine) and the CUDA
+    variables."""
+    session, launcher, cand, best = probe_session(tmp_path)
     target = dataclasses.replace(launcher.target, env={"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
                                                        "CUDA_VISIBLE_DEVICES": "GPU-00000000-0000-0000-0000-0"})
     assert launcher.sandbox is not None
     gpu_launcher = WorkerLauncher(target, launcher.threads, launcher.timeout_s,
                                   dataclasses.replace(launcher.sandbox, gpu=True), launcher.caches, launcher.mutable)
     gpu = views(gpu_launcher, cand, best, RunPaths(session.paths.run("probe-gpu")), (("candidate", "quality"),), 1, 1)
+    assert len(gpu) == 3
     assert_same(gpu)
     assert gpu["candidate-quality"]["os.environ"]["CUDA_VISIBLE_DEVICES"].startswith("GPU-")
     shutil.rmtree(session.paths.dir / "worktrees")
