@@ -26,7 +26,8 @@ from pathlib import Path
 
 # the run record's phase record (pytest_dit_ar/state/phases.py); OLD_PHASES: the clock's names, for runs recorded
 # before it
-PHASES = ("start_up", "quality_corpus", "quality_judging", "warm_up", "timed", "round_checks", "close", "other")
+PHASES = ("start_up", "quality_corpus", "quality_judging", "warm_up", "timed", "round_checks", "close", "harness",
+          "other")
 OLD_PHASES = ("quality_worker_start", "quality_corpus", "quality_metrics", "timing_startup", "timing_warmup",
               "timing_timed", "timing_round_checks", "harness_and_pytest")
 

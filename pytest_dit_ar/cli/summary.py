@@ -21,8 +21,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--markdown", action="store_true", help="Markdown (the one format; the flag says so explicitly)")
     p.add_argument("--time", action="store_true",
                    help="add where each experiment's wall time went, by phase (start-up, quality corpus, quality "
-                        "judging, warm-up, timed rounds, round checks, close, other), its warm-up rounds and what "
-                        "it reused of the best")
+                        "judging, warm-up, timed rounds, round checks, close, harness, other), its warm-up rounds and "
+                        "what it reused of the best")
     p.add_argument("--lane", help="lane id (default: the session's)")
     p.add_argument("--out", type=Path, metavar="FILE", help="write the text to FILE instead of printing it")
     confirm.add_flag(p)

@@ -128,7 +128,7 @@ class Experiment:
         evidence.workers.refuse_unless_best_fits()  # one line, exit 2, before any candidate code runs
         worktrees = [session.paths.best_worktree] + ([session.paths.candidate_worktree] if self.sandboxed else [])
         self.guard = RunGuard(session, repo, self.commit, worktrees, ledger_bytes)
-        self.evidence = evidence
+        self.evidence, evidence.clock.seconds["harness_before"] = evidence, time.time() - self.started  # the guards
         self.live.update(phase="quality", max_segments=session.lane.performance.max_segments)
         return None
 
@@ -191,14 +191,26 @@ class Experiment:
         return {**phases, "harness_and_pytest": max(0.0, total - sum(phases.values())), "total": total}
 
 
+def conclude_timed(exp: Experiment, outcomes: TestOutcomes) -> Verdict:
+    """The post-run guards and the verdict, recorded; the guards' time on the evidence's clock, in the `harness`
+    phase (state/phases.py)."""
+    assert exp.evidence is not None
+    since = time.perf_counter()
+    judged = exp.judge(outcomes)
+    exp.evidence.clock.spent("harness_after", since)
+    return exp.conclude(judged)
+
+
 def check_roles(exp: Experiment) -> None:
     """The best's side-blind A/A when this run calls for it; a role-dependent best is a refusal
     (role_check.after_timing). A fleet's judge leaves it to the session's own runs."""
     ev = exp.evidence
     if ev is not None and exp.session is not None and exp.run_dir is not None and not exp.judge_only:
+        since = time.perf_counter()
         exp.role_check = role_check.after_timing(exp.session, ev.launcher, exp.run_dir,
                                                  None if ev.crash else ev.performance_result, exp.best,
                                                  exp.live.phase if exp.live else None)
+        ev.clock.spent("role_check", since)  # the `harness` phase (state/phases.py)
 
 
 def outcome_of(exp: Experiment, verdict: Verdict) -> conclusion.ExperimentOutcome:

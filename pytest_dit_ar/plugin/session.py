@@ -165,14 +165,14 @@ class PluginSession:
             session.exitstatus = EXIT_REFUSED
             return
         exp.evidence.close()
-        from ..loop.experiment import check_roles
+        from ..loop.experiment import check_roles, conclude_timed
         try:
             check_roles(exp)  # the best against itself, side-blind, when this run calls for it
         except Refused as exc:  # the best is role-dependent: nothing is judged against it
             self.ending.refuse(exc)
             session.exitstatus = EXIT_REFUSED
             return
-        verdict = exp.conclude(exp.judge(self.outcomes))
+        verdict = conclude_timed(exp, self.outcomes)
         self.ending.last_line = verdict.line
         session.exitstatus = verdict.exit_code
 

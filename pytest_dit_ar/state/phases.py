@@ -4,8 +4,9 @@
 The harness's phase clock (loop/candidate.py's PhaseClock, the timing's own seconds) records finer names; this
 module folds them into the phases a reader compares between runs: start-up (worker starts and builds, fork
 servers), the quality corpus, the quality judging (metrics and gates), warm-up, the timed rounds, the round checks
-(the harness reading and comparing timed outputs), close (teardown) and the rest (git, guards, pytest). The
-phases sum to the total.
+(the harness reading and comparing timed outputs), close (teardown), the harness's own guards (the checks before
+the run, the fingerprints and checks after it, and the best's side-blind A/A when a run calls for one) and the rest
+(pytest, imports, git). The phases sum to the total.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-# the clock's names per phase; what no name covers (git, guards, records, pytest) is `other`
+# the clock's names per phase; what no name covers (pytest, imports, git outside the guards) is `other`
 CLOCK_NAMES: dict[str, tuple[str, ...]] = {
     "start_up": ("first_worker", "warm_servers_adopt", "quality_worker_start", "best_worker_start_not_overlapped",
                  "timing_startup", "timing_fork_servers_wait"),
@@ -24,6 +25,7 @@ CLOCK_NAMES: dict[str, tuple[str, ...]] = {
     "timed": ("timing_timed",),
     "round_checks": ("timing_round_checks",),
     "close": ("timing_teardown", "timing_fork_servers_close"),
+    "harness": ("harness_before", "harness_after", "role_check"),  # plugin/session.py's clock around the guards
 }
 
 
@@ -38,13 +40,15 @@ class PhaseTimes:
     timed: float = 0.0
     round_checks: float = 0.0
     close: float = 0.0
-    other: float = 0.0  # git, guards, records, pytest: the total less the phases above
+    harness: float = 0.0  # the guards before and after the run, the best's side-blind A/A when one ran
+    other: float = 0.0  # pytest, imports, git outside the guards: the total less the phases above
     total: float = 0.0
     warmup_rounds: int = 0  # warm-up generates run, both sides, all pairs
     warmup_reused: int = 0  # the quality run's generates the candidate's first warm-up counted instead
     judging_reused: bool = False  # the quality judging was the best's (stored outputs, bit-identical)
 
-    PHASES = ("start_up", "quality_corpus", "quality_judging", "warm_up", "timed", "round_checks", "close", "other")
+    PHASES = ("start_up", "quality_corpus", "quality_judging", "warm_up", "timed", "round_checks", "close", "harness",
+              "other")
 
     @classmethod
     def from_clock(cls, seconds: Mapping[str, float], total: float, warmup_rounds: int = 0, warmup_reused: int = 0,

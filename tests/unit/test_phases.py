@@ -34,3 +34,13 @@ def test_the_record_reads_back_and_a_malformed_one_is_none() -> None:
     line = p.line()
     assert line.startswith("92.2 s: start up 24.1") and "31 warm-up rounds" in line
     assert "8 quality generates as warm-up" in line and "the best's quality judging" in line
+
+
+def test_the_harness_guards_and_a_role_check_are_their_own_phase_and_an_older_record_reads_zero() -> None:
+    clock = {**CLOCK, "harness_before": 1.5, "harness_after": 0.75, "role_check": 12.0}
+    p = PhaseTimes.from_clock(clock, CLOCK["total"] + 14.25)
+    assert p.harness == pytest.approx(14.25) and p.other == pytest.approx(
+        PhaseTimes.from_clock(CLOCK, CLOCK["total"]).other)
+    assert "harness 14.2" in p.line() and list(p.seconds())[-2:] == ["harness", "other"]
+    older = {k: v for k, v in p.as_dict().items() if k != "harness"}  # recorded before the phase was named
+    assert PhaseTimes.from_dict(older).harness == 0.0
