@@ -7,6 +7,7 @@ run, about a third of the time); the extended tier replays the red team's run wh
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from pytest_dit_ar.loop.speed.patching import wrap_generate
 from pytest_dit_ar.state import runs
 from pytest_dit_ar.worker.log_relay import CUT_LINE, DEFAULT_LOG_MB
-from tests.helpers.loop import commit_change, experiment, last_line, ledger_rows
+from tests.helpers.loop import commit_change, experiment, git, last_line, ledger_rows
 from tests.helpers.sandbox_required import require_sandbox
 
 pytestmark = pytest.mark.slow
@@ -41,7 +42,7 @@ NOISE = wrap_generate("noise", """\
     return out""", "    import torch\n")
 
 
-def judge_flood(loop_repo: Path, change: str, verdicts: tuple[str, ...]) -> None:
+def judge_flood(loop_repo: Path, change: str, verdicts: tuple[str, ...]) -> subprocess.CompletedProcess:
     """Commit the flood (and `change`), judge it, and check that every flooded log was cut at the cap and named."""
     require_sandbox()
     commit_change(loop_repo, "model_under_test/__init__.py", FLOOD + change, "flood stderr")
@@ -60,10 +61,21 @@ def judge_flood(loop_repo: Path, change: str, verdicts: tuple[str, ...]) -> None
     assert record.logs.cap_mb == DEFAULT_LOG_MB and all(c.dropped_bytes > 200 << 20 for c in record.logs.cut
                                                          if c.name in flooded)
     assert "worker logs cut at 4 MiB each" in proc.stdout
+    return proc
 
 
 def test_a_flood_of_output_is_cut_at_the_cap_and_named(loop_repo: Path) -> None:
-    judge_flood(loop_repo, NOISE, ("DISCARD-QUALITY",))
+    """Also CI's quality discard: the noisy images fail the exact class's gate, named by metric, case and threshold
+    in the summary and the ledger, and the branch is reset (test_quality_loop.py's other discards are extended)."""
+    parent = git(loop_repo, "rev-parse", "HEAD")
+    proc = judge_flood(loop_repo, NOISE, ("DISCARD-QUALITY",))
+    assert proc.returncode == 1 and git(loop_repo, "rev-parse", "HEAD") == parent
+    row = ledger_rows(loop_repo)[-1]
+    quality = runs.read_quality(loop_repo / row.run_dir)
+    assert quality is not None
+    first = quality.failures()[0].describe()
+    assert first.startswith("psnr_db case ") and "(needs >= " in first
+    assert first in proc.stdout and first in row.quality_summary
 
 
 @pytest.mark.extended

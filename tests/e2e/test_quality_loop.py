@@ -161,7 +161,8 @@ def test_nan_output_is_a_crash(loop_repo: Path) -> None:
     assert ledger_rows(loop_repo)[-1].status is Status.CRASH and git(loop_repo, "rev-parse", "HEAD") == parent
 
 
-@pytest.mark.slow  # CI's quality verdict: the other DISCARD-QUALITY experiments are in the extended tier
+@pytest.mark.extended  # CI judges the same noisy candidate, its logs flooded too, in tests/e2e/test_log_flood.py
+@pytest.mark.slow
 def test_added_noise_is_a_quality_discard_naming_the_metric(loop_repo: Path) -> None:
     parent = git(loop_repo, "rev-parse", "HEAD")
     commit_change(loop_repo, "model_under_test/__init__.py", wrap_generate("noise", """\
