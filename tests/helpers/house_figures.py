@@ -35,6 +35,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.helpers import sources
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("dit_ar_contract", "pytest_dit_ar", "quality_suite", "perf_suite")
 STATE = "pytest_dit_ar/state/"
@@ -94,7 +96,7 @@ def raw_fields(files: list[Path] | None = None) -> set[str]:
     """The names of the raw (dict, Mapping or Any) fields of the run-record classes."""
     names: set[str] = set()
     for path in files or shipped_files():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(sources.tree(path)):
             if isinstance(node, ast.ClassDef) and node.name in RECORD_CLASSES:
                 names |= {s.target.id for s in node.body if isinstance(s, ast.AnnAssign)
                           and isinstance(s.target, ast.Name) and _raw(s.annotation)}
@@ -171,7 +173,7 @@ def _own_nodes(scope: ast.AST) -> list[ast.AST]:
 def record_reads(path: Path, fields: set[str]) -> list[Read]:
     """The string-keyed reads of record data in one module (`fields`: the run-record classes' raw fields)."""
     rel = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = sources.tree(path)
     reads: list[Read] = []
     for body in _bodies(tree):
         scope = _Scope(fields)
@@ -199,7 +201,7 @@ def json_readers() -> set[str]:
         rel = path.relative_to(ROOT).as_posix()
         if rel.startswith(STATE):
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(sources.tree(path)):
             func = node.func if isinstance(node, ast.Call) else None
             if (isinstance(func, ast.Attribute) and func.attr in ("load", "loads") and isinstance(func.value, ast.Name)
                     and func.value.id == "json"):
@@ -214,7 +216,7 @@ def all_keyed_reads() -> list[Read]:
         rel = path.relative_to(ROOT).as_posix()
         if path.name.startswith("test_"):
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(sources.tree(path)):
             found = _key(node)
             if found is not None:
                 reads.append(Read(rel, node.lineno, node.col_offset, found[1]))
@@ -223,7 +225,7 @@ def all_keyed_reads() -> list[Read]:
 
 def untyped_annotations() -> int:
     """`dict[str, Any]` in the shipped packages' source (outside tests)."""
-    return sum(p.read_text(encoding="utf-8").count("dict[str, Any]") for p in shipped_files()
+    return sum(sources.text(p).count("dict[str, Any]") for p in shipped_files()
                if not p.name.startswith("test_"))
 
 

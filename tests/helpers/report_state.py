@@ -18,7 +18,7 @@ from pytest_dit_ar.state.ledger import LedgerRow
 from pytest_dit_ar.state.paths import StatePaths
 
 PROJECT = Path(__file__).resolve().parents[2]
-CASES = ["digit-0", "digit-1", "digit-2", "digit-3", "digit-4"]
+CASES = ["digit-0", "digit-1"]  # two rows of case images show the grid as well as five: each one costs a render
 NASTY = '<script>alert("x")</script> & co'
 FOREIGN = "dit-xl2-256@nvidia-h200"
 

@@ -1,14 +1,23 @@
 """The unit tier: no worker, no CLI, no pytest-in-pytest. Only `git` itself may run as a subprocess
-(GitPython drives it for the git-guard tests); anything else started from here fails the test."""
+(GitPython drives it for the git-guard tests); anything else started from here fails the test.
+
+CI runs the tier in pytest-xdist processes, one per core (`-n 2`). Each of them computes with one thread (torch,
+its BLAS and numpy's read OMP_NUM_THREADS when torch is first imported, after this file): two processes of two
+threads each on two cores wait on each other's threads instead of computing. A run without xdist keeps the
+libraries' default."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
 ALLOWED = {"git"}
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # set by xdist before a worker reads any conftest
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(autouse=True)

@@ -252,6 +252,12 @@ def index() -> S.Index:
     return S.build_index(HANDBOOK)
 
 
+@pytest.fixture(scope="module")
+def measured(index: S.Index) -> dict[str, dict[str, object]]:
+    """The figures of every query set, searched once for the tests that read them."""
+    return figures(index)
+
+
 def test_query_sets_point_at_existing_pages():
     for queries in SETS.values():
         for query, exp in queries:
@@ -262,8 +268,8 @@ def test_query_sets_point_at_existing_pages():
 
 @pytest.mark.parametrize("name,top1_min,top3_min", [("English", 0.85, 0.95), ("Chinese", 0.85, 0.95),
                                                     ("typos", 0.8, 0.95)])
-def test_hit_rates(index, name, top1_min, top3_min):
-    result = figures(index)[name]
+def test_hit_rates(measured, name, top1_min, top3_min):
+    result = measured[name]
     n = result["queries"]
     assert result["top3"] / n >= top3_min, f"{name}: top-3 {result['top3']}/{n}; misses {result['misses']}"
     assert result["top1"] / n >= top1_min, f"{name}: top-1 {result['top1']}/{n}"
@@ -282,20 +288,19 @@ def test_chinese_queries_are_translated(index):
         assert report.interpreted or query.isascii(), f"no Chinese term of {query!r} was recognised"
 
 
-def test_chinese_does_as_well_as_english(index):
-    result = figures(index)
+def test_chinese_does_as_well_as_english(measured):
+    result = measured
     en, zh = result["English"], result["Chinese"]
     assert zh["top3"] / zh["queries"] >= en["top3"] / en["queries"] - 0.05
 
 
-def test_readme_reports_current_figures(index):
+def test_readme_reports_current_figures(measured):
     """handbook/README.md reports the figures of these sets (within two hits, so that a page edit that moves
     one query does not fail the suite; rerun the reproduce command and update the table when it drifts)."""
     import re
 
     text = (HANDBOOK / "README.md").read_text(encoding="utf-8")
-    result = figures(index)
-    for name, r in result.items():
+    for name, r in measured.items():
         row = re.search(rf"^\| {name} \| (\d+) \| (\d+)/\d+ \(\d+%\) \| (\d+)/\d+ \(\d+%\) \|$", text, re.M)
         assert row, f"handbook/README.md has no figures row for {name}"
         n, top1, top3 = (int(g) for g in row.groups())

@@ -13,7 +13,7 @@ from pathlib import Path
 import grimp
 import networkx as nx
 
-from tests.helpers import house_figures
+from tests.helpers import house_figures, sources
 
 PACKAGES = ("dit_ar_contract", "pytest_dit_ar", "quality_suite", "perf_suite")
 
@@ -68,12 +68,11 @@ def oversized(files: list[Path]) -> list[str]:
     """Files over MAX_FILE_LINES lines and classes over MAX_CLASS_LINES (decorators to last line), named."""
     found = []
     for path in files:
-        text = path.read_text(encoding="utf-8")
         rel = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
-        lines = len(text.splitlines())
+        lines = len(sources.text(path).splitlines())
         if lines > MAX_FILE_LINES:
             found.append(f"{rel}: {lines} lines (at most {MAX_FILE_LINES})")
-        for node in ast.walk(ast.parse(text)):
+        for node in ast.walk(sources.tree(path)):
             if isinstance(node, ast.ClassDef):
                 first = min([node.lineno] + [d.lineno for d in node.decorator_list])
                 size = (node.end_lineno or node.lineno) - first + 1
@@ -99,11 +98,14 @@ HISTORY = re.compile(r"\bwaves?\b|\bnotes? \d+|\bissues? #?\d+|\b20\d\d-\d\d\b"
                      r"|\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b", re.IGNORECASE)
 
 
-def prose(source: str) -> list[tuple[int, str]]:
-    """(line, text) of every comment (tokenize) and every docstring line (module, class, function) of a module."""
+def prose(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every docstring line (module, class, function) of a module, and of every comment (tokenize)
+    where the module's text matches HISTORY at all: a comment is a verbatim piece of that text, so a text without
+    a match has no comment with one (and tokenizing every module would cost more than the rest of the check)."""
+    source = sources.text(path)
     found = [(tok.start[0], tok.string) for tok in tokenize.generate_tokens(io.StringIO(source).readline)
-             if tok.type == tokenize.COMMENT]
-    for node in ast.walk(ast.parse(source)):
+             if tok.type == tokenize.COMMENT] if HISTORY.search(source) else []
+    for node in ast.walk(sources.tree(path)):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
@@ -117,7 +119,7 @@ def history_lines(files: list[Path]) -> list[str]:
     found = []
     for path in files:
         rel = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
-        for line, text in prose(path.read_text(encoding="utf-8")):
+        for line, text in prose(path):
             match = HISTORY.search(text)
             if match:
                 found.append(f"{rel}:{line}: {match.group(0)!r} in {text.strip()[:100]!r}")

@@ -11,6 +11,8 @@ import fnmatch
 import re
 from pathlib import Path
 
+from tests.helpers import sources
+
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ("dit_ar_contract", "pytest_dit_ar", "quality_suite", "perf_suite")
 LAB = ("lab", "tools")  # `tools` is the lab's old place: it must not come back into the wheel either
@@ -47,7 +49,7 @@ def test_the_source_manifest_and_the_build_step_carry_no_lab() -> None:
 def _imported(path: Path) -> set[str]:
     """The top-level names a module imports (relative imports stay inside its package)."""
     names = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    for node in ast.walk(sources.tree(path)):
         if isinstance(node, ast.Import):
             names |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:

@@ -44,7 +44,7 @@ RUNNERS = {
     "pytest -p no:dit-ar": PYTEST,
     "ruff check .": CI,
     "lint-imports": CI,
-    "pytest tests/unit lab/tests": CI,
+    "pytest tests/unit lab/tests -n 2": CI,
     'pytest tests/e2e -m "not extended"': CI,
 }
 
@@ -53,7 +53,7 @@ RUNNERS = {
 ADDED_BY_THE_LAB_BRANCH = {"lab/tests"}
 
 CONTROL = ("if ", "fi", "then", "else", "set ", "cd ", "export ", "for ", "done")
-VALUE_OPTIONS = {"-m", "-k", "-p", "-c"}
+VALUE_OPTIONS = {"-m", "-k", "-p", "-c", "-n"}
 
 
 def ci_commands(text: str) -> list[list[str]]:
@@ -124,6 +124,7 @@ def test_the_checkers_normalise_parse_and_compare(tmp_path):
     assert normalise("sudo apt-get install -y bubblewrap chromium") == \
         normalise("apt-get install -y -qq bubblewrap chromium >/dev/null")
     assert pytest_parts(normalise('pytest tests/e2e -m "not extended"')) == (("-m", "not extended"), ("tests/e2e",))
+    assert pytest_parts(normalise("pytest tests/unit lab/tests -n 2")) == (("-n", "2"), ("tests/unit", "lab/tests"))
     script = ("#!/usr/bin/env bash\nset -euo pipefail\nif ! command -v bwrap; then\n"
               "  apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null\nfi\n"
               "X=$(ls)\npytest tests/unit\npytest lab/tests  # the lab\n")

@@ -20,6 +20,7 @@ from pytest_dit_ar.loop.workers import memory_plan
 from pytest_dit_ar.state.session import INTEGRITY_WAY_OUT
 from pytest_dit_ar.state.way_out import session_way_out, unjudged
 from quality_suite import classifier, clip, perceptual
+from tests.helpers import sources
 from tests.helpers.user_repo import user_repo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +101,7 @@ def refusal_sites() -> list[Site]:
             if rel.startswith(ELSEWHERE) or path.name == "__main__.py":
                 continue
             module = importlib.import_module(rel[:-3].replace("/", ".").removesuffix(".__init__"))
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            for node in ast.walk(sources.tree(path)):
                 if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == \
                         "Refused" and node.args:
                     sites.append(Site(rel, node.lineno, ast.unparse(node.args[0]), words(node.args[0], module),
