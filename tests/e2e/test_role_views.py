@@ -92,6 +92,7 @@ def probe_session(tmp_path: Path) -> tuple[Session, WorkerLauncher, Path, Path]:
     return session, launcher_for(session), cand, best
 
 
+@pytest.mark.extended  # seven sandboxed workers (a minute or two): left out of CI's 15 minutes, run before a merge
 def test_workers_of_every_role_and_phase_see_the_same_room(tmp_path: Path) -> None:
     session, launcher, cand, best = probe_session(tmp_path)
     run = RunPaths(session.paths.run("probe"))
