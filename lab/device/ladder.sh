@@ -43,7 +43,9 @@
 # floors on every lane); each item's description is its own, so a resumed call skips what the ledger holds.
 # ROUNDS=lane keeps the lane's rounds. CALIBRATE_AFTER=NN runs `dit-ar calibrate` (CALIBRATE_PAIRS A/A pairs, default
 # 6, within CALIBRATE_S seconds, default 150) on the best once item NN is judged: the machine's profile then
-# replaces the prior offset bound for the later experiments (lab/notebook/gpu-night.md). lab/device/night.sh is the night in miniature built on it.
+# replaces the prior offset bound for the later experiments (lab/notebook/gpu-night.md). REVALIDATE=end sets the
+# lane's revalidate_every to 0 and runs `dit-ar revalidate` once after the plan (the session's wall still counts it).
+# lab/device/night.sh is the night in miniature built on it.
 set -u
 start=$(date +%s)
 here="$(cd "$(dirname "$0")" && pwd)"; src="$(cd "$here/../.." && pwd)"
@@ -110,7 +112,7 @@ setup_project() {  # a fresh repository holding the source tree, the lane's step
     --exclude=./docs/data --exclude=./lab/data .) | (cd "$project" && tar xf -)
   cd "$project" || exit 2
   git init -q -b main; git config user.name "dit-ar gpu ladder"; git config user.email "ladder@dit-ar.invalid"
-  python3 - "$lane" "$steps" "$rounds" "${WARM:-}" <<'PY'
+  python3 - "$lane" "$steps" "$rounds" "${WARM:-}" "$([ "${REVALIDATE:-}" = end ] && echo 1)" <<'PY'
 import json, sys
 path = "config/autoresearch.json"
 cfg = json.load(open(path))
@@ -121,6 +123,8 @@ if sys.argv[3] != "lane":  # ROUNDS=lane keeps the lane's own
     lane.setdefault("performance", {})["rounds"] = int(sys.argv[3])
 if sys.argv[4]:  # WARM=1: the quality run's pair is forked from the servers the last run started
     lane["performance"]["warm_servers"] = True
+if sys.argv[5]:  # REVALIDATE=end: no re-validation inside `dit-ar experiment`; one at the session's end
+    lane.setdefault("performance", {})["revalidate_every"] = 0
 json.dump(cfg, open(path, "w"), indent=2)
 PY
   for patch in "$src"/examples/gpu-ladder/patches/*.patch; do
@@ -283,6 +287,14 @@ calibrate_best() {  # CALIBRATE_AFTER=NN: `dit-ar calibrate` on the best once th
     && touch "$keep/calibrated"
   stamp "calibrate after $1: $([ -f "$keep/calibrated" ] && echo done || echo FAILED, see session.txt) in $(( $(date +%s) - t0 )) s"
 }
+revalidate_end() {  # REVALIDATE=end: `dit-ar revalidate` once, after the plan (the lane's revalidate_every is 0)
+  [ -f "$keep/revalidated" ] && return 0
+  [ "$(left)" -ge 150 ] || { stamp "revalidate: not started ($(left) s left)"; return 0; }
+  local t0; t0=$(date +%s)
+  timeout $(( $(left) - 20 )) python3 -m pytest_dit_ar.cli --config config/autoresearch.json revalidate \
+    ${UNSANDBOXED:+--unsandboxed} >> "$log" 2>&1 && touch "$keep/revalidated"
+  stamp "revalidate at the end: $([ -f "$keep/revalidated" ] && echo done || echo FAILED, see session.txt) in $(( $(date +%s) - t0 )) s"
+}
 plan="${PLAN:-$(for p in "$src"/examples/gpu-ladder/patches/*.patch; do basename "$p" | cut -c1-2; done)}"
 for item in $plan; do
   if [ -n "${ONLY:-}" ] && ! picked "$ONLY" "$item"; then continue; fi
@@ -290,6 +302,7 @@ for item in $plan; do
   judge_item "$item" || { stopped=1; break; }
 done
 [ -n "${NOOP:-}" ] && [ -z "${stopped:-}" ] && noop_step
+[ "${REVALIDATE:-}" = end ] && [ -z "${stopped:-}" ] && revalidate_end
 [ -z "${stopped:-}" ] && case " ${PROFILE_AFTER-04 end} " in *" end "*) profile_best end;; esac
 finish
 [ -n "${smi:-}" ] && kill "$smi" 2>/dev/null

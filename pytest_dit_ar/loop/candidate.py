@@ -93,9 +93,14 @@ class CandidateWorkers:
         corpus, the best side's worker boots, and both stay up as the first timing pair, so an experiment pays
         for process start-up once instead of twice. A crash kills every worker started here."""
         name = Role.CANDIDATE.label
-        clock.spent("first_worker", fill_first_cache(self, cases))
+        cold = self.launcher.sandbox is not None and first_worker.cache_is_cold(self.launcher, self.candidate_root)
         self.warm.adopt(self.session, self.launcher, (self.candidate_root, self.best_root), self.run.dir,
-                        self.prefetch_best, clock)
+                        self.prefetch_best, clock, first=cold)
+        try:
+            clock.spent("first_worker", fill_first_cache(self, cases, cold))
+        except CandidateCrash:
+            self.close_forks()
+            raise
         worker = self.warm.fork(Role.CANDIDATE) or \
             self.launcher.worker(name, self.candidate_root, self.run.worker_log(name, "quality")).spawn()
         best = self._spawn_best()
@@ -205,6 +210,9 @@ class CandidateWorkers:
         p = self.session.lane.performance
         if self.best_root is None or not self.prefetch_best or not p.fork_server:
             return
+        self.forks = self.warm.timing()  # pre-started by the last experiment's keeper (CUDA lanes)
+        if self.forks is not None:
+            return
         self.forks = ForkServers(self.launcher, self.candidate_root, self.best_root, self.run.dir,
                                  p.fork_servers(self.session.lane.is_cuda)).spawn()
 
@@ -223,15 +231,18 @@ class CandidateWorkers:
         self.close_forks()
 
 
-def fill_first_cache(w: CandidateWorkers, cases: list[Case]) -> float:
+def fill_first_cache(w: CandidateWorkers, cases: list[Case], cold: bool) -> float:
     """Before the quality run, a new candidate tree's cache is filled by a worker neither judged nor timed
-    (loop/workers/first_worker.py; unsandboxed workers write the tree's folder themselves, hidden or not); returns
-    when it started (for the phase clock)."""
+    (loop/workers/first_worker.py; unsandboxed workers write the tree's folder themselves, hidden or not), forked
+    from a warm server of its own when the experiment adopted them; returns when it started (for the phase clock)."""
     t, lane, name = time.perf_counter(), w.session.lane, Role.CANDIDATE.label
     if w.launcher.sandbox is not None:
-        first_worker.fill_cache(w.launcher, name, w.candidate_root, w.spec(w.candidate_root),
-                                tuple(c.prompt for c in cases), lane.batch, lane.resolution,
-                                w.run.worker_log(name, "first"))
+        try:
+            first_worker.fill_cache(w.launcher, name, w.candidate_root, w.spec(w.candidate_root),
+                                    tuple(c.prompt for c in cases), lane.batch, lane.resolution,
+                                    w.run.worker_log(name, "first"), forked=w.warm.first_worker, cold=cold)
+        finally:
+            w.warm.close_first()  # its cache copy becomes the tree's folder before the quality worker's first fork
     return t
 
 

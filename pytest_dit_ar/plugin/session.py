@@ -64,6 +64,7 @@ class PluginSession:
         self.judge_only = bool(config.getoption("dit_ar_judge_only"))  # a fleet's judge (fleet/)
         self.run_id = config.getoption("dit_ar_run_id") or ""
         self.experiment = None
+        self.keeper_started = False  # the next experiment's warm servers were asked for (start_next_servers)
         self.outcomes = TestOutcomes()
         self.ending = Ending(held_output())  # the refusal or verdict line the run ends with (plugin/ending.py)
         self.harness_error: str | None = None  # an exception in the harness's own code (not the candidate's)
@@ -172,9 +173,20 @@ class PluginSession:
             self.ending.refuse(exc)
             session.exitstatus = EXIT_REFUSED
             return
+        self.start_next_servers(exp)  # no worker of this run is left: their imports overlap the recording
         verdict = conclude_timed(exp, self.outcomes)
         self.ending.last_line = verdict.line
         session.exitstatus = verdict.exit_code
+
+    def start_next_servers(self, exp: Any) -> None:
+        """Start the next experiment's warm fork servers, detached, once this run's workers are all gone (the
+        timing and the role check done): the keeper's imports overlap the guards after the run and the recording,
+        never a timed round. Once a run; a refused or interrupted run starts none."""
+        from ..loop.speed import warm_servers
+
+        if not self.keeper_started and exp.session is not None and exp.sandboxed and not exp.judge_only:
+            self.keeper_started = True
+            warm_servers.start_next(exp.session, exp.config_path)
 
     def summary(self, tr: Any) -> None:
         """The terminal summary: failing cases, plain runs' speed, the experiment's verdict (plugin/summary.py)."""
@@ -189,10 +201,8 @@ class PluginSession:
         if self.experiment is not None:
             exp = self.experiment
             exp.release()
-            from ..loop.speed import warm_servers  # the next experiment's fork servers, detached, after a verdict
-
-            warm_servers.start_next(exp.session, exp.config_path, exp.verdict is not None and exp.sandboxed and
-                                    not exp.judge_only)
+            if exp.verdict is not None:  # a verdict that came without the early start (a crash before timing)
+                self.start_next_servers(exp)
         ending = self.ending
         ending.write(session_way_out(self.config_path) if ending.refusal and self.experiment_mode else "")
 

@@ -139,6 +139,13 @@ class CompileCaches:
         tmp.write_text(json.dumps(asdict(rec), indent=1))
         os.replace(tmp, path)
 
+    def unopen(self, digest: str) -> None:
+        """Forget the workers that opened the tree's folder: the next one to open it is its first (a warm server
+        staged for the first worker that could not fork it; the folder itself is kept)."""
+        rec = self.record(digest)
+        rec.workers = 0
+        self.save(rec)
+
     def open(self, digest: str) -> tuple[Path, bool]:
         """The tree's folder for a new worker (created, evicting others if over budget) and whether it starts
         warm (an earlier worker of the tree used it)."""

@@ -354,12 +354,14 @@ class ForkedWorker(WorkerProcess):
 class SideZygotes:
     """A side's `count` zygotes; forks are dealt round-robin over them (pair i from zygote i mod count)."""
 
-    def __init__(self, launcher: WorkerLauncher, side: str, root: Path, log_dir: Path, count: int = 1):
+    def __init__(self, launcher: WorkerLauncher, side: str, root: Path, log_dir: Path, count: int = 1,
+                 tag: str = ""):
         if count < 1:
             raise ValueError("a side needs at least one fork server")
         self.side, self.log_dir = side, log_dir
+        name = f"{side}-{tag}" if tag else side  # a keeper's servers of one side for several uses (worker/warm.py)
         self.zygotes = [Zygote(side, root, launcher.target, launcher.threads,
-                               log_dir / f"forkserver-{side}-{i}.log", launcher.timeout_s, launcher.sandbox,
+                               log_dir / f"forkserver-{name}-{i}.log", launcher.timeout_s, launcher.sandbox,
                                launcher.caches, launcher.mutable, launcher.logs, side_group=self)
                         for i in range(count)]
         self.live: list[ForkedWorker] = []
@@ -423,9 +425,10 @@ class ForkServers:
     """Both sides' zygotes for one experiment: started early (beside the quality run), used for every
     pair that is not the quality run's."""
 
-    def __init__(self, launcher: WorkerLauncher, cand_root: Path, best_root: Path, log_dir: Path, per_side: int = 1):
-        self.cand = SideZygotes(launcher, Role.CANDIDATE.label, cand_root, log_dir, per_side)
-        self.best = SideZygotes(launcher, Role.BEST.label, best_root, log_dir, per_side)
+    def __init__(self, launcher: WorkerLauncher, cand_root: Path, best_root: Path, log_dir: Path, per_side: int = 1,
+                 tag: str = ""):
+        self.cand = SideZygotes(launcher, Role.CANDIDATE.label, cand_root, log_dir, per_side, tag)
+        self.best = SideZygotes(launcher, Role.BEST.label, best_root, log_dir, per_side, tag)
 
     def spawn(self) -> "ForkServers":
         self.cand.spawn()

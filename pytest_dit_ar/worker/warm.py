@@ -1,8 +1,10 @@
-"""Warm fork servers: one fork server per side, started before the experiment that forks its quality run's pair.
+"""Warm fork servers: fork servers started before the experiment that forks its workers from them.
 
-A keeper process (loop/speed/warm_servers.py), started detached at the end of an experiment or baseline, starts one
-`Zygote` per side in its side's sandbox with an empty tree and cache folder (`spawn.empty_stage`): it imports the
-fixed prelude only. It records the servers (`WarmRecord`, the state folder's `warm-servers.json`) and waits on an
+A keeper process (loop/speed/warm_servers.py), started detached at the end of an experiment or baseline, starts
+the next experiment's `Zygote`s, each in its own sandbox with an empty tree and cache folder (`spawn.empty_stage`):
+it imports the fixed prelude only. Each has a slot (`ServerRecord.slot`): one per side for the quality run's pair,
+one for the candidate tree's first worker, and, on CUDA lanes, the timing's fork servers of both sides.
+It records the servers (`WarmRecord`, the state folder's `warm-servers.json`) and waits on an
 abstract Unix socket. The next experiment connects, receives the servers' control sockets (SCM_RIGHTS) and adopts
 them only if every check passes (`record_refusal`, `server_refusal`):
 
@@ -12,9 +14,11 @@ them only if every check passes (`record_refusal`, `server_refusal`):
 * nothing ran since: each server answers a fresh nonce with its own fork count (0), and the harness sees, in
   /proc, no child of the server and no process in its sandbox besides the sandbox's init and the server.
 
-Then the harness copies each side's tree into its server's (bind-mounted) tree folder and forks the quality
-worker and the best's first worker from them; the later pairs come from the experiment's own fork servers, so the
-first pair's candidate and the later pairs' come from different servers (different address-space layouts). The
+Then the harness copies each side's tree into its servers' (bind-mounted) tree folders: a new tree's first worker
+(which fills its compile cache, neither judged nor timed) is forked from a server of its own, the quality worker
+and the best's first worker from the quality servers, the timed pairs from the timing servers. No two of these
+uses share a server or a sandbox, so a judged worker and a timed one never share a history, and the quality pair's
+candidate and the later pairs' come from different servers (different address-space layouts). The
 keeper is the sandboxes' parent (they die with it): it lives until the adopting experiment closes its connection,
 then kills whatever is left.
 """
@@ -81,16 +85,17 @@ class ServerRecord:
     stage: str
     log_path: str
     group: dict[str, Any] | None = None
+    slot: str = ""  # what the keeper started it for (loop/speed/warm_servers.py `Layout`); "" reads as its side
 
     @classmethod
-    def of(cls, z: Zygote) -> ServerRecord:
+    def of(cls, z: Zygote, slot: str = "") -> ServerRecord:
         assert z.proc is not None and z.namespace is not None and z.stage is not None
         group = None
         if z.group is not None:
             group = {k: (str(v) if isinstance(v, Path) else [str(p) for p in v] if isinstance(v, list) else v)
                      for k, v in asdict(z.group).items()}
         return cls(z.side, z.proc.pid, z.host_pid, z.inner_pid, z.namespace.init_pid, z.namespace.pid_ns,
-                   str(z.stage), str(z.log_path), group)
+                   str(z.stage), str(z.log_path), group, slot or z.side)
 
     def cgroup(self) -> cgroup.Group | None:
         g = self.group
@@ -121,8 +126,9 @@ class WarmRecord:
         d = json.loads(text)
         return cls(**{**d, "servers": [ServerRecord(**s) for s in d["servers"]]})
 
-    def server(self, side: str) -> ServerRecord | None:
-        return next((s for s in self.servers if s.side == side), None)
+    def server(self, slot: str) -> ServerRecord | None:
+        """The server started for `slot` (a record's servers before slots existed are named by their side)."""
+        return next((s for s in self.servers if (s.slot or s.side) == slot), None)
 
 
 def start_ticks(pid: int) -> int | None:
@@ -156,7 +162,7 @@ def server_refusal(rec: ServerRecord, nonce: str, answer: dict[str, Any], childr
                    sandbox_pids: list[int]) -> str | None:
     """Why one server cannot be adopted: its own answer (a fresh nonce echoed, its PID, no fork yet) and what the
     harness sees of it in /proc (no child, nothing in its sandbox but its init and itself)."""
-    who = f"the {rec.side} server"
+    who = f"the {rec.slot or rec.side} server"
     if not answer.get("ok") or answer.get("nonce") != nonce:
         return f"{who} did not answer the handshake ({answer.get('error', 'wrong nonce')})"
     if answer.get("pid") != rec.inner_pid:

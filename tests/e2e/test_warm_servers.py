@@ -63,7 +63,8 @@ def test_a_no_op_forks_its_quality_pair_from_the_servers_the_baseline_started(tm
     run(repo, "init", "--tag", "w1", "--lane", "embedded-cpu", check=True)
     run(repo, "baseline", "--quiet", check=True)
     first = ready(repo)
-    assert [s.side for s in first.servers] == ["candidate", "best"]
+    assert [(s.slot, s.side) for s in first.servers] == [("first-candidate", "candidate"),
+                                                         ("quality-candidate", "candidate"), ("quality-best", "best")]
     assert "warm servers: ready since" in run(repo, "status", check=True).stdout
 
     commit_change(repo, "model_under_test/__init__.py", "\n# a comment: nothing changes\n", "a no-op")
@@ -71,10 +72,11 @@ def test_a_no_op_forks_its_quality_pair_from_the_servers_the_baseline_started(tm
     assert ledger_rows(repo)[-1].status is Status.DISCARD_PERFORMANCE, proc.stdout + proc.stderr
     warm_run = record(repo)
     assert warm_run["warm_servers"].startswith("adopted ("), warm_run["warm_servers"]
-    assert f"candidate pid {first.servers[0].host_pid}" in warm_run["warm_servers"]
+    assert f"quality-candidate pid {first.servers[1].host_pid}" in warm_run["warm_servers"]
+    assert "first worker forked from a server of its own" in warm_run["warm_servers"]  # the no-op is a new tree
     assert "warm servers: adopted" in proc.stdout
     run_dir = repo / ledger_rows(repo)[-1].run_dir
-    assert (run_dir / "worker-candidate-quality.log").exists()
+    assert (run_dir / "worker-candidate-quality.log").exists() and (run_dir / "worker-candidate-first.log").exists()
 
     second = ready(repo)  # the experiment started the next ones at its end
     assert second.keeper_pid != first.keeper_pid

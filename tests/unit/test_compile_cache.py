@@ -195,3 +195,48 @@ def test_reuse_off_means_no_seed(tmp_path: Path):
     caches.hold_best("best", seed=False)  # performance.reuse = false
     folder, _ = caches.open("cand")
     assert not any(folder.iterdir()) and caches.record("cand").seeded_from is None
+
+
+def test_a_folder_unopened_makes_the_next_worker_its_first_again(tmp_path: Path):
+    caches = CompileCaches(tmp_path / "cc")
+    caches.open("aaa")  # a warm server staged for the first worker that then could not fork it
+    caches.unopen("aaa")
+    folder, warm = caches.open("aaa")
+    assert not warm and folder.is_dir()  # the exec'd first worker is the cold one, and its copy is written back
+
+
+class _FirstWorker:
+    """What fill_cache asks of a first worker: a hello, a build, one generate, its start noted, a close."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def handshake(self) -> None:
+        self.calls.append("hello")
+
+    def request(self, op: str, **_: object) -> None:
+        self.calls.append(op)
+
+    def generate(self, requests: list, resolution: int | None = None) -> None:
+        self.calls.append(f"generate {len(requests)}")
+
+    def note_start(self, seconds: float) -> None:
+        self.calls.append("noted")
+
+    def close(self) -> None:
+        self.calls.append("closed")
+
+
+def test_a_cold_tree_s_first_worker_is_the_forked_one_when_a_server_gives_it(tmp_path: Path):
+    from types import SimpleNamespace
+
+    from pytest_dit_ar.loop.workers import first_worker
+
+    forked = _FirstWorker()
+    launcher = SimpleNamespace(caches=None, worker=lambda *a: (_ for _ in ()).throw(AssertionError("exec'd")))
+    seconds = first_worker.fill_cache(launcher, "candidate", tmp_path, {}, ("a cat",), 2, 64,  # type: ignore[arg-type]
+                                      tmp_path / "first.log", forked=lambda: forked, cold=True)  # type: ignore[arg-type,return-value]
+    assert seconds is not None and forked.calls == ["hello", "build", "generate 2", "noted", "closed"]
+    # a warm tree (decided before the servers opened its folder) runs none, forked or not
+    assert first_worker.fill_cache(launcher, "candidate", tmp_path, {}, ("a cat",), 2, 64,  # type: ignore[arg-type]
+                                   tmp_path / "first.log", forked=lambda: _FirstWorker(), cold=False) is None  # type: ignore[arg-type,return-value]

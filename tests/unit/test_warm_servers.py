@@ -142,7 +142,41 @@ def session(tmp_path: Path) -> SimpleNamespace:
     paths = StatePaths(tmp_path)
     paths.dir.mkdir(parents=True, exist_ok=True)
     paths.integrity.write_text("{}")
-    return SimpleNamespace(paths=paths, lane_id="cpu-x")
+    return SimpleNamespace(paths=paths, lane_id="cpu-x", lane=lane(is_cuda=False))
+
+
+def lane(is_cuda: bool, **perf) -> SimpleNamespace:
+    from dit_ar_contract.config import PerfProtocol
+
+    return SimpleNamespace(is_cuda=is_cuda, performance=PerfProtocol(**perf))
+
+
+def test_a_keeper_starts_a_server_for_each_use_and_the_first_worker_s_is_staged_first(tmp_path: Path) -> None:
+    launcher = WorkerLauncher(target(), 1, 30.0)
+    cpu = warm_servers.Layout(launcher, tmp_path / "c", tmp_path / "b", tmp_path, lane(False))  # type: ignore[arg-type]
+    assert [name for name, _ in cpu.slots()] == ["first-candidate", "quality-candidate", "quality-best"]
+    cuda = warm_servers.Layout(launcher, tmp_path / "c", tmp_path / "b", tmp_path, lane(True))  # type: ignore[arg-type]
+    names = [name for name, _ in cuda.slots()]
+    assert names == ["first-candidate", "quality-candidate", "quality-best", "timing-candidate-0",
+                     "timing-candidate-1", "timing-best-0", "timing-best-1"]  # two per side on CUDA lanes
+    zygotes = cuda.zygotes()
+    assert len({id(z) for z in zygotes}) == len(zygotes) == len({z.log_path for z in zygotes})  # no shared server
+    assert all(z.stages_tree_late for z in zygotes)
+    assert {z.side for z in zygotes[:2]} == {"candidate"} and zygotes[0].root == tmp_path / "c"
+    assert cuda.timing is not None and cuda.timing.side(warm_servers.Role.BEST).zygotes[0].root == tmp_path / "b"
+    no_forks = warm_servers.Layout(launcher, tmp_path, tmp_path, tmp_path, lane(True, fork_server=False))  # type: ignore[arg-type]
+    assert no_forks.timing is None
+
+
+def test_servers_are_found_by_slot_and_an_older_record_s_by_side() -> None:
+    rec = record(servers=[server(slot="first-candidate"), server(slot="quality-candidate", host_pid=13),
+                          server(side="best")])
+    back = warm.WarmRecord.from_json(rec.to_json())
+    assert back.server("quality-candidate").host_pid == 13  # type: ignore[union-attr]
+    assert back.server("first-candidate").host_pid == 12  # type: ignore[union-attr]
+    assert back.server("best") is not None and back.server("candidate") is None
+    assert "the quality-candidate server says it forked 1" in (
+        warm.server_refusal(back.server("quality-candidate"), NONCE, answer(forks=1), [], [11, 13]) or "")  # type: ignore[arg-type]
 
 
 def test_without_started_servers_the_experiment_falls_back_and_says_why(tmp_path: Path) -> None:

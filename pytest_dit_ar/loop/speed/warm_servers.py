@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
+from dit_ar_contract.config import Lane
 from dit_ar_contract.errors import CandidateCrash
 from dit_ar_contract.sides import Role
 
@@ -27,9 +28,10 @@ from ...state.paths import StatePaths
 from ...state.session import Session, open_session
 from ...worker import spawn
 from ...worker.client import WorkerLauncher
-from ...worker.forkserver import ForkedWorker, SideZygotes, Zygote
+from ...worker.forkserver import ForkedWorker, ForkServers, SideZygotes, Zygote
 from ...worker.warm import WarmRecord, check, fingerprint, keeper_alive, record_refusal, start_ticks, take_over
 
+MAX_SERVERS = 16  # the most control sockets one hand-over carries
 IDLE_S = 3600.0  # a keeper nobody adopted ends itself (and its servers) after this long
 READY_WAIT_S = 120.0  # how long an experiment waits for servers still importing their prelude
 
@@ -118,28 +120,70 @@ def describe(paths: StatePaths) -> str | None:
         return None
     if not record.servers:
         return f"warm servers: starting (keeper pid {record.keeper_pid})"
-    servers = ", ".join(f"{s.side} pid {s.host_pid}" for s in record.servers)
+    servers = ", ".join(f"{s.slot or s.side} pid {s.host_pid}" for s in record.servers)
     when = time.strftime("%H:%M:%S", time.localtime(record.started))
     return f"warm servers: ready since {when} ({servers}; keeper pid {record.keeper_pid})"
 
 
-class WarmServers:
-    """Adopted servers, one per side; the keeper's connection stays open until they are closed."""
+class Layout:
+    """The servers a keeper starts for the next experiment, by slot, each in its own sandbox: the quality run's pair
+    (one per side), the candidate tree's first worker (`first`: it fills a new tree's compile cache) and, on CUDA
+    lanes, the timing's fork servers (`timing`, `performance.fork_servers` per side). A keeper and an adopter build
+    the same layout from the same lane, so they agree on the slots and the fingerprint."""
 
-    def __init__(self, conn: socket.socket, cand: SideZygotes, best: SideZygotes, waited_s: float):
-        self.conn, self.cand, self.best, self.waited_s = conn, cand, best, waited_s
+    def __init__(self, launcher: WorkerLauncher, cand_root: Path, best_root: Path, log_dir: Path, lane: Lane):
+        cand, best = Role.CANDIDATE.label, Role.BEST.label
+        self.cand = SideZygotes(launcher, cand, cand_root, log_dir, tag="quality")
+        self.best = SideZygotes(launcher, best, best_root, log_dir, tag="quality")
+        self.first = SideZygotes(launcher, cand, cand_root, log_dir, tag="first")
+        p = lane.performance
+        self.timing = ForkServers(launcher, cand_root, best_root, log_dir, p.fork_servers(True), tag="timing") \
+            if lane.is_cuda and p.fork_server else None
+        for _, z in self.slots():
+            z.stages_tree_late = True
+
+    def slots(self) -> list[tuple[str, Zygote]]:
+        """Every server by its slot name, in staging order: the first worker's before the candidate tree's others
+        (the first to open a tree's cache folder is the one whose copy is written back)."""
+        out = [("first-candidate", self.first.zygotes[0]), ("quality-candidate", self.cand.zygotes[0]),
+               ("quality-best", self.best.zygotes[0])]
+        if self.timing is not None:
+            for role in (Role.CANDIDATE, Role.BEST):
+                out += [(f"timing-{role.label}-{i}", z) for i, z in enumerate(self.timing.side(role).zygotes)]
+        return out
+
+    def zygotes(self) -> list[Zygote]:
+        return [z for _, z in self.slots()]
+
+
+class WarmServers:
+    """Adopted servers by use; the keeper's connection stays open until they are closed."""
+
+    def __init__(self, conn: socket.socket, layout: Layout, waited_s: float):
+        self.conn, self.layout, self.waited_s = conn, layout, waited_s
+        self.cand, self.best = layout.cand, layout.best
+        self.first_open = True  # the first worker's server, until it is closed
 
     def side(self, role: Role) -> SideZygotes:
         return self.cand if role is Role.CANDIDATE else self.best
 
+    def close_first(self) -> None:
+        """Close the first worker's server: its copy of the cache (what the first worker compiled) is written
+        back into the tree's folder as its sandbox is removed (worker/handle.py `kill_all`)."""
+        self.layout.first.close()
+        self.first_open = False
+
     def close(self) -> None:
+        self.layout.first.close()
         self.cand.close()
         self.best.close()
+        if self.layout.timing is not None:
+            self.layout.timing.close()
         self.conn.close()  # the keeper kills whatever is left and ends
 
     def kill(self) -> None:
-        self.cand.kill()
-        self.best.kill()
+        for z in self.layout.zygotes():
+            z.kill()
         self.conn.close()
 
 
@@ -149,26 +193,27 @@ class Clock(Protocol):
 
 class WarmStart:
     """An experiment's use of the warm servers: adopt them (lane setting performance.warm_servers, every check of
-    worker/warm.py passed), fork the quality run's pair from them, copy the new tree's first compile cache back,
-    close them after the first pair; `note` says whether they were adopted and why not (the run record's
-    `warm_servers`, the experiment's log). Without them the quality run's pair is exec'd, as before."""
+    worker/warm.py passed), fork a new tree's first worker, the quality run's pair and (CUDA lanes) the timed pairs
+    from them, close them when the timing is done; `note` says whether they were adopted and why not (the run
+    record's `warm_servers`, the experiment's log). Without them those workers are exec'd, as before."""
 
     def __init__(self) -> None:
         self.servers: WarmServers | None = None
         self.note = ""
 
     def adopt(self, session: Session, launcher: WorkerLauncher, roots: tuple[Path, Path | None], log_dir: Path,
-              prefetch_best: bool, clock: Clock) -> None:
+              prefetch_best: bool, clock: Clock, first: bool = False) -> None:
         """Adopt the servers for an experiment on these (candidate, best) trees, a sandboxed one with the best
-        prefetched; the time it took is start-up (`warm_servers_adopt`)."""
+        prefetched (`first`: the candidate's tree needs its first worker); the time it took is start-up
+        (`warm_servers_adopt`)."""
         cand_root, best_root = roots
         p = session.lane.performance
         if not p.uses_warm_servers(session.lane.is_cuda) or launcher.sandbox is None or best_root is None or \
                 not prefetch_best:
             return
         t = time.perf_counter()
-        self.servers, why = adopt(session, launcher, cand_root, best_root, log_dir)
-        self.note = why if self.servers is not None else f"not adopted: {why}; the quality run's workers are exec'd"
+        self.servers, why = adopt(session, launcher, cand_root, best_root, log_dir, first)
+        self.note = why if self.servers is not None else f"not adopted: {why}; their workers are exec'd"
         clock.spent("warm_servers_adopt", t)
 
     def fork(self, role: Role) -> ForkedWorker | None:
@@ -185,19 +230,36 @@ class WarmStart:
             self.note = f"not used: the {role.label} server could not fork ({exc}); that worker is exec'd"
             return None
 
+    def first_worker(self) -> ForkedWorker | None:
+        """A new candidate tree's first worker, forked from the server of its own (None without one: exec'd)."""
+        if self.servers is None or not self.servers.first_open:
+            return None
+        first = self.servers.layout.first
+        try:
+            worker = first.fork("first")
+            self.note += "; the new tree's first worker forked from a server of its own"
+            return worker
+        except (CandidateCrash, OSError) as exc:  # only fixed code ran there: the harness's problem
+            self.close()
+            digest, caches = first.zygotes[0].cache_digest, first.zygotes[0].caches
+            if digest is not None and caches is not None:
+                caches.unopen(digest)  # the exec'd first worker opens the tree's folder first, and fills it
+            self.note = f"not used: the first worker's server could not fork ({exc}); the workers are exec'd"
+            return None
+
+    def close_first(self) -> None:
+        if self.servers is not None:
+            self.servers.close_first()
+
+    def timing(self) -> ForkServers | None:
+        """The timing's fork servers (CUDA lanes), adopted: the timed pairs are forked from them."""
+        return self.servers.layout.timing if self.servers is not None else None
+
     def close(self) -> None:
-        """Close the servers (after the first pair: its workers live in their sandboxes)."""
+        """Close the servers (after the timing: its workers live in their sandboxes)."""
         if self.servers is not None:
             self.servers.close()
             self.servers = None
-
-
-def _sides(launcher: WorkerLauncher, cand_root: Path, best_root: Path, log_dir: Path) -> tuple[SideZygotes, ...]:
-    sides = (SideZygotes(launcher, Role.CANDIDATE.label, cand_root, log_dir),
-             SideZygotes(launcher, Role.BEST.label, best_root, log_dir))
-    for s in sides:
-        s.zygotes[0].stages_tree_late = True
-    return sides
 
 
 def _wait_ready(paths: StatePaths) -> tuple[WarmRecord | None, float]:
@@ -211,56 +273,67 @@ def _wait_ready(paths: StatePaths) -> tuple[WarmRecord | None, float]:
     return record, time.perf_counter() - t0
 
 
-def adopt(session: Session, launcher: WorkerLauncher, cand_root: Path, best_root: Path,
-          log_dir: Path) -> tuple[WarmServers | None, str]:
-    """The pre-started servers with each side's tree staged, or None and why not (they are then stopped)."""
-    paths = session.paths
-    record, waited = _wait_ready(paths)
-    if record is None:
-        return None, "none were started (the previous experiment or the baseline starts them)"
-    cand, best = _sides(launcher, cand_root, best_root, log_dir)
-    zygotes = [cand.zygotes[0], best.zygotes[0]]
-    problem = record_refusal(record, fingerprint(zygotes, paths.integrity.read_bytes()), session.lane_id,
-                             keeper_alive(record))
-    if problem is not None:
-        stop(paths)
-        return None, problem
+def _receive(record: WarmRecord, slots: list[str]) -> tuple[socket.socket, dict[str, int]] | str:
+    """Connect to the keeper and receive its servers' control sockets by slot, or why not."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         conn.settimeout(30.0)
         conn.connect("\0" + record.address)
-        data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 4)
+        data, fds, _, _ = socket.recv_fds(conn, 1 << 16, MAX_SERVERS)
         conn.settimeout(None)
         order = json.loads(data)["sides"] if data else []
     except (OSError, ValueError, KeyError) as exc:
         conn.close()
-        stop(paths)
-        return None, f"their keeper did not hand them over ({exc})"
-    if sorted(order) != sorted(z.side for z in zygotes) or len(fds) != len(order):
+        return f"their keeper did not hand them over ({exc})"
+    if sorted(order) != sorted(slots) or len(fds) != len(order):
         for fd in fds:
             os.close(fd)
         conn.close()
+        return f"their keeper handed over {len(fds)} server(s) for {order}"
+    return conn, dict(zip(order, fds))
+
+
+def adopt(session: Session, launcher: WorkerLauncher, cand_root: Path, best_root: Path, log_dir: Path,
+          first: bool = False) -> tuple[WarmServers | None, str]:
+    """The pre-started servers with each side's tree staged (the first worker's only when `first`), or None and
+    why not (they are then stopped)."""
+    paths = session.paths
+    record, waited = _wait_ready(paths)
+    if record is None:
+        return None, "none were started (the previous experiment or the baseline starts them)"
+    layout = Layout(launcher, cand_root, best_root, log_dir, session.lane)
+    slots = layout.slots()
+    problem = record_refusal(record, fingerprint(layout.zygotes(), paths.integrity.read_bytes()), session.lane_id,
+                             keeper_alive(record))
+    if problem is not None:
         stop(paths)
-        return None, f"their keeper handed over {len(fds)} server(s) for {order}"
-    by_side = dict(zip(order, fds))
-    for z in zygotes:
-        rec = record.server(z.side)
+        return None, problem
+    got = _receive(record, [name for name, _ in slots])
+    if isinstance(got, str):
+        stop(paths)
+        return None, got
+    conn, by_slot = got
+    for name, z in slots:
+        rec = record.server(name)
         assert rec is not None
-        take_over(z, rec, by_side[z.side])
-    warm = WarmServers(conn, cand, best, waited)
-    problem = next((p for z in zygotes if (p := check(z, record.server(z.side))) is not None), None)  # type: ignore[arg-type]
+        take_over(z, rec, by_slot[name])
+    warm = WarmServers(conn, layout, waited)
+    problem = next((p for name, z in slots if (p := check(z, record.server(name))) is not None), None)  # type: ignore[arg-type]
     if problem is None:
         try:
-            for z in zygotes:
-                spawn.stage_late(z)
+            for name, z in slots:
+                if first or name != "first-candidate":
+                    spawn.stage_late(z)
         except (OSError, RuntimeError) as exc:
             problem = f"their trees could not be staged ({exc})"
     if problem is not None:
         warm.kill()
         stop(paths)
         return None, problem
-    pids = ", ".join(f"{z.side} pid {z.host_pid}" for z in zygotes)
-    return warm, f"adopted ({pids}; started {time.time() - record.started:.0f} s ago" + \
+    if not first:
+        warm.close_first()  # the tree's cache is filled already: its server is not needed
+    pids = ", ".join(f"{name} pid {z.host_pid}" for name, z in slots[1:3])
+    return warm, f"adopted ({pids}; {len(slots)} servers; started {time.time() - record.started:.0f} s ago" + \
         (f", waited {waited:.1f} s for them" if waited >= 0.1 else "") + ")"
 
 
@@ -271,7 +344,7 @@ def _peer(conn: socket.socket) -> tuple[int, int]:
     return pid, uid
 
 
-def _hand_over(listener: socket.socket, zygotes: list[Zygote], paths: StatePaths) -> None:
+def _hand_over(listener: socket.socket, slots: list[tuple[str, Zygote]], paths: StatePaths) -> None:
     """Wait for one adoption (bounded by IDLE_S), hand the servers' sockets over, then hold the sandboxes (they
     die with this process) until the adopter closes its connection."""
     listener.settimeout(IDLE_S)
@@ -286,8 +359,8 @@ def _hand_over(listener: socket.socket, zygotes: list[Zygote], paths: StatePaths
             continue
         break
     record_path(paths).unlink(missing_ok=True)  # adopted: no second taker
-    socks = [z.detach() for z in zygotes]
-    socket.send_fds(conn, [json.dumps({"sides": [z.side for z in zygotes]}).encode()],
+    socks = [z.detach() for _, z in slots]
+    socket.send_fds(conn, [json.dumps({"sides": [name for name, _ in slots]}).encode()],
                     [s.fileno() for s in socks if s is not None])
     for s in socks:
         if s is not None:
@@ -313,7 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     paths = session.paths
     launcher = launcher_for(session)
     log_dir = paths.dir / "warm"
-    zygotes = [s.zygotes[0] for s in _sides(launcher, paths.candidate_worktree, paths.best_worktree, log_dir)]
+    slots = Layout(launcher, paths.candidate_worktree, paths.best_worktree, log_dir, session.lane).slots()
+    zygotes = [z for _, z in slots]
     for z in zygotes:
         z.sides = None  # the keeper freezes nothing: each server is on its own here
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -333,9 +407,9 @@ def main(argv: list[str] | None = None) -> int:
 
         me = os.getpid()
         write(paths, WarmRecord(me, start_ticks(me) or 0, address, before, session.lane_id, time.time(),
-                                [ServerRecord.of(z) for z in zygotes], str(paths.dir.resolve())))
-        print(f"ready: {', '.join(f'{z.side} pid {z.host_pid}' for z in zygotes)}", flush=True)
-        _hand_over(listener, zygotes, paths)
+                                [ServerRecord.of(z, name) for name, z in slots], str(paths.dir.resolve())))
+        print(f"ready: {', '.join(f'{name} pid {z.host_pid}' for name, z in slots)}", flush=True)
+        _hand_over(listener, slots, paths)
         return 0
     finally:
         listener.close()

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ...worker.client import WorkerLauncher
+from ...worker.client import WorkerLauncher, WorkerProcess
 
 
 def cache_is_cold(launcher: WorkerLauncher, root: Path) -> bool:
@@ -31,13 +32,16 @@ def cache_is_cold(launcher: WorkerLauncher, root: Path) -> bool:
 
 
 def fill_cache(launcher: WorkerLauncher, side: str, root: Path, spec: dict[str, Any], prompts: tuple[str, ...],
-               batch: int, resolution: int | None, log: Path) -> float | None:
+               batch: int, resolution: int | None, log: Path,
+               forked: Callable[[], WorkerProcess | None] | None = None, cold: bool | None = None) -> float | None:
     """Run the tree's first worker (build, one generate of fresh requests) when its cache is cold; its seconds
     (build and generate by the harness's clock, the tree's cold start), or None when there was nothing to do. A
-    failure is the tree's crash (its code ran)."""
-    if not cache_is_cold(launcher, root):
+    failure is the tree's crash (its code ran). `forked` gives a worker forked from a warm server of its own (its
+    sandbox shared with no other worker; its server's cache copy is written back when the server closes), else
+    it is exec'd. `cold`: whether the cache was cold, as found before warm servers opened the tree's folder."""
+    if not (cache_is_cold(launcher, root) if cold is None else cold):
         return None
-    worker = launcher.worker(side, root, log).spawn()
+    worker = (forked() if forked else None) or launcher.worker(side, root, log).spawn()
     try:
         worker.handshake()
         started = time.perf_counter()
@@ -48,4 +52,4 @@ def fill_cache(launcher: WorkerLauncher, side: str, root: Path, spec: dict[str, 
         worker.note_start(seconds)
         return seconds
     finally:
-        worker.close()  # its copy of the cache is written back into the tree's folder as it ends
+        worker.close()  # an exec'd one's copy of the cache is written back into the tree's folder as it ends
