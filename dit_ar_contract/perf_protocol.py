@@ -57,6 +57,8 @@ class PerfProtocol:
     fork_server: bool = True  # pairs after the quality run's are forked from each side's fork servers
     warm_servers: bool | None = None  # fork servers kept from the last experiment fork the quality pair
     # (worker/warm.py); None: on for CUDA lanes (a cold prelude costs 10-20 s there), off on CPU lanes
+    warm_timing_servers: bool | None = None  # the keeper also pre-starts the timing's fork servers (None: on CUDA
+    # lanes, where a server's prelude takes 15-29 s; off on CPU lanes, where it would share the few cores)
     quality_gaps: bool = True  # the quality run's requests paced like the timed rounds' (sandbox-and-security.md)
     fork_servers_per_side: int | None = None  # exec'd fork servers per side (None: 2 on CUDA lanes, 1 on CPU)
     pair_cores: str = "auto"  # "one": both workers of a timed pair on one core; "affinity": cpu_affinity as is;
@@ -79,6 +81,11 @@ class PerfProtocol:
         """Whether a keeper starts the next experiment's fork servers (`warm_servers`; None: on CUDA lanes)."""
         on = self.warm_servers if self.warm_servers is not None else is_cuda
         return on and self.fork_server
+
+    def uses_warm_timing_servers(self, is_cuda: bool) -> bool:
+        """Whether the keeper also starts the timing's fork servers (`warm_timing_servers`; None: on CUDA lanes)."""
+        on = self.warm_timing_servers if self.warm_timing_servers is not None else is_cuda
+        return on and self.uses_warm_servers(is_cuda)
 
     def times_quality_pair(self, is_cuda: bool) -> bool:
         """Whether the quality run's two workers time the first segment (else every timed pair is fresh)."""

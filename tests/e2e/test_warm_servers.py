@@ -59,12 +59,13 @@ def test_proc_shows_a_process_s_child() -> None:
 @pytest.mark.extended  # a baseline and two experiments: about 4 minutes on the 2-core VM
 def test_a_no_op_forks_its_quality_pair_from_the_servers_the_baseline_started(tmp_path: Path) -> None:
     require_sandbox()
-    repo = make_project_copy(tmp_path / "repo", perf={"warm_servers": True})
+    repo = make_project_copy(tmp_path / "repo", perf={"warm_servers": True, "warm_timing_servers": True})
     run(repo, "init", "--tag", "w1", "--lane", "embedded-cpu", check=True)
     run(repo, "baseline", "--quiet", check=True)
     first = ready(repo)
-    assert [(s.slot, s.side) for s in first.servers] == [("first-candidate", "candidate"),
-                                                         ("quality-candidate", "candidate"), ("quality-best", "best")]
+    assert [(s.slot, s.side) for s in first.servers] == [
+        ("first-candidate", "candidate"), ("quality-candidate", "candidate"), ("quality-best", "best"),
+        ("timing-candidate-0", "candidate"), ("timing-best-0", "best")]  # the timing's too (a CUDA lane's default)
     assert "warm servers: ready since" in run(repo, "status", check=True).stdout
 
     commit_change(repo, "model_under_test/__init__.py", "\n# a comment: nothing changes\n", "a no-op")
@@ -77,6 +78,8 @@ def test_a_no_op_forks_its_quality_pair_from_the_servers_the_baseline_started(tm
     assert "warm servers: adopted" in proc.stdout
     run_dir = repo / ledger_rows(repo)[-1].run_dir
     assert (run_dir / "worker-candidate-quality.log").exists() and (run_dir / "worker-candidate-first.log").exists()
+    pool = json.loads((run_dir / "perf.json").read_text())["pool"]
+    assert pool["fork_servers"] and not list(run_dir.glob("forkserver-*.log"))  # the timing forked from adopted ones
 
     second = ready(repo)  # the experiment started the next ones at its end
     assert second.keeper_pid != first.keeper_pid

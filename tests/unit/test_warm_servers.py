@@ -166,6 +166,11 @@ def test_a_keeper_starts_a_server_for_each_use_and_the_first_worker_s_is_staged_
     assert cuda.timing is not None and cuda.timing.side(warm_servers.Role.BEST).zygotes[0].root == tmp_path / "b"
     no_forks = warm_servers.Layout(launcher, tmp_path, tmp_path, tmp_path, lane(True, fork_server=False))  # type: ignore[arg-type]
     assert no_forks.timing is None
+    off = warm_servers.Layout(launcher, tmp_path, tmp_path, tmp_path, lane(True, warm_timing_servers=False))  # type: ignore[arg-type]
+    assert off.timing is None and len(off.slots()) == 3
+    cpu_on = warm_servers.Layout(launcher, tmp_path, tmp_path, tmp_path,
+                                 lane(False, warm_servers=True, warm_timing_servers=True))  # type: ignore[arg-type]
+    assert [n for n, _ in cpu_on.slots()][3:] == ["timing-candidate-0", "timing-best-0"]  # one per side on CPU
 
 
 def test_servers_are_found_by_slot_and_an_older_record_s_by_side() -> None:

@@ -128,7 +128,7 @@ def describe(paths: StatePaths) -> str | None:
 class Layout:
     """The servers a keeper starts for the next experiment, by slot, each in its own sandbox: the quality run's pair
     (one per side), the candidate tree's first worker (`first`: it fills a new tree's compile cache) and, on CUDA
-    lanes, the timing's fork servers (`timing`, `performance.fork_servers` per side). A keeper and an adopter build
+    lanes (`performance.warm_timing_servers`), the timing's fork servers (`timing`, `fork_servers` per side). A keeper and an adopter build
     the same layout from the same lane, so they agree on the slots and the fingerprint."""
 
     def __init__(self, launcher: WorkerLauncher, cand_root: Path, best_root: Path, log_dir: Path, lane: Lane):
@@ -137,8 +137,8 @@ class Layout:
         self.best = SideZygotes(launcher, best, best_root, log_dir, tag="quality")
         self.first = SideZygotes(launcher, cand, cand_root, log_dir, tag="first")
         p = lane.performance
-        self.timing = ForkServers(launcher, cand_root, best_root, log_dir, p.fork_servers(True), tag="timing") \
-            if lane.is_cuda and p.fork_server else None
+        self.timing = ForkServers(launcher, cand_root, best_root, log_dir, p.fork_servers(lane.is_cuda),
+                                  tag="timing") if p.uses_warm_timing_servers(lane.is_cuda) else None
         for _, z in self.slots():
             z.stages_tree_late = True
 
