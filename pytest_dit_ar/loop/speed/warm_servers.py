@@ -128,8 +128,9 @@ def describe(paths: StatePaths) -> str | None:
 class Layout:
     """The servers a keeper starts for the next experiment, by slot, each in its own sandbox: the quality run's pair
     (one per side), the candidate tree's first worker (`first`: it fills a new tree's compile cache) and, on CUDA
-    lanes (`performance.warm_timing_servers`), the timing's fork servers (`timing`, `fork_servers` per side). A keeper and an adopter build
-    the same layout from the same lane, so they agree on the slots and the fingerprint."""
+    lanes (`performance.warm_timing_servers`), the timing's fork servers (`timing`, `fork_servers` per side). A
+    keeper and an adopter build the same layout from the same lane, so they agree on the slots and the
+    fingerprint."""
 
     def __init__(self, launcher: WorkerLauncher, cand_root: Path, best_root: Path, log_dir: Path, lane: Lane):
         cand, best = Role.CANDIDATE.label, Role.BEST.label
