@@ -41,7 +41,7 @@
 # examples/gpu-ladder/patches, noopK a one-comment commit, slowK a real slowdown (SLOW_MS, default 15, ms of sleep
 # before each generate), qfail the images' contrast cut by a fifth, declared numerical (it fails the fidelity
 # floors on every lane); each item's description is its own, so a resumed call skips what the ledger holds.
-# ROUNDS=lane keeps the lane's rounds. CALIBRATE_AFTER=NN runs `dit-ar calibrate` (CALIBRATE_PAIRS A/A pairs, default
+# ROUNDS=lane keeps the lane's rounds. CALIBRATE_AFTER=NN (or "baseline") runs `dit-ar calibrate` (CALIBRATE_PAIRS A/A pairs, default
 # 6, within CALIBRATE_S seconds, default 150) on the best once item NN is judged: the machine's profile then
 # replaces the prior offset bound for the later experiments (lab/notebook/gpu-night.md). REVALIDATE=end sets the
 # lane's revalidate_every to 0 and runs `dit-ar revalidate` once after the plan (the session's wall still counts it).
@@ -180,6 +180,15 @@ finish() {  # status, summary, report and the returned files
   [ -f "$keep/profiles.txt" ] && cp "$keep/profiles.txt" "$OUT/"
 }
 
+calibrate_best() {  # CALIBRATE_AFTER=NN: `dit-ar calibrate` on the best once that item is judged (once a session)
+  [ -f "$keep/calibrated" ] && return 0
+  [ "$(left)" -ge "${CALIBRATE_S:-150}" ] || { stamp "calibrate after $1: not started ($(left) s left)"; return 0; }
+  local t0; t0=$(date +%s)
+  timeout $(( $(left) - 20 )) python3 -m pytest_dit_ar.cli --config config/autoresearch.json calibrate \
+    --pairs "${CALIBRATE_PAIRS:-6}" --budget-s "${CALIBRATE_S:-150}" ${UNSANDBOXED:+--unsandboxed} >> "$log" 2>&1 \
+    && touch "$keep/calibrated"
+  stamp "calibrate after $1: $([ -f "$keep/calibrated" ] && echo done || echo FAILED, see session.txt) in $(( $(date +%s) - t0 )) s"
+}
 noop_step() {  # NOOP=1: a commit that changes one comment, judged against the best once a session
   local desc="a no-op against the best (one comment, NOOP=1)" t0 row
   cut -f16 "$ledger" | grep -qxF -- "$desc" && return 0
@@ -221,6 +230,7 @@ if [ -f "$ledger" ] && grep -qP '\tbaseline\t' "$ledger"; then
 else
   if [ -f "$project/.autoresearch/session.json" ]; then cd "$project" || exit 2; else setup_project; fi
   baseline || { finish; cp "$log" "$OUT/session.txt"; cp "$times" "$OUT/timing.txt"; exit 1; }
+  if picked "${CALIBRATE_AFTER:-}" baseline; then calibrate_best baseline; fi
 fi
 patch_of() { ls "$src"/examples/gpu-ladder/patches/"$1"-*.patch 2>/dev/null | head -1; }  # patch_of NN
 # One plan item: its class, description and the change it commits (judge_item ITEM). Items: NN (a patch of
@@ -277,15 +287,6 @@ judge_item() {  # judge_item ITEM: one `dit-ar experiment`; returns 1 when the d
   picked "${PROFILE_AFTER-04 end}" "$item" && profile_best "$item"
   picked "${CALIBRATE_AFTER:-}" "$item" && calibrate_best "$item"
   return 0
-}
-calibrate_best() {  # CALIBRATE_AFTER=NN: `dit-ar calibrate` on the best once that item is judged (once a session)
-  [ -f "$keep/calibrated" ] && return 0
-  [ "$(left)" -ge "${CALIBRATE_S:-150}" ] || { stamp "calibrate after $1: not started ($(left) s left)"; return 0; }
-  local t0; t0=$(date +%s)
-  timeout $(( $(left) - 20 )) python3 -m pytest_dit_ar.cli --config config/autoresearch.json calibrate \
-    --pairs "${CALIBRATE_PAIRS:-6}" --budget-s "${CALIBRATE_S:-150}" ${UNSANDBOXED:+--unsandboxed} >> "$log" 2>&1 \
-    && touch "$keep/calibrated"
-  stamp "calibrate after $1: $([ -f "$keep/calibrated" ] && echo done || echo FAILED, see session.txt) in $(( $(date +%s) - t0 )) s"
 }
 revalidate_end() {  # REVALIDATE=end: `dit-ar revalidate` once, after the plan (the lane's revalidate_every is 0)
   [ -f "$keep/revalidated" ] && return 0
