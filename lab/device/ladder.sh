@@ -265,6 +265,7 @@ judge_item() {  # judge_item ITEM: one `dit-ar experiment`; returns 1 when the d
   if [ -z "$cls" ] || [ -z "$desc" ]; then stamp "$item: no such plan item"; return 0; fi
   if cut -f16 "$ledger" | grep -qxF -- "$desc"; then
     picked "${PROFILE_AFTER-04 end}" "$item" && profile_best "$item"
+    picked "${CALIBRATE_AFTER:-}" "$item" && calibrate_best "$item"  # a resumed call: a calibration that failed
     return 0
   fi
   need="$min_left"
