@@ -15,7 +15,7 @@
 here="$(cd "$(dirname "$0")" && pwd)"
 export PLAN="${PLAN:-01 02 03 04 noop1 05 noop2 slow1 06 noop3 qfail 07 noop4 slow2 08 noop5 noop6}"
 export STEPS="${STEPS:-25}" ROUNDS="${ROUNDS:-lane}" WARM="${WARM-1}" PROFILE_AFTER="${PROFILE_AFTER-end}"
-export CALIBRATE_AFTER="${CALIBRATE_AFTER-04}" CALIBRATE_PAIRS="${CALIBRATE_PAIRS:-4}" CALIBRATE_S="${CALIBRATE_S:-100}"
+export CALIBRATE_AFTER="${CALIBRATE_AFTER-04}" CALIBRATE_PAIRS="${CALIBRATE_PAIRS:-4}" CALIBRATE_S="${CALIBRATE_S:-200}"
 export REVALIDATE="${REVALIDATE-end}"
 export SCRATCH="${SCRATCH:-/tmp/night}"
 exec bash "$here/ladder.sh"

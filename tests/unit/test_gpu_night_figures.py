@@ -36,3 +36,21 @@ def test_the_design_page_quotes_the_recorded_phases() -> None:
     assert f"{walls} s on two no-ops" in page
     bound = NIGHT["night"]["noops"][0]["bound_pct"]
     assert f"B fell to {bound:.2f}%" in page
+
+
+def _first_worker_overheads(night: str) -> list[float]:
+    """Each experiment's first worker less its tree's cold start (its process start, or its fork), by the records."""
+    out = []
+    for record in sorted((PROJECT / "lab" / "data" / "h100" / night).rglob("*-experiment.json")):
+        seconds = json.loads(record.read_text())["seconds"]
+        perf = json.loads(record.with_name(record.name.replace("experiment", "perf")).read_text())
+        out.append(seconds["first_worker"] - perf["startup"]["cand_cold_start_s"])
+    return out
+
+
+def test_the_design_page_quotes_the_first_worker_s_start_before_and_with_its_warm_server() -> None:
+    page = " ".join((PROJECT / "docs" / "design" / "speed-verdict.md").read_text().split())
+    before, after = _first_worker_overheads("night-20261207"), _first_worker_overheads("night-20261207b")
+    assert f"spent {min(before):.1f}-{max(before):.1f} s starting before its build" in page
+    assert len(after) == 3 and f"with its own warm server, {min(after):.1f}-{max(after):.1f} s" in page
+    assert max(after) < min(before) / 10  # what the slots bought, on the records themselves
