@@ -93,14 +93,7 @@ class CandidateWorkers:
         corpus, the best side's worker boots, and both stay up as the first timing pair, so an experiment pays
         for process start-up once instead of twice. A crash kills every worker started here."""
         name = Role.CANDIDATE.label
-        cold = self.launcher.sandbox is not None and first_worker.cache_is_cold(self.launcher, self.candidate_root)
-        self.warm.adopt(self.session, self.launcher, (self.candidate_root, self.best_root), self.run.dir,
-                        self.prefetch_best, clock, first=cold)
-        try:
-            clock.spent("first_worker", fill_first_cache(self, cases, cold))
-        except CandidateCrash:
-            self.close_forks()
-            raise
+        adopt_and_fill_first_cache(self, cases, clock)
         worker = self.warm.fork(Role.CANDIDATE) or \
             self.launcher.worker(name, self.candidate_root, self.run.worker_log(name, "quality")).spawn()
         best = self._spawn_best()
@@ -229,6 +222,19 @@ class CandidateWorkers:
             self.first_pair.close()
             self.first_pair = None
         self.close_forks()
+
+
+def adopt_and_fill_first_cache(w: CandidateWorkers, cases: list[Case], clock: PhaseClock) -> None:
+    """Adopt the warm servers (the first worker's too when the candidate's tree is new: decided before any server
+    opens its cache folder), then run the tree's first worker; a crash there closes every server adopted."""
+    cold = w.launcher.sandbox is not None and first_worker.cache_is_cold(w.launcher, w.candidate_root)
+    w.warm.adopt(w.session, w.launcher, (w.candidate_root, w.best_root), w.run.dir, w.prefetch_best, clock,
+                 first=cold)
+    try:
+        clock.spent("first_worker", fill_first_cache(w, cases, cold))
+    except CandidateCrash:
+        w.close_forks()
+        raise
 
 
 def fill_first_cache(w: CandidateWorkers, cases: list[Case], cold: bool) -> float:

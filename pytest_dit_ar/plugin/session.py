@@ -173,20 +173,10 @@ class PluginSession:
             self.ending.refuse(exc)
             session.exitstatus = EXIT_REFUSED
             return
-        self.start_next_servers(exp)  # no worker of this run is left: their imports overlap the recording
+        start_next_servers(self, exp)  # no worker of this run is left: their imports overlap the recording
         verdict = conclude_timed(exp, self.outcomes)
         self.ending.last_line = verdict.line
         session.exitstatus = verdict.exit_code
-
-    def start_next_servers(self, exp: Any) -> None:
-        """Start the next experiment's warm fork servers, detached, once this run's workers are all gone (the
-        timing and the role check done): the keeper's imports overlap the guards after the run and the recording,
-        never a timed round. Once a run; a refused or interrupted run starts none."""
-        from ..loop.speed import warm_servers
-
-        if not self.keeper_started and exp.session is not None and exp.sandboxed and not exp.judge_only:
-            self.keeper_started = True
-            warm_servers.start_next(exp.session, exp.config_path)
 
     def summary(self, tr: Any) -> None:
         """The terminal summary: failing cases, plain runs' speed, the experiment's verdict (plugin/summary.py)."""
@@ -202,9 +192,20 @@ class PluginSession:
             exp = self.experiment
             exp.release()
             if exp.verdict is not None:  # a verdict that came without the early start (a crash before timing)
-                self.start_next_servers(exp)
+                start_next_servers(self, exp)
         ending = self.ending
         ending.write(session_way_out(self.config_path) if ending.refusal and self.experiment_mode else "")
+
+
+def start_next_servers(plugin: PluginSession, exp: Any) -> None:
+    """Start the next experiment's warm fork servers, detached, once this run's workers are all gone (the timing
+    and the role check done): the keeper's imports overlap the guards after the run and the recording, never a
+    timed round. Once a run; a refused or interrupted run starts none."""
+    from ..loop.speed import warm_servers
+
+    if not plugin.keeper_started and exp.session is not None and exp.sandboxed and not exp.judge_only:
+        plugin.keeper_started = True
+        warm_servers.start_next(exp.session, exp.config_path)
 
 
 def refuse_unless_frozen_touch(ending: Ending, config_path: Path) -> None:
