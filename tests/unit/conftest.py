@@ -1,5 +1,7 @@
 """The unit tier: no worker, no CLI, no pytest-in-pytest. Only `git` itself may run as a subprocess
-(GitPython drives it for the git-guard tests); anything else started from here fails the test.
+(GitPython drives it for the git-guard tests), and `ldconfig -p`, which the standard library's
+`ctypes.util.find_library` runs when torch is first imported (its CUDA library finder): a test that imports torch
+first works as one that finds it imported. Anything else started from here fails the test.
 
 CI runs the tier in pytest-xdist processes, one per core (`-n 2`). Each of them computes with one thread (torch,
 its BLAS and numpy's read OMP_NUM_THREADS when torch is first imported, after this file): two processes of two
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 
 ALLOWED = {"git"}
+LIBRARY_LOOKUP = ["/sbin/ldconfig", "-p"]  # ctypes.util.find_library's own call, nothing of the project's
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # set by xdist before a worker reads any conftest
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -26,8 +29,16 @@ def _no_subprocesses(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def guarded(self, args, *a, **kw):  # noqa: ANN001 - mirrors Popen's signature
         program = Path(str(args[0] if isinstance(args, (list, tuple)) else str(args).split()[0])).name
-        if program not in ALLOWED:
+        if program not in ALLOWED and list(args) != LIBRARY_LOOKUP:
             raise AssertionError(f"the unit tier starts no subprocess ({program!r}); move this test to tests/e2e")
         real(self, args, *a, **kw)
 
     monkeypatch.setattr(subprocess.Popen, "__init__", guarded)
+
+
+@pytest.fixture(scope="session")
+def handbook_index():  # noqa: ANN201 - pytest_dit_ar.search.index.Index, imported when a test asks for it
+    """The project's handbook indexed once per process for the tests that only search it: read it, never change it."""
+    from pytest_dit_ar.search.engine import build_index
+
+    return build_index(Path(__file__).resolve().parents[2] / "handbook")

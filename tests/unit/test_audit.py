@@ -7,7 +7,6 @@ import json
 
 import pytest
 import torch
-from diffusers import DiTTransformer2DModel
 
 from dit_ar_contract.classes import ChangeClass
 from quality_suite import audit
@@ -22,6 +21,8 @@ class Pipe:
 
 @pytest.fixture(scope="module")
 def dit() -> torch.nn.Module:
+    from diffusers import DiTTransformer2DModel  # here, not at collection: diffusers takes seconds to import
+
     config = json.loads((PROJECT / "assets" / "embedded-digits" / "transformer" / "config.json").read_text())
     return DiTTransformer2DModel.from_config(config).eval()
 

@@ -17,7 +17,7 @@ from dit_ar_contract.errors import EXIT_REFUSED, Refused
 from dit_ar_contract.status import Status
 from pytest_dit_ar.fleet import archive, dispatch, index
 from pytest_dit_ar.fleet.dispatch import RUN, Dispatch
-from pytest_dit_ar.fleet.driver import Driver  # at collection: it imports torch, whose first import runs ldconfig
+from pytest_dit_ar.fleet.driver import Driver
 from pytest_dit_ar.fleet.index import python_tokens
 from pytest_dit_ar.fleet.request import LOSS_CAUSES, JudgeLost, JudgeReply, Placement, Prepared, ReplicaPayload
 from pytest_dit_ar.state.ledger import LedgerRow

@@ -248,8 +248,8 @@ def figures(index: S.Index) -> dict[str, dict[str, object]]:
 
 
 @pytest.fixture(scope="module")
-def index() -> S.Index:
-    return S.build_index(HANDBOOK)
+def index(handbook_index: S.Index) -> S.Index:
+    return handbook_index  # the handbook indexed once per process (tests/unit/conftest.py)
 
 
 @pytest.fixture(scope="module")

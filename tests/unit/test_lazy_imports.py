@@ -15,7 +15,6 @@ import pytest
 
 PROJECT = Path(__file__).resolve().parents[2]
 OURS = ("pytest_dit_ar", "quality_suite", "perf_suite", "dit_ar_contract", "model_under_test")
-_LOADED = __import__("torchmetrics.functional.image")
 HEAVY = {"torch", "torchvision", "torchmetrics", "scipy", "diffusers", "transformers", "open_clip", "matplotlib"}
 
 
@@ -98,9 +97,8 @@ def test_the_task_metric_checks_doctor_runs_import_no_torch(imported: set[str]) 
 
 def test_the_experiment_starts_without_importing_torchmetrics(imported: set[str]) -> None:
     """`dit-ar experiment` imports the loop before its workers start; torchmetrics (about 4 s here) is imported
-    beside the quality run (`quality_suite.metrics.prefetch`), and on first use it is there. (torchmetrics itself
-    is loaded at this file's collection, `_LOADED`: its first import runs ldconfig, and the unit tier starts no
-    subprocess; the recording hook sees every import statement, cached module or not.)"""
+    beside the quality run (`quality_suite.metrics.prefetch`), and on first use it is there. (The recording hook
+    sees every import statement, cached module or not: the test holds whether another test imported it first.)"""
     import pytest_dit_ar.loop.experiment  # noqa: F401 - what the plugin imports when an experiment begins
 
     assert "torchmetrics" not in imported

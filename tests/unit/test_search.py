@@ -42,8 +42,8 @@ RUNG_SECTIONS = [
 
 
 @pytest.fixture(scope="module")
-def index() -> S.Index:
-    return S.build_index(HANDBOOK)
+def index(handbook_index: S.Index) -> S.Index:
+    return handbook_index  # the handbook indexed once per process (tests/unit/conftest.py)
 
 
 # --------------------------------------------------------------------------------------------------

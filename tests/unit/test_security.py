@@ -10,8 +10,7 @@ import struct
 from pathlib import Path
 
 import pytest
-import safetensors.torch  # noqa: F401 - torch loads here, at collection (its import runs ldconfig)
-import torch  # noqa: F401
+import torch
 
 from dit_ar_contract.errors import CandidateCrash
 from pytest_dit_ar.loop.guards import pregate
