@@ -45,15 +45,16 @@ from .workers import memory_plan
 from .workers.launch import launcher_for, memory_budget
 from .workers.live import Live
 
+PERTURBATIONS: dict[str, dict[str, Any]] = {"split-batch": {"batch": 1}, "reversed-batches": {"reverse": True},
+                                            "one-thread": {"perturb": {"threads": 1}},
+                                            "sdpa-math": {"perturb": {"sdpa": "math"}}}
+
 
 def perturbations(session: Session) -> dict[str, dict[str, Any]]:
-    """Benign, mathematically-equivalent ways to run the same baseline (for the exact envelope)."""
-    runs: dict[str, dict[str, Any]] = {"split-batch": {"batch": 1}, "reversed-batches": {"reverse": True}}
-    if session.lane.is_cuda:
-        runs["sdpa-math"] = {"perturb": {"sdpa": "math"}}
-    else:
-        runs["one-thread"] = {"perturb": {"threads": 1}}
-    return runs
+    """Benign, mathematically-equivalent ways to run the same baseline (for the exact envelope): those of the lane's
+    device that its `quality.exact.envelope_reruns` keeps (all of them by default)."""
+    lane = session.lane
+    return {name: PERTURBATIONS[name] for name in lane.quality.exact.reruns(lane.is_cuda)}
 
 
 def _check_preconditions(session: Session) -> git.Repo:
