@@ -56,3 +56,32 @@ def test_reuse_off_in_the_lane_judges_in_full(tmp_path: Path) -> None:
     assert reuse.best_judging(off, launcher, tmp_path, "exact", corpus_run(), True).assessment is None
     assert reuse.best_judging(session(tmp_path), launcher, tmp_path, "exact", corpus_run(), False).assessment is None
     assert reuse.best_judging(session(tmp_path), launcher, tmp_path, "exact", corpus_run(), True).assessment
+
+
+def test_a_judging_under_other_classes_is_reused_only_for_the_same_effective_class(tmp_path: Path) -> None:
+    """The demo's slower change: declared exact on top of an approximate keep with the best's outputs bit for bit;
+    the audit gives it the judging's class (approximate) and flag, so the best's judging is its own."""
+    s, base = session(tmp_path), AuditEvidence.from_dict(None)
+    kept = replace(judging(), declared_class="approximate", effective_class="approximate",
+                   audit_reasons=("the step count changed",), approximate_outputs=True)
+    reuse.store_kept(s, TREE, corpus_run(), kept, "exact")
+    found, why = reuse.judged_as_best(s, TREE, "exact", "approximate", corpus_run(), base)
+    assert found is not None and found.effective_class == "approximate" and found.summary == kept.summary
+    assert found.declared_class == "exact" and found.audit_reasons == (
+        "the current best is already approximate against the original baseline",) and "effective class" in why
+    assert reuse.judged_as_best(s, TREE, "exact", "approximate", corpus_run())[0] is None  # no baseline evidence
+    assert reuse.judged_as_best(s, TREE, "exact", "approximate", corpus_run(0.25), base)[0] is None  # other outputs
+    found, why = reuse.judged_as_best(s, TREE, "exact", "exact", corpus_run(), base)  # the audit gives it exact
+    assert found is None and "classes differ" in why
+    flagless = replace(kept, approximate_outputs=False)  # a judging whose approximate-outputs flag differs
+    reuse.store_kept(s, TREE, corpus_run(), flagless, "exact")
+    assert reuse.judged_as_best(s, TREE, "exact", "approximate", corpus_run(), base)[0] is None
+
+
+def test_a_quantization_judging_is_reused_only_under_its_own_classes(tmp_path: Path) -> None:
+    s, base = session(tmp_path), AuditEvidence.from_dict(None)
+    kept = replace(judging(), declared_class="quantization", effective_class="quantization")
+    reuse.store_kept(s, TREE, corpus_run(), kept, "exact")
+    assert reuse.judged_as_best(s, TREE, "quantization", "exact", corpus_run(), base)[0] is not None
+    found, why = reuse.judged_as_best(s, TREE, "exact", "quantization", corpus_run(), base)  # its parent test differs
+    assert found is None and "classes differ" in why

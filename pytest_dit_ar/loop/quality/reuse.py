@@ -4,14 +4,18 @@ candidate, looked up before the candidate's outputs are judged."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from dit_ar_contract.classes import MILDEST
+from dit_ar_contract.classes import MILDEST, ChangeClass
 from dit_ar_contract.digest import sha256_file
+from quality_suite import audit
 from quality_suite.assessment import QualityAssessment
+from quality_suite.audit import AuditEvidence
 
 from ...state import best_outputs
 from ...state.best_outputs import Lookup, OutputsKey, StoredOutputs
@@ -45,31 +49,59 @@ class Reused:
 
 
 def best_judging(session: Session, launcher: WorkerLauncher, best_root: Path | None, declared_class: str,
-                 run: CandidateRun, whole_corpus: bool) -> Reused:
+                 run: CandidateRun, whole_corpus: bool, baseline: AuditEvidence | None = None) -> Reused:
     """The best's stored judging for this run of the whole corpus when the lane reuses and the outputs are the
-    best's bit for bit (judged_as_best)."""
+    best's bit for bit (judged_as_best; `baseline`: the baseline's audit evidence, for a judging under other
+    declared and inherited classes)."""
     if best_root is None or not whole_corpus or not enabled(session):
         return Reused()
     best = session.best()
     return Reused(*judged_as_best(session, launcher.tree_digest(best_root), declared_class,
-                                  best.effective_class if best else MILDEST.word, run))
+                                  best.effective_class if best else MILDEST.word, run, baseline))
 
 
 def judged_as_best(session: Session, best_tree: str, declared_class: str, inherited_class: str,
-                   run: CandidateRun) -> tuple[QualityAssessment | None, str]:
-    """The best's stored judging when the candidate's outputs, audit evidence and classes are the best's bit for
-    bit; else None. The second value says why (shown in the run's record)."""
+                   run: CandidateRun, baseline: AuditEvidence | None = None) -> tuple[QualityAssessment | None, str]:
+    """The best's stored judging when the candidate's outputs and audit evidence are the best's bit for bit and
+    the classes are the judging's: the same declared and inherited classes, or (with the baseline's evidence)
+    the same effective class and approximate-outputs flag that the audit gives this candidate, where that class's
+    gates and tests are those the best's judging ran (not a quantization: its tests depend on the parent);
+    else None. The second value says why (shown in the run's record)."""
     found: Lookup = best_outputs.load(session.paths.dir, session.started.seed_key, outputs_key(session, best_tree))
     stored = found.stored
     if stored is None:
         return None, found.why
-    if stored.assessment.get("declared_class") != declared_class or stored.inherited_class != inherited_class:
-        return None, "the classes differ from the best's judging: judged in full"
     if stored.evidence != run.evidence.as_dict():
         return None, "the audit evidence differs from the best's: judged in full"
     if not best_outputs.identical(stored, run.outputs.images, run.outputs.latents):
         return None, "the outputs differ from the best's: judged in full"
-    return QualityAssessment.from_dict(stored.assessment), "the outputs are the best's bit for bit: its judging reused"
+    judging = QualityAssessment.from_dict(stored.assessment)
+    if judging.declared_class == declared_class and stored.inherited_class == inherited_class:
+        return judging, "the outputs are the best's bit for bit: its judging reused"
+    same_class = same_effective_class(judging, declared_class, inherited_class, run, baseline)
+    if same_class is None:
+        return None, "the classes differ from the best's judging: judged in full"
+    return same_class, ("the outputs are the best's bit for bit and judged under its effective class "
+                        f"{judging.effective_class}: its judging reused")
+
+
+def same_effective_class(judging: QualityAssessment, declared_class: str, inherited_class: str, run: CandidateRun,
+                         baseline: AuditEvidence | None) -> QualityAssessment | None:
+    """The best's judging as this candidate's (its declared class and the audit's reasons) when the audit gives the
+    candidate (its evidence, the best's bit for bit) the judging's effective class and approximate-outputs flag:
+    every gate and test of the assessment reads only those, the outputs and the baseline's figures; None otherwise,
+    and for a quantization (its tolerance claim is also shown against the parent, which differs)."""
+    if baseline is None:
+        return None
+    fid = judging.fidelity
+    same = bool(fid) and all(f.get("latent_max_abs") == 0 and f.get("psnr_db") == math.inf for f in fid.values())
+    effective, reasons = audit.effective_class(declared_class, run.evidence, baseline, inherited_class, same)
+    approx = audit.approximate_outputs(declared_class, run.evidence, baseline, inherited_class, same)
+    if effective.word != judging.effective_class or approx != judging.approximate_outputs or \
+            effective is ChangeClass.QUANTIZATION:
+        return None
+    return dataclasses.replace(judging, declared_class=ChangeClass.from_word(declared_class).word,
+                               audit_reasons=tuple(reasons))
 
 
 def store_kept(session: Session, tree: str, run: CandidateRun, assessment: QualityAssessment,
