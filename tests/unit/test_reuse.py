@@ -68,7 +68,7 @@ def test_a_judging_under_other_classes_is_reused_only_for_the_same_effective_cla
     found, why = reuse.judged_as_best(s, TREE, "exact", "approximate", corpus_run(), base)
     assert found is not None and found.effective_class == "approximate" and found.summary == kept.summary
     assert found.declared_class == "exact" and found.audit_reasons == (
-        "the current best is already approximate against the original baseline",) and "effective class" in why
+        "the current best is already approximate against the original baseline",) and "judging's class" in why
     assert reuse.judged_as_best(s, TREE, "exact", "approximate", corpus_run())[0] is None  # no baseline evidence
     assert reuse.judged_as_best(s, TREE, "exact", "approximate", corpus_run(0.25), base)[0] is None  # other outputs
     found, why = reuse.judged_as_best(s, TREE, "exact", "exact", corpus_run(), base)  # the audit gives it exact
@@ -85,3 +85,40 @@ def test_a_quantization_judging_is_reused_only_under_its_own_classes(tmp_path: P
     assert reuse.judged_as_best(s, TREE, "quantization", "exact", corpus_run(), base)[0] is not None
     found, why = reuse.judged_as_best(s, TREE, "exact", "quantization", corpus_run(), base)  # its parent test differs
     assert found is None and "classes differ" in why
+
+
+def rows_run(rows: float) -> CandidateRun:
+    return replace(corpus_run(), evidence=AuditEvidence(denoiser_rows_per_image=rows))
+
+
+def test_other_evidence_reuses_a_judging_only_where_the_audit_gives_its_class(tmp_path: Path) -> None:
+    """The demo's slower change after the step cut: 15 denoiser rows per image against the keep's 10 (the baseline
+    ran 20), its outputs the keep's bit for bit: approximate on its own evidence, as the keep's judging was."""
+    s, base = session(tmp_path), AuditEvidence(denoiser_rows_per_image=20.0)
+    kept = replace(judging(), declared_class="approximate", effective_class="approximate", approximate_outputs=True)
+    reuse.store_kept(s, TREE, rows_run(10.0), kept, "exact")
+    found, why = reuse.judged_as_best(s, TREE, "exact", "approximate", rows_run(15.0), base)
+    assert found is not None and found.declared_class == "exact" and "judging reused" in why
+    assert any("fell from 20 to 15" in r for r in found.audit_reasons)  # the candidate's own evidence
+    found, why = reuse.judged_as_best(s, TREE, "exact", "exact", rows_run(20.0), base)  # exact on its evidence
+    assert found is None and "evidence differs" in why
+
+
+def test_a_reused_judging_stands_only_for_an_exact_own_change(tmp_path: Path) -> None:
+    from quality_suite.own_change import ParentOutputs
+
+    def sized(value: float) -> CandidateRun:  # images large enough for SSIM's window
+        return CandidateRun(1.0, CorpusOutputs({"c1": torch.full((3, 16, 16), value)},
+                                               {"c1": torch.full((4, 2, 2), value)}), AuditEvidence.from_dict(None))
+
+    run, quality = sized(0.5), LANE.quality
+    envelope = {"latent_rel_l2": 0.0, "latent_max_abs": 0.0, "psnr_db": float("inf"), "ssim": 1.0}
+    found = reuse.Reused(judging(), "reused")
+    same = ParentOutputs(run.outputs.images, run.outputs.latents, run.evidence, "approximate")
+    assert reuse.confirm_own_change(found, "exact", run, same, quality, envelope) is found
+    assert reuse.confirm_own_change(found, "exact", run, None, quality, envelope) is found  # no best: nothing to judge
+    other = sized(0.25).outputs
+    moved = ParentOutputs(other.images, other.latents, run.evidence, "approximate")
+    assert reuse.confirm_own_change(found, "exact", run, moved, quality, envelope).assessment is None
+    judged = reuse.confirm_own_change(found, "approximate", run, same, quality, envelope)
+    assert judged.assessment is None and "approximate" in judged.note

@@ -12,10 +12,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dit_ar_contract.classes import MILDEST, ChangeClass
+from dit_ar_contract.config import QualityContract
 from dit_ar_contract.digest import sha256_file
-from quality_suite import audit
+from quality_suite import audit, own_change
 from quality_suite.assessment import QualityAssessment
 from quality_suite.audit import AuditEvidence
+from quality_suite.own_change import ParentOutputs
 
 from ...state import best_outputs
 from ...state.best_outputs import Lookup, OutputsKey, StoredOutputs
@@ -62,27 +64,42 @@ def best_judging(session: Session, launcher: WorkerLauncher, best_root: Path | N
 
 def judged_as_best(session: Session, best_tree: str, declared_class: str, inherited_class: str,
                    run: CandidateRun, baseline: AuditEvidence | None = None) -> tuple[QualityAssessment | None, str]:
-    """The best's stored judging when the candidate's outputs and audit evidence are the best's bit for bit and
-    the classes are the judging's: the same declared and inherited classes, or (with the baseline's evidence)
-    the same effective class and approximate-outputs flag that the audit gives this candidate, where that class's
-    gates and tests are those the best's judging ran (not a quantization: its tests depend on the parent);
-    else None. The second value says why (shown in the run's record)."""
+    """The best's stored judging when the candidate's corpus outputs are the best's bit for bit and either its audit
+    evidence and declared and inherited classes are the judging's, or (with the baseline's evidence) the audit gives
+    this candidate, on its own evidence, the judging's effective class and approximate-outputs flag: every gate and
+    test of the assessment reads only those, the outputs and the baseline's figures (not a quantization: its tests
+    depend on the parent). Else None. The second value says why (shown in the run's record); the caller checks the
+    own change against the best (`confirm_own_change`)."""
     found: Lookup = best_outputs.load(session.paths.dir, session.started.seed_key, outputs_key(session, best_tree))
     stored = found.stored
     if stored is None:
         return None, found.why
-    if stored.evidence != run.evidence.as_dict():
-        return None, "the audit evidence differs from the best's: judged in full"
     if not best_outputs.identical(stored, run.outputs.images, run.outputs.latents):
         return None, "the outputs differ from the best's: judged in full"
     judging = QualityAssessment.from_dict(stored.assessment)
-    if judging.declared_class == declared_class and stored.inherited_class == inherited_class:
+    same_evidence = stored.evidence == run.evidence.as_dict()
+    if same_evidence and judging.declared_class == declared_class and stored.inherited_class == inherited_class:
         return judging, "the outputs are the best's bit for bit: its judging reused"
     same_class = same_effective_class(judging, declared_class, inherited_class, run, baseline)
     if same_class is None:
-        return None, "the classes differ from the best's judging: judged in full"
-    return same_class, ("the outputs are the best's bit for bit and judged under its effective class "
-                        f"{judging.effective_class}: its judging reused")
+        return None, ("the classes differ from the best's judging: judged in full" if same_evidence else
+                      "the audit evidence differs from the best's: judged in full")
+    return same_class, ("the outputs are the best's bit for bit and the audit gives the candidate the judging's "
+                        f"class {judging.effective_class}: its judging reused")
+
+
+def confirm_own_change(found: Reused, declared_class: str, run: CandidateRun, parent: ParentOutputs | None,
+                       quality: QualityContract, envelope: dict[str, float]) -> Reused:
+    """A reused judging stands only where the candidate's own change against the best is exact with every case's
+    check passed (quality_suite/own_change.py, on the outputs bit for bit and the candidate's own evidence); else
+    the candidate is judged in full."""
+    if found.assessment is None or parent is None:
+        return found
+    own = own_change.judge(declared_class, run.outputs.images, run.outputs.latents, run.evidence, parent, quality,
+                           envelope)
+    if own.cls is ChangeClass.EXACT and all(c.passed for checks in own.checks.values() for c in checks):
+        return found
+    return Reused(None, f"the own change against the best is {own.cls.word}: judged in full")
 
 
 def same_effective_class(judging: QualityAssessment, declared_class: str, inherited_class: str, run: CandidateRun,
