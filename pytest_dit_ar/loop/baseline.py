@@ -181,7 +181,8 @@ def _baseline(session: Session, out: Callable[[str], None], progress: bool, sand
         holdout.save(session.baseline_dir, held_out, held_outputs)
     scores = task_metrics.compute(lane.task_metrics, default.images, cases, session.root, lane.quality)
     envelope = envelope_of(envelope_runs)
-    out(f"noise envelope over {len(envelope_runs)} perturbations: " +
+    out(f"noise envelope over {len(envelope_runs)} perturbation{'s' if len(envelope_runs) != 1 else ''} "
+        f"({', '.join(envelope_runs)}): " +
         ", ".join(f"{k}={v:.3g}" for k, v in envelope.items()))
 
     perf = _aa_timing(session, launcher, run_dir, tuple(c.prompt for c in cases), live, peak_mb)
