@@ -102,6 +102,9 @@ def test_other_evidence_reuses_a_judging_only_where_the_audit_gives_its_class(tm
     assert any("fell from 20 to 15" in r for r in found.audit_reasons)  # the candidate's own evidence
     found, why = reuse.judged_as_best(s, TREE, "exact", "exact", rows_run(20.0), base)  # exact on its evidence
     assert found is None and "evidence differs" in why
+    s.best = lambda: SimpleNamespace(effective_class="approximate")  # the experiment's way in: marked by class
+    launcher = SimpleNamespace(tree_digest=lambda root: TREE)
+    assert reuse.best_judging(s, launcher, tmp_path, "exact", rows_run(15.0), True, base).by_class
 
 
 def test_a_reused_judging_stands_only_for_an_exact_own_change(tmp_path: Path) -> None:
@@ -113,7 +116,7 @@ def test_a_reused_judging_stands_only_for_an_exact_own_change(tmp_path: Path) ->
 
     run, quality = sized(0.5), LANE.quality
     envelope = {"latent_rel_l2": 0.0, "latent_max_abs": 0.0, "psnr_db": float("inf"), "ssim": 1.0}
-    found = reuse.Reused(judging(), "reused")
+    found = reuse.Reused(judging(), "reused", by_class=True)
     same = ParentOutputs(run.outputs.images, run.outputs.latents, run.evidence, "approximate")
     assert reuse.confirm_own_change(found, "exact", run, same, quality, envelope) is found
     assert reuse.confirm_own_change(found, "exact", run, None, quality, envelope) is found  # no best: nothing to judge
@@ -122,3 +125,6 @@ def test_a_reused_judging_stands_only_for_an_exact_own_change(tmp_path: Path) ->
     assert reuse.confirm_own_change(found, "exact", run, moved, quality, envelope).assessment is None
     judged = reuse.confirm_own_change(found, "approximate", run, same, quality, envelope)
     assert judged.assessment is None and "approximate" in judged.note
+    # a no-op declared approximate after an approximate keep: the same classes and evidence, its judging stands
+    same_classes = replace(found, by_class=False)
+    assert reuse.confirm_own_change(same_classes, "approximate", run, same, quality, envelope) is same_classes

@@ -48,6 +48,7 @@ class Reused:
 
     assessment: QualityAssessment | None = None
     note: str = ""
+    by_class: bool = False  # reused under the same effective class alone (not the same classes and evidence)
 
 
 def best_judging(session: Session, launcher: WorkerLauncher, best_root: Path | None, declared_class: str,
@@ -58,8 +59,9 @@ def best_judging(session: Session, launcher: WorkerLauncher, best_root: Path | N
     if best_root is None or not whole_corpus or not enabled(session):
         return Reused()
     best = session.best()
-    return Reused(*judged_as_best(session, launcher.tree_digest(best_root), declared_class,
-                                  best.effective_class if best else MILDEST.word, run, baseline))
+    found, why, by_class = _lookup(session, launcher.tree_digest(best_root), declared_class,
+                                   best.effective_class if best else MILDEST.word, run, baseline)
+    return Reused(found, why, by_class)
 
 
 def judged_as_best(session: Session, best_tree: str, declared_class: str, inherited_class: str,
@@ -70,30 +72,38 @@ def judged_as_best(session: Session, best_tree: str, declared_class: str, inheri
     test of the assessment reads only those, the outputs and the baseline's figures (not a quantization: its tests
     depend on the parent). Else None. The second value says why (shown in the run's record); the caller checks the
     own change against the best (`confirm_own_change`)."""
+    found, why, _ = _lookup(session, best_tree, declared_class, inherited_class, run, baseline)
+    return found, why
+
+
+def _lookup(session: Session, best_tree: str, declared_class: str, inherited_class: str, run: CandidateRun,
+            baseline: AuditEvidence | None) -> tuple[QualityAssessment | None, str, bool]:
+    """judged_as_best's answer, and whether it reused the judging under the effective class alone."""
     found: Lookup = best_outputs.load(session.paths.dir, session.started.seed_key, outputs_key(session, best_tree))
     stored = found.stored
     if stored is None:
-        return None, found.why
+        return None, found.why, False
     if not best_outputs.identical(stored, run.outputs.images, run.outputs.latents):
-        return None, "the outputs differ from the best's: judged in full"
+        return None, "the outputs differ from the best's: judged in full", False
     judging = QualityAssessment.from_dict(stored.assessment)
     same_evidence = stored.evidence == run.evidence.as_dict()
     if same_evidence and judging.declared_class == declared_class and stored.inherited_class == inherited_class:
-        return judging, "the outputs are the best's bit for bit: its judging reused"
+        return judging, "the outputs are the best's bit for bit: its judging reused", False
     same_class = same_effective_class(judging, declared_class, inherited_class, run, baseline)
     if same_class is None:
         return None, ("the classes differ from the best's judging: judged in full" if same_evidence else
-                      "the audit evidence differs from the best's: judged in full")
+                      "the audit evidence differs from the best's: judged in full"), False
     return same_class, ("the outputs are the best's bit for bit and the audit gives the candidate the judging's "
-                        f"class {judging.effective_class}: its judging reused")
+                        f"class {judging.effective_class}: its judging reused"), True
 
 
 def confirm_own_change(found: Reused, declared_class: str, run: CandidateRun, parent: ParentOutputs | None,
                        quality: QualityContract, envelope: dict[str, float]) -> Reused:
-    """A reused judging stands only where the candidate's own change against the best is exact with every case's
-    check passed (quality_suite/own_change.py, on the outputs bit for bit and the candidate's own evidence); else
-    the candidate is judged in full."""
-    if found.assessment is None or parent is None:
+    """A judging reused under the effective class alone (`Reused.by_class`) stands only where the candidate's own
+    change against the best is exact with every case's check passed (quality_suite/own_change.py, on the outputs
+    bit for bit and the candidate's own evidence); else the candidate is judged in full. A judging reused under
+    the same classes and evidence stands as it is."""
+    if found.assessment is None or parent is None or not found.by_class:
         return found
     own = own_change.judge(declared_class, run.outputs.images, run.outputs.latents, run.evidence, parent, quality,
                            envelope)
@@ -105,7 +115,7 @@ def confirm_own_change(found: Reused, declared_class: str, run: CandidateRun, pa
 def same_effective_class(judging: QualityAssessment, declared_class: str, inherited_class: str, run: CandidateRun,
                          baseline: AuditEvidence | None) -> QualityAssessment | None:
     """The best's judging as this candidate's (its declared class and the audit's reasons) when the audit gives the
-    candidate (its evidence, the best's bit for bit) the judging's effective class and approximate-outputs flag:
+    candidate, on its own evidence, the judging's effective class and approximate-outputs flag:
     every gate and test of the assessment reads only those, the outputs and the baseline's figures; None otherwise,
     and for a quantization (its tolerance claim is also shown against the parent, which differs)."""
     if baseline is None:
