@@ -71,6 +71,24 @@ class ExactGate:
     latent_max_abs_floor: float = 1e-4
     psnr_floor_db: float = 60.0
     ssim_loss_floor: float = 1e-4
+    # the baseline's benign reruns the envelope is the worst of (ENVELOPE_RERUNS); None: every one the lane's device
+    # has. A lane may keep fewer where the others measured bit-identical to the default run (docs/design/quality.md)
+    envelope_reruns: tuple[str, ...] | None = None
+
+    def reruns(self, is_cuda: bool) -> tuple[str, ...]:
+        """The benign reruns the baseline runs on a lane of this kind of device, in order."""
+        own = device_reruns(is_cuda)
+        return own if self.envelope_reruns is None else tuple(r for r in own if r in self.envelope_reruns)
+
+
+# the baseline's benign, mathematically equivalent reruns (loop/baseline.py `perturbations`): every case alone, the
+# batches in reverse order, and one per kind of device (a thread count on a CPU, the math attention kernel on CUDA)
+ENVELOPE_RERUNS = ("split-batch", "reversed-batches", "one-thread", "sdpa-math")
+
+
+def device_reruns(is_cuda: bool) -> tuple[str, ...]:
+    """The benign reruns a lane on this kind of device may run."""
+    return ("split-batch", "reversed-batches", "sdpa-math" if is_cuda else "one-thread")
 
 
 @dataclass(frozen=True)
@@ -387,6 +405,10 @@ def _check_perf(r: _Reader, p: PerfProtocol, where: str) -> None:
 
 
 def _check_quality(r: _Reader, q: QualityContract, where: str) -> None:
+    reruns = q.exact.envelope_reruns
+    if reruns is not None and (not reruns or any(x not in ENVELOPE_RERUNS for x in reruns)):
+        raise r.fail(f"{where}.exact.envelope_reruns", list(reruns),
+                     f"null or a non-empty list of {list(ENVELOPE_RERUNS)}")
     if q.lpips.net not in ("alex", "vgg", "squeeze"):
         raise r.fail(f"{where}.lpips.net", q.lpips.net, 'one of "alex", "vgg", "squeeze"')
     _positive(r, f"{where}.classifier", resize=q.classifier.resize, crop=q.classifier.crop)
@@ -422,6 +444,11 @@ def _check_lane(r: _Reader, lane: Lane, root: Path) -> None:
               emulated_vram_gb=g.emulated_vram_gb, host_memory_mb=g.host_memory_mb)
     _check_perf(r, lane.performance, f"{where}.performance")
     _check_quality(r, lane.quality, f"{where}.quality")
+    reruns = lane.quality.exact.envelope_reruns
+    own = device_reruns(lane.device != "cpu")
+    if reruns is not None and any(x not in own for x in reruns):
+        raise r.fail(f"{where}.quality.exact.envelope_reruns", list(reruns),
+                     f"reruns of a {lane.device} lane, some of {list(own)}")
 
 
 def _check_metric_weights(r: _Reader, lane: Lane, root: Path, mutable: tuple[str, ...]) -> None:

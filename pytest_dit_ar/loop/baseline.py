@@ -45,15 +45,16 @@ from .workers import memory_plan
 from .workers.launch import launcher_for, memory_budget
 from .workers.live import Live
 
+PERTURBATIONS: dict[str, dict[str, Any]] = {"split-batch": {"batch": 1}, "reversed-batches": {"reverse": True},
+                                            "one-thread": {"perturb": {"threads": 1}},
+                                            "sdpa-math": {"perturb": {"sdpa": "math"}}}
+
 
 def perturbations(session: Session) -> dict[str, dict[str, Any]]:
-    """Benign, mathematically-equivalent ways to run the same baseline (for the exact envelope)."""
-    runs: dict[str, dict[str, Any]] = {"split-batch": {"batch": 1}, "reversed-batches": {"reverse": True}}
-    if session.lane.is_cuda:
-        runs["sdpa-math"] = {"perturb": {"sdpa": "math"}}
-    else:
-        runs["one-thread"] = {"perturb": {"threads": 1}}
-    return runs
+    """Benign, mathematically-equivalent ways to run the same baseline (for the exact envelope): those of the lane's
+    device that its `quality.exact.envelope_reruns` keeps (all of them by default)."""
+    lane = session.lane
+    return {name: PERTURBATIONS[name] for name in lane.quality.exact.reruns(lane.is_cuda)}
 
 
 def _check_preconditions(session: Session) -> git.Repo:
@@ -180,7 +181,8 @@ def _baseline(session: Session, out: Callable[[str], None], progress: bool, sand
         holdout.save(session.baseline_dir, held_out, held_outputs)
     scores = task_metrics.compute(lane.task_metrics, default.images, cases, session.root, lane.quality)
     envelope = envelope_of(envelope_runs)
-    out(f"noise envelope over {len(envelope_runs)} perturbations: " +
+    out(f"noise envelope over {len(envelope_runs)} perturbation{'s' if len(envelope_runs) != 1 else ''} "
+        f"({', '.join(envelope_runs)}): " +
         ", ".join(f"{k}={v:.3g}" for k, v in envelope.items()))
 
     perf = _aa_timing(session, launcher, run_dir, tuple(c.prompt for c in cases), live, peak_mb)

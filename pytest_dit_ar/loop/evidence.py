@@ -152,9 +152,12 @@ class Evidence:
         ref = quality.reference(self.session, self.baseline(), cases)
         self._phase("quality: metrics and gates against the baseline")
         t, whole = time.perf_counter(), self.case_ids is None
-        self.reuse = reuse.best_judging(self.session, self.launcher, self.best_root, self.declared_class, run, whole)
+        self.reuse = reuse.best_judging(self.session, self.launcher, self.best_root, self.declared_class, run, whole,
+                                        ref.outputs.evidence)
         parent = whole and parent_outputs(self.session, self.launcher, self.best_root, cases, self.run, self.spec,
                                           self.live) or None
+        self.reuse = reuse.confirm_own_change(self.reuse, self.declared_class, run, parent, self.session.lane.quality,
+                                              ref.envelope)
         with further_inputs(self.workers, cases, self.live, self.reuse.assessment is None) as inputs:
             result = quality.assess_run(self.session, self.declared_class, run, ref, cases, self.run, whole,
                                         inputs=inputs, reused=self.reuse.assessment, parent=parent)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dit_ar_contract.config import PerfProtocol, load_config
+from dit_ar_contract.config import ENVELOPE_RERUNS, PerfProtocol, load_config
 from dit_ar_contract.errors import ConfigError, UnknownKeyError
 from tests.helpers.loop import PROJECT
 
@@ -123,6 +123,10 @@ def test_renaming_guardrails_no_longer_drops_them_silently(tmp_path: Path) -> No
     ({"quality__noninferiority__bootstrap_resamples": 10}, "quality.noninferiority.bootstrap_resamples",
      "at least 50"),
     ({"quality__noninferiority__spending_gamma": 50.0}, "quality.noninferiority.spending_gamma", "[-10, 10]"),
+    ({"quality__exact__envelope_reruns": []}, "quality.exact.envelope_reruns", "non-empty list"),
+    ({"quality__exact__envelope_reruns": ["half-steps"]}, "quality.exact.envelope_reruns", "split-batch"),
+    ({"lanes__embedded-cpu__quality": {"exact": {"envelope_reruns": ["sdpa-math"]}}},
+     "lanes.embedded-cpu.quality.exact.envelope_reruns", "reruns of a cpu lane"),
 ])
 def test_bad_values_name_the_key_and_what_was_expected(tmp_path: Path, change: dict, key: str,
                                                         expected: str) -> None:
@@ -179,3 +183,13 @@ def test_each_shipped_lane_with_a_holdout_has_a_frozen_disjoint_one() -> None:
         visible, held = load_corpus(PROJECT / lane.corpus), load_corpus(PROJECT / lane.holdout_corpus)  # checksummed
         assert not {c.id for c in visible} & {c.id for c in held}
         assert not {c.seed for c in visible} & {c.seed for c in held}
+
+
+def test_the_envelope_reruns_default_to_every_one_of_the_device_and_a_lane_keeps_fewer(tmp_path: Path) -> None:
+    lanes = load_config(write(tmp_path, edited(**{"lanes__embedded-cpu__quality": {}}))).lanes
+    assert lanes["embedded-cpu"].quality.exact.reruns(False) == ("split-batch", "reversed-batches", "one-thread")
+    assert lanes["dit-xl2-256"].quality.exact.reruns(True) == ("split-batch", "reversed-batches", "sdpa-math")
+    shipped = load_config(PROJECT / "config" / "autoresearch.json").lanes
+    assert shipped["embedded-cpu"].quality.exact.reruns(False) == ("split-batch",)  # docs/design/quality.md says why
+    assert shipped["dit-xl2-256"].quality.exact.envelope_reruns is None  # the GPU lanes keep all three
+    assert set(ENVELOPE_RERUNS) == {"split-batch", "reversed-batches", "one-thread", "sdpa-math"}  # loop/baseline.py
