@@ -301,12 +301,48 @@ def compile_cache_mount(cache: Path | None) -> tuple[list[str], dict[str, str]]:
     return ["--bind", str(cache), str(CACHE_MOUNT)], cache_env(CACHE_MOUNT)
 
 
+def _state_and_start(pid: int) -> tuple[str, int] | None:
+    """A process's state letter and start time in clock ticks since boot (/proc/PID/stat; a zombie's too)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _start_ticks(pid: int) -> int | None:
+    """A live process's start time (None when it is gone or a zombie)."""
+    found = _state_and_start(pid)
+    return None if found is None or found[0] in ("Z", "X") else found[1]
+
+
 @dataclass
 class Namespace:
-    """The processes of one sandbox, found by the PID namespace its init process opened."""
+    """The processes of one sandbox, found by the PID namespace its init process opened.
+
+    A PID namespace's inode number is reused by the kernel once the namespace is freed, often at once by the next
+    sandbox any session starts, so a look after the sandbox is gone must not find that other sandbox. While the
+    sandbox's own init runs (the PID and start time recorded when it was found), the number is its own. Once that
+    init has ended, the kernel has killed every other process of the namespace: what is still found is those
+    processes dying, unless one of them is a namespace's init (inner PID 1): then the number belongs to a newer
+    sandbox (a namespace's init is its first process and the last to go), and nothing is found."""
 
     init_pid: int
     pid_ns: int
+    init_start: int | None = None  # the init's start time (ticks since boot), read when the sandbox is found
+
+    def __post_init__(self) -> None:
+        if self.init_start is None:
+            self.init_start = _start_ticks(self.init_pid)
+
+    def alive(self) -> bool:
+        """Whether the sandbox's own init still runs, in its own namespace."""
+        if self.init_start is None or _start_ticks(self.init_pid) != self.init_start:
+            return False
+        try:
+            return os.readlink(f"/proc/{self.init_pid}/ns/pid") == f"pid:[{self.pid_ns}]"
+        except OSError:
+            return False
 
     @classmethod
     def read(cls, fd: int, timeout_s: float = 60.0) -> Namespace:
@@ -330,17 +366,17 @@ class Namespace:
         raise RuntimeError(f"bubblewrap reported no sandbox ({data[:200]!r})")
 
     def pids(self) -> list[int]:
-        """Host PIDs of every process in the sandbox, its init included."""
-        wanted = f"pid:[{self.pid_ns}]"
-        found = []
-        for entry in os.scandir("/proc"):
-            if entry.name.isdigit():
-                try:
-                    if os.readlink(f"/proc/{entry.name}/ns/pid") == wanted:
-                        found.append(int(entry.name))
-                except OSError:
-                    continue
+        """Host PIDs of every process in the sandbox, its init included (after the init has ended: its dying
+        processes, never a newer sandbox's with the same namespace number)."""
+        found = _namespace_members(self.pid_ns)
+        if found and not self.alive() and any(_inner_pid(p) == 1 and not self._is_own_init(p) for p in found):
+            return []  # another sandbox's init: the number was freed and reused
         return found
+
+    def _is_own_init(self, pid: int) -> bool:
+        """Whether `pid` is this sandbox's init, alive or a zombie not yet reaped (same PID, same start time)."""
+        found = _state_and_start(pid)
+        return pid == self.init_pid and found is not None and found[1] == self.init_start
 
     def own_pids(self, pids: list[int] | None = None) -> set[int]:
         """The sandbox's init and the command bubblewrap started under it (PID 1 and 2 inside the namespace:
@@ -376,6 +412,20 @@ class Namespace:
 
     def kill(self) -> None:
         self.signal_all(signal.SIGKILL)
+
+
+def _namespace_members(pid_ns: int) -> list[int]:
+    """Host PIDs of the processes whose PID namespace has this inode number."""
+    wanted = f"pid:[{pid_ns}]"
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if os.readlink(f"/proc/{entry.name}/ns/pid") == wanted:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
 
 
 def _inner_pid(pid: int) -> int | None:
