@@ -9,6 +9,7 @@ import json
 import math
 import os
 import re
+import threading
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -228,13 +229,15 @@ def _hash(data: bytes) -> str:
 # of a fresh state folder) takes it from here; an Index is never changed after it is made.
 _BUILT: dict[tuple[tuple[str, str], ...], tuple[Index, str]] = {}
 _BUILT_MAX = 4
+_BUILT_LOCK = threading.Lock()
 
 
 def _remember(key: tuple[tuple[str, str], ...], index: Index, text: str) -> None:
-    _BUILT.pop(key, None)
-    _BUILT[key] = (index, text)
-    while len(_BUILT) > _BUILT_MAX:
-        del _BUILT[next(iter(_BUILT))]
+    with _BUILT_LOCK:
+        _BUILT.pop(key, None)
+        _BUILT[key] = (index, text)
+        while len(_BUILT) > _BUILT_MAX:
+            del _BUILT[next(iter(_BUILT))]
 
 
 def _write_cache(cache_path: Path, text: str) -> None:
@@ -263,8 +266,9 @@ def build_index(handbook_dir: Path | str, cache_path: Path | str | None = None) 
         contents[path.relative_to(handbook_dir).as_posix()] = path.read_bytes()
     hashes = {rel: _hash(data) for rel, data in contents.items()}
     key = tuple(hashes.items())
-    if key in _BUILT:
-        index, text = _BUILT[key]
+    known = _BUILT.get(key)
+    if known is not None:
+        index, text = known
         if cache_path is not None:
             _write_cache(Path(cache_path), text)
         return index
