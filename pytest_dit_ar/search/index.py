@@ -9,6 +9,7 @@ import json
 import math
 import os
 import re
+import threading
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -223,32 +224,71 @@ def _hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+# Indexes built or loaded in this process, keyed by their files' hashes (what an index is made of: each passage
+# comes from a file's path and text), with their JSON. A second project indexing the same handbook (every `init`
+# of a fresh state folder) takes it from here; an Index is never changed after it is made.
+_BUILT: dict[tuple[tuple[str, str], ...], tuple[Index, str]] = {}
+_BUILT_MAX = 4
+_BUILT_LOCK = threading.Lock()
+
+
+def _remember(key: tuple[tuple[str, str], ...], index: Index, text: str) -> None:
+    with _BUILT_LOCK:
+        _BUILT.pop(key, None)
+        _BUILT[key] = (index, text)
+        while len(_BUILT) > _BUILT_MAX:
+            del _BUILT[next(iter(_BUILT))]
+
+
+def _write_cache(cache_path: Path, text: str) -> None:
+    """Write the index's JSON to `cache_path` atomically, unless the file holds exactly that already."""
+    try:
+        if cache_path.read_text(encoding="utf-8") == text:
+            return
+    except (OSError, ValueError):
+        pass
+    try:
+        cache_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_path.with_name(f".{cache_path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, cache_path)
+    except OSError:
+        pass
+
+
 def build_index(handbook_dir: Path | str, cache_path: Path | str | None = None) -> Index:
     """Index every markdown file under `handbook_dir`. With `cache_path`, reuse a cached index whose file
-    hashes all match, and write a fresh one (atomically) when they do not."""
+    hashes all match, and write a fresh one (atomically) when they do not. An index of the same files built or
+    loaded earlier in this process is reused (and written to `cache_path` when that file lacks it)."""
     handbook_dir = Path(handbook_dir)
     contents: dict[str, bytes] = {}
     for path in _markdown_files(handbook_dir):
         contents[path.relative_to(handbook_dir).as_posix()] = path.read_bytes()
     hashes = {rel: _hash(data) for rel, data in contents.items()}
+    key = tuple(hashes.items())
+    known = _BUILT.get(key)
+    if known is not None:
+        index, text = known
+        if cache_path is not None:
+            _write_cache(Path(cache_path), text)
+        return index
     if cache_path is not None:
         cache_path = Path(cache_path)
         try:
-            data = json.loads(cache_path.read_text(encoding="utf-8"))
+            text = cache_path.read_text(encoding="utf-8")
+            data = json.loads(text)
             if data.get("version") == INDEX_VERSION and data.get("files") == hashes:
-                return Index.from_json(data)
+                index = Index.from_json(data)
+                _remember(key, index, text)
+                return index
         except (OSError, ValueError, KeyError, TypeError):
             pass
     docs: list[_Doc] = []
     for rel, data in contents.items():
         docs.extend(_docs_for_file(rel, data.decode("utf-8", errors="replace")))
     index = Index(docs, hashes)
+    text = json.dumps(index.to_json())
+    _remember(key, index, text)
     if cache_path is not None:
-        try:
-            cache_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache_path.with_name(f".{cache_path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(index.to_json()), encoding="utf-8")
-            os.replace(tmp, cache_path)
-        except OSError:
-            pass
+        _write_cache(Path(cache_path), text)
     return index

@@ -85,13 +85,18 @@ def normalize(gray: torch.Tensor) -> torch.Tensor:
     return (gray - 0.5) / 0.5
 
 
+# Images per forward pass: a batch's activations (64 x 32 channels x 32 x 32 floats, 8 MB) stay in the CPU's cache,
+# which 512 did not; every image's outputs are bit-identical at any batch size (checked on all 1,797 real digits).
+BATCH = 64
+
+
 class Judge:
     def __init__(self, net: DigitCNN, meta: dict | None = None) -> None:
         self.net = net.eval()
         self.meta = dict(meta or {})
 
     @torch.inference_mode()
-    def logits(self, images: torch.Tensor, batch: int = 512) -> torch.Tensor:
+    def logits(self, images: torch.Tensor, batch: int = BATCH) -> torch.Tensor:
         x = normalize(to_gray_input(images))
         return torch.cat([self.net(x[i : i + batch]) for i in range(0, len(x), batch)]) if len(x) else \
             torch.zeros(0, NUM_CLASSES)
@@ -100,7 +105,7 @@ class Judge:
         return self.logits(images).argmax(1).long()
 
     @torch.inference_mode()
-    def features(self, images: torch.Tensor, batch: int = 512) -> torch.Tensor:
+    def features(self, images: torch.Tensor, batch: int = BATCH) -> torch.Tensor:
         x = normalize(to_gray_input(images))
         if not len(x):
             return torch.zeros(0, FEATURE_DIM)

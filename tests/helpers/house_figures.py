@@ -96,7 +96,7 @@ def raw_fields(files: list[Path] | None = None) -> set[str]:
     """The names of the raw (dict, Mapping or Any) fields of the run-record classes."""
     names: set[str] = set()
     for path in files or shipped_files():
-        for node in ast.walk(sources.tree(path)):
+        for node in sources.nodes(path):
             if isinstance(node, ast.ClassDef) and node.name in RECORD_CLASSES:
                 names |= {s.target.id for s in node.body if isinstance(s, ast.AnnAssign)
                           and isinstance(s.target, ast.Name) and _raw(s.annotation)}
@@ -152,9 +152,10 @@ class _Scope:
                 self.names.add(node.id)
 
 
-def _bodies(tree: ast.Module) -> list[ast.AST]:
+def _bodies(path: Path) -> list[ast.AST]:
     """The module's top level and every function, each a scope of its own."""
-    return [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))]
+    return [sources.tree(path), *(n for n in sources.nodes(path)
+                                  if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))]
 
 
 def _own_nodes(scope: ast.AST) -> list[ast.AST]:
@@ -173,9 +174,8 @@ def _own_nodes(scope: ast.AST) -> list[ast.AST]:
 def record_reads(path: Path, fields: set[str]) -> list[Read]:
     """The string-keyed reads of record data in one module (`fields`: the run-record classes' raw fields)."""
     rel = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
-    tree = sources.tree(path)
     reads: list[Read] = []
-    for body in _bodies(tree):
+    for body in _bodies(path):
         scope = _Scope(fields)
         nodes = _own_nodes(body)
         for _ in range(2):  # bindings first (a name bound below its use in a loop), then the reads
@@ -201,7 +201,7 @@ def json_readers() -> set[str]:
         rel = path.relative_to(ROOT).as_posix()
         if rel.startswith(STATE):
             continue
-        for node in ast.walk(sources.tree(path)):
+        for node in sources.nodes(path):
             func = node.func if isinstance(node, ast.Call) else None
             if (isinstance(func, ast.Attribute) and func.attr in ("load", "loads") and isinstance(func.value, ast.Name)
                     and func.value.id == "json"):
@@ -216,7 +216,7 @@ def all_keyed_reads() -> list[Read]:
         rel = path.relative_to(ROOT).as_posix()
         if path.name.startswith("test_"):
             continue
-        for node in ast.walk(sources.tree(path)):
+        for node in sources.nodes(path):
             found = _key(node)
             if found is not None:
                 reads.append(Read(rel, node.lineno, node.col_offset, found[1]))

@@ -3,8 +3,9 @@
 Several unit tests walk every module of the shipped packages (the house's sizes, prose and record reads, the lab
 kept apart, the refusals' ways out); each parse of the whole tree costs about a second and a half on a 2-core
 machine. `text(path)` and `tree(path)` return one shared copy per file and version (the file's size and
-modification time are part of the key, so a file a test writes anew is read anew). Callers read the trees and
-never edit their nodes.
+modification time are part of the key, so a file a test writes anew is read anew). `nodes(path)` is the tree's
+`ast.walk` order, kept too: a check that looks at every node walks the list instead of the tree. Callers read the
+trees and never edit their nodes.
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ def _parse(path: Path, mtime_ns: int, size: int) -> ast.Module:
     return ast.parse(_read(path, mtime_ns, size), str(path))
 
 
+@functools.lru_cache(maxsize=None)
+def _walk(path: Path, mtime_ns: int, size: int) -> tuple[ast.AST, ...]:
+    return tuple(ast.walk(_parse(path, mtime_ns, size)))
+
+
 def _version(path: Path) -> tuple[Path, int, int]:
     stat = path.stat()
     return path, stat.st_mtime_ns, stat.st_size
@@ -37,3 +43,8 @@ def text(path: Path) -> str:
 def tree(path: Path) -> ast.Module:
     """The file's module tree, shared: read it, never change it."""
     return _parse(*_version(path))
+
+
+def nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of the file's shared tree, in `ast.walk` order."""
+    return _walk(*_version(path))

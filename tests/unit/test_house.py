@@ -72,7 +72,7 @@ def oversized(files: list[Path]) -> list[str]:
         lines = len(sources.text(path).splitlines())
         if lines > MAX_FILE_LINES:
             found.append(f"{rel}: {lines} lines (at most {MAX_FILE_LINES})")
-        for node in ast.walk(sources.tree(path)):
+        for node in sources.nodes(path):
             if isinstance(node, ast.ClassDef):
                 first = min([node.lineno] + [d.lineno for d in node.decorator_list])
                 size = (node.end_lineno or node.lineno) - first + 1
@@ -105,7 +105,7 @@ def prose(path: Path) -> list[tuple[int, str]]:
     source = sources.text(path)
     found = [(tok.start[0], tok.string) for tok in tokenize.generate_tokens(io.StringIO(source).readline)
              if tok.type == tokenize.COMMENT] if HISTORY.search(source) else []
-    for node in ast.walk(sources.tree(path)):
+    for node in sources.nodes(path):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \

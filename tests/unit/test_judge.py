@@ -46,6 +46,8 @@ def test_any_size_and_channels(judge, digits):
         assert (pred == want).float().mean() >= 0.95
     feats = judge.features(big)
     assert feats.shape == (200, J.FEATURE_DIM) and feats.dtype == torch.float32
+    assert torch.equal(judge.features(big[:20], batch=7), feats[:20])  # an image's features ignore its batch
+    assert torch.equal(judge.logits(real[:20], batch=7), judge.logits(real)[:20])
 
 
 def test_real_stats(judge, digits):

@@ -49,7 +49,7 @@ def test_the_source_manifest_and_the_build_step_carry_no_lab() -> None:
 def _imported(path: Path) -> set[str]:
     """The top-level names a module imports (relative imports stay inside its package)."""
     names = set()
-    for node in ast.walk(sources.tree(path)):
+    for node in sources.nodes(path):
         if isinstance(node, ast.Import):
             names |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:

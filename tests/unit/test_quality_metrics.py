@@ -36,15 +36,23 @@ def real_digits() -> torch.Tensor:
     return J.render_digits(load_digits().images[:300]).repeat(1, 3, 1, 1)
 
 
+@pytest.fixture(scope="module")
+def real_features(real_digits: torch.Tensor) -> np.ndarray:
+    """The judge's features of the 300 real digits for scipy's side (the first 120 rows are those of the first 120
+    digits: an image's features do not depend on its batch, test_judge.py checks it)."""
+    return J.load_judge().features(real_digits).double().numpy()
+
+
 @pytest.mark.filterwarnings("ignore:Matrix is singular")  # some judge ReLU features are always zero on digits
 @pytest.mark.parametrize("kind", ["real-300", "real-120", "noise-120"])
-def test_frechet_metric_matches_scipy(kind: str, real_digits: torch.Tensor) -> None:
+def test_frechet_metric_matches_scipy(kind: str, real_digits: torch.Tensor, real_features: np.ndarray) -> None:
     images = {"real-120": real_digits[:120], "real-300": real_digits}.get(kind)
     images = torch.rand(120, 3, 32, 32) if images is None else images
     fid = frechet_metric()
     fid.update(images, real=False)
     value = float(fid.compute())
-    feats = J.load_judge().features(images).double().numpy()
+    feats = {"real-120": real_features[:120], "real-300": real_features}.get(kind)
+    feats = J.load_judge().features(images).double().numpy() if feats is None else feats
     mean, cov, count = real_statistics()
     expected = scipy_frechet(mean.numpy(), cov.numpy(), feats.mean(0), np.cov(feats, rowvar=False))
     print(f"\n{kind}: torchmetrics {value:.5f}, scipy {expected:.5f}, real count {count}")

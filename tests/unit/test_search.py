@@ -92,6 +92,7 @@ def test_cached_index_matches_and_is_reused(tmp_path, monkeypatch):
     def no_rebuild(*_args, **_kwargs):
         raise AssertionError("the cached index was rebuilt although every file hash matched")
     monkeypatch.setattr(ix, "_docs_for_file", no_rebuild)  # speed is a benchmark's business; reuse is checked here
+    monkeypatch.setattr(ix, "_BUILT", {})  # nothing this process built earlier: the second index comes from the file
     second = S.search("bf16 vs fp32 error tf32", HANDBOOK, top=3, cache_path=cache)
     assert [h.path for h in first] == [h.path for h in second]
     third = S.search("grpahs", HANDBOOK, top=3, cache_path=cache)  # typo correction works from a cached index
@@ -239,6 +240,22 @@ def test_typo_correction_on_a_small_handbook(tmp_path):
     assert report.hits[0].path == "01_a/01_graphs.md" and report.interpreted == ["grpahs -> graphs"]
     # a word the handbook knows is never "corrected"
     assert S.report_index(index, "memory", top=1).interpreted == []
+
+
+def test_an_index_of_the_same_files_is_made_once_per_process(tmp_path, monkeypatch):
+    _write(tmp_path, "one/01_a/01_b.md", "# Page\n\nalpha text\n")
+    _write(tmp_path, "two/01_a/01_b.md", "# Page\n\nalpha text\n")
+    first = S.build_index(tmp_path / "one")
+
+    def no_rebuild(*_args, **_kwargs):
+        raise AssertionError("rebuilt")
+    monkeypatch.setattr(ix, "_docs_for_file", no_rebuild)
+    cache = tmp_path / "state" / "index.json"
+    assert S.build_index(tmp_path / "two", cache) is first  # another folder, the same files: the same index
+    assert json.loads(cache.read_text(encoding="utf-8"))["files"] == first.files  # and its cache file is written
+    _write(tmp_path, "two/01_a/01_b.md", "# Page\n\nomega text\n")
+    with pytest.raises(AssertionError, match="rebuilt"):  # a changed file is indexed again
+        S.build_index(tmp_path / "two", cache)
 
 
 def test_cache_is_invalidated_when_a_file_changes(tmp_path):

@@ -101,7 +101,7 @@ def refusal_sites() -> list[Site]:
             if rel.startswith(ELSEWHERE) or path.name == "__main__.py":
                 continue
             module = importlib.import_module(rel[:-3].replace("/", ".").removesuffix(".__init__"))
-            for node in ast.walk(sources.tree(path)):
+            for node in sources.nodes(path):
                 if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == \
                         "Refused" and node.args:
                     sites.append(Site(rel, node.lineno, ast.unparse(node.args[0]), words(node.args[0], module),
