@@ -210,10 +210,10 @@ class CandidateWorkers:
                                  p.fork_servers(self.session.lane.is_cuda)).spawn()
 
     def close_forks(self) -> None:
-        """Close both sides' fork servers, the adopted warm ones included."""
-        if self.forks is not None:
+        """Close both sides' fork servers, the adopted warm ones included (adopted timing servers once, there)."""
+        if self.forks is not None and self.forks is not self.warm.timing():
             self.forks.close()
-            self.forks = None
+        self.forks = None
         self.warm.close()
 
     def close(self) -> None:
