@@ -59,6 +59,8 @@ class PerfProtocol:
     # (worker/warm.py); None: on for CUDA lanes (a cold prelude costs 10-20 s there), off on CPU lanes
     warm_timing_servers: bool | None = None  # the keeper also pre-starts the timing's fork servers (None: on CUDA
     # lanes, where a server's prelude takes 15-29 s; off on CPU lanes, where it would share the few cores)
+    warm_servers_early: bool | None = None  # the next experiment's keeper starts once this one has adopted its
+    # servers, beside the quality run, and the timing waits for its servers' hello (None: on CUDA lanes)
     quality_gaps: bool = True  # the quality run's requests paced like the timed rounds' (sandbox-and-security.md)
     fork_servers_per_side: int | None = None  # exec'd fork servers per side (None: 2 on CUDA lanes, 1 on CPU)
     pair_cores: str = "auto"  # "one": both workers of a timed pair on one core; "affinity": cpu_affinity as is;
@@ -85,6 +87,12 @@ class PerfProtocol:
     def uses_warm_timing_servers(self, is_cuda: bool) -> bool:
         """Whether the keeper also starts the timing's fork servers (`warm_timing_servers`; None: on CUDA lanes)."""
         on = self.warm_timing_servers if self.warm_timing_servers is not None else is_cuda
+        return on and self.uses_warm_servers(is_cuda)
+
+    def starts_next_servers_early(self, is_cuda: bool) -> bool:
+        """Whether the next experiment's keeper starts beside this one's quality run (`warm_servers_early`; None:
+        on CUDA lanes, where a host's spare cores take its imports; off on CPU lanes, where they would slow the run)."""
+        on = self.warm_servers_early if self.warm_servers_early is not None else is_cuda
         return on and self.uses_warm_servers(is_cuda)
 
     def times_quality_pair(self, is_cuda: bool) -> bool:

@@ -86,7 +86,7 @@ class CandidateWorkers:
         self.cand_peak_mb: float | None = None  # the quality worker's device memory (NVML)
         self.cold_start_s: float | None = None  # the candidate tree's first worker: build + first generate
         self.warmup_reused = 0  # the quality run's generates the first warm-up read as history
-        self.warm = warm_servers.WarmStart()  # pre-started servers the quality run's pair may be forked from
+        self.warm, self.next = warm_servers.WarmStart(), warm_servers.NextKeeper()  # this run's servers, the next's
 
     def quality_run(self, cases: list[Case], clock: PhaseClock, live: Live | None) -> CandidateRun:
         """Build and run the candidate's pipeline on `cases` in a worker. While the candidate generates the
@@ -159,7 +159,7 @@ class CandidateWorkers:
         """Time the plan on the first pair (if kept up) and the fork servers; they are closed afterwards."""
         try:
             on_round, on_look = (progress.on_round, progress.on_look) if progress else (None, None)
-            untimed_quality_pair(self, plan)
+            before_timing(self, plan, clock)
             perf = measure(plan, self.launcher, first_pair=self.first_pair, on_round=on_round, on_look=on_look,
                            forks=self.forks)
             self.first_pair = None  # measure() closed it
@@ -224,12 +224,18 @@ class CandidateWorkers:
         self.close_forks()
 
 
+def warm_note(w: CandidateWorkers) -> str:
+    """The run record's `warm_servers`: this experiment's adoption, then the next one's early keeper."""
+    return "; ".join(n for n in (w.warm.note, w.next.note) if n)
+
+
 def adopt_and_fill_first_cache(w: CandidateWorkers, cases: list[Case], clock: PhaseClock) -> None:
     """Adopt the warm servers (the first worker's too when the candidate's tree is new: decided before any server
     opens its cache folder), then run the tree's first worker; a crash there closes every server adopted."""
     cold = w.launcher.sandbox is not None and first_worker.cache_is_cold(w.launcher, w.candidate_root)
     w.warm.adopt(w.session, w.launcher, (w.candidate_root, w.best_root), w.run.dir, w.prefetch_best, clock,
                  first=cold)
+    w.next.start_early()  # after the adoption (which takes this experiment's servers off the record)
     try:
         clock.spent("first_worker", fill_first_cache(w, cases, cold))
     except CandidateCrash:
@@ -250,6 +256,12 @@ def fill_first_cache(w: CandidateWorkers, cases: list[Case], cold: bool) -> floa
         finally:
             w.warm.close_first()  # its cache copy becomes the tree's folder before the quality worker's first fork
     return t
+
+
+def before_timing(workers: CandidateWorkers, plan: MeasurementPlan, clock: PhaseClock) -> None:
+    """The next experiment's early keeper ready (or stopped), then the quality pair closed unless timed."""
+    workers.next.wait(clock)
+    untimed_quality_pair(workers, plan)
 
 
 def untimed_quality_pair(workers: CandidateWorkers, plan: MeasurementPlan) -> None:

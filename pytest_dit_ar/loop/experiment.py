@@ -30,6 +30,7 @@ from ..state.roles import RoleCheck
 from ..state.runs import LogCutRecord, LogsRecord
 from ..state.session import INTEGRITY_WAY_OUT, Session, open_session, verify_integrity
 from . import conclusion
+from .candidate import warm_note
 from .conclusion import Candidate, ledger_row, performance_finding, quality_finding
 from .evidence import Evidence
 from .guards import frozen, gpu_locks, pregate
@@ -106,6 +107,7 @@ class Experiment:
         evidence = Evidence(session, self.classification, run_dir, session.paths.best_worktree, prefetch_best=True,
                             candidate_root=session.paths.candidate_worktree if self.sandboxed else None,
                             sandboxed=self.sandboxed)
+        evidence.workers.next.arm(session, self.config_path, judged=self.sandboxed and not self.judge_only)
         self.stack = check_stack(evidence.baseline().environment)  # read and verified once, before candidate code runs
         evidence.check_metrics_available()
         self.run_id, self.run_dir = run_dir.name, run_dir
@@ -242,7 +244,7 @@ def run_details(exp: Experiment) -> dict[str, Any]:
     perf = exp.evidence.performance_result if exp.evidence else None
     return {"seconds": exp.seconds(), **phase_record(exp.evidence, exp.seconds()), "software": exp.stack,
             "startup": perf.startup() if perf else None, "pregate": pregate.as_records(exp.pregate),
-            "warm_servers": exp.evidence.workers.warm.note if exp.evidence else "", "logs": logs_record(exp.evidence),
+            "warm_servers": warm_note(exp.evidence.workers) if exp.evidence else "", "logs": logs_record(exp.evidence),
             "role_check": dataclasses.asdict(exp.role_check) if exp.role_check else None}
 
 
@@ -266,7 +268,7 @@ def phase_record(evidence: Evidence | None, spent: dict[str, float]) -> dict[str
     `timed_quality` (the timed outputs judged on the task: state/timed_quality.py)."""
     timed = evidence.timed_quality if evidence else None
     return {"phases": phase_times(evidence, spent).as_dict(), "reuse": evidence.reuse.note if evidence else "",
-            "warm_servers": evidence.workers.warm.note if evidence else "",
+            "warm_servers": warm_note(evidence.workers) if evidence else "",
             "timed_quality": timed.as_dict() if timed else None}
 
 

@@ -200,11 +200,14 @@ class PluginSession:
 def start_next_servers(plugin: PluginSession, exp: Any) -> None:
     """Start the next experiment's warm fork servers, detached, once this run's workers are all gone (the timing
     and the role check done): the keeper's imports overlap the guards after the run and the recording, never a
-    timed round. Once a run; a refused or interrupted run starts none."""
+    timed round. Once a run; a refused or interrupted run starts none; a run whose keeper started beside its
+    quality run (`performance.warm_servers_early`) starts no second one."""
     from ..loop.speed import warm_servers
 
     if not plugin.keeper_started and exp.session is not None and exp.sandboxed and not exp.judge_only:
         plugin.keeper_started = True
+        if exp.evidence is not None and exp.evidence.workers.next.pid is not None:
+            return  # started beside the quality run (performance.warm_servers_early), ready or still starting
         warm_servers.start_next(exp.session, exp.config_path)
 
 

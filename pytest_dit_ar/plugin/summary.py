@@ -79,8 +79,11 @@ def verdict_section(tr: Any, exp: Experiment) -> None:
     tr.write_line("time: " + phase_times(exp.evidence, exp.seconds()).line())
     if exp.evidence is not None and exp.evidence.reuse.note:
         tr.write_line(f"reuse: {exp.evidence.reuse.note}")
-    if exp.evidence is not None and exp.evidence.workers.warm.note:
-        tr.write_line(f"warm servers: {exp.evidence.workers.warm.note}")
+    if exp.evidence is not None:
+        from ..loop.candidate import warm_note  # loaded by the experiment already
+
+        if warm_note(exp.evidence.workers):
+            tr.write_line(f"warm servers: {warm_note(exp.evidence.workers)}")
     tr.write_line(action_line(exp))
 
 

@@ -18,7 +18,7 @@ from typing import Any
 # the clock's names per phase; what no name covers (pytest, imports, git outside the guards) is `other`
 CLOCK_NAMES: dict[str, tuple[str, ...]] = {
     "start_up": ("first_worker", "warm_servers_adopt", "quality_worker_start", "best_worker_start_not_overlapped",
-                 "timing_startup", "timing_fork_servers_wait"),
+                 "timing_startup", "timing_fork_servers_wait", "next_servers_wait"),
     "quality_corpus": ("quality_corpus",),
     "quality_judging": ("quality_metrics", "timed_quality"),  # the timed outputs scored too (loop/quality/timed.py)
     "warm_up": ("timing_warmup",),

@@ -57,9 +57,11 @@ def test_proc_shows_a_process_s_child() -> None:
 
 
 @pytest.mark.extended  # a baseline and two experiments: about 4 minutes on the 2-core VM
-def test_a_no_op_forks_its_quality_pair_from_the_servers_the_baseline_started(tmp_path: Path) -> None:
+@pytest.mark.parametrize("early", [True, False], ids=["keeper-beside-the-quality-run", "keeper-after-the-timing"])
+def test_a_no_op_forks_its_quality_pair_from_the_servers_the_baseline_started(tmp_path: Path, early: bool) -> None:
     require_sandbox()
-    repo = make_project_copy(tmp_path / "repo", perf={"warm_servers": True, "warm_timing_servers": True})
+    repo = make_project_copy(tmp_path / "repo", perf={"warm_servers": True, "warm_timing_servers": True,
+                                                      "warm_servers_early": early})
     run(repo, "init", "--tag", "w1", "--lane", "embedded-cpu", check=True)
     run(repo, "baseline", "--quiet", check=True)
     first = ready(repo)
@@ -70,6 +72,7 @@ def test_a_no_op_forks_its_quality_pair_from_the_servers_the_baseline_started(tm
 
     commit_change(repo, "model_under_test/__init__.py", "\n# a comment: nothing changes\n", "a no-op")
     proc = experiment(repo, "exact", "a no-op")
+    ended = time.time()
     assert ledger_rows(repo)[-1].status is Status.DISCARD_PERFORMANCE, proc.stdout + proc.stderr
     warm_run = record(repo)
     assert warm_run["warm_servers"].startswith("adopted ("), warm_run["warm_servers"]
@@ -81,8 +84,11 @@ def test_a_no_op_forks_its_quality_pair_from_the_servers_the_baseline_started(tm
     pool = json.loads((run_dir / "perf.json").read_text())["pool"]
     assert pool["fork_servers"] and not list(run_dir.glob("forkserver-*.log"))  # the timing forked from adopted ones
 
-    second = ready(repo)  # the experiment started the next ones at its end
+    second = ready(repo)  # the experiment started the next ones (beside its quality run, or at its end)
     assert second.keeper_pid != first.keeper_pid
+    waited = "the next experiment's servers were ready after a wait of"
+    assert (waited in warm_run["warm_servers"]) is early, warm_run["warm_servers"]  # ready before its timing
+    assert not early or second.started < ended  # said hello while the experiment still ran
     os.kill(second.keeper_pid, signal.SIGKILL)  # a keeper that dies takes its sandboxes with it
     commit_change(repo, "model_under_test/__init__.py", "\n# another comment\n", "another no-op")
     proc = experiment(repo, "exact", "another no-op")

@@ -9,6 +9,7 @@ import json
 from tests.helpers.loop import PROJECT
 
 NIGHT = json.loads((PROJECT / "lab" / "data" / "h100" / "night-20261207" / "summary.json").read_text())
+LATER = json.loads((PROJECT / "lab" / "data" / "h100" / "night-20261207c" / "summary.json").read_text())
 GRAPH = "one CUDA graph for the whole sampling loop"
 
 
@@ -25,6 +26,18 @@ def test_the_readme_quotes_the_recorded_night() -> None:
     slow = next(e for e in NIGHT["experiments"] if e["description"].startswith("a slowdown"))
     assert f"slowdown ({slow['estimate_pct']:.1f}%)" in readme and slow["status"] != "keep"
     assert f"{NIGHT['night']['per_hour_own_wall']:.0f} judged experiments per hour" in readme
+
+
+def test_the_readme_quotes_the_later_session_s_whole_plan() -> None:
+    readme = " ".join((PROJECT / "README.md").read_text().split())
+    night = LATER["night"]
+    assert night["noops_discarded"] == len(night["noops"]) == 6 and "six no-ops (all discarded after one pair" in readme
+    assert night["noops_excluding_zero_beyond_bound"] == 0
+    assert f"median {night['noop_median_pct']:+.2f}%" in readme
+    assert sum(e["description"].startswith("a slowdown") and e["status"] != "keep" for e in LATER["experiments"]) == 2
+    assert any(e["status"] == "discard-quality" for e in LATER["experiments"])
+    assert f"{night['per_hour_own_wall']:.0f} judged experiments per hour of their own wall time, " \
+           f"{night['per_hour_session']:.0f} per hour of the session" in readme
 
 
 def test_the_design_page_quotes_the_recorded_phases() -> None:

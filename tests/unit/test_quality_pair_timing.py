@@ -36,6 +36,7 @@ def _measure_with(monkeypatch: pytest.MonkeyPatch, setting: str, is_cuda: bool) 
     workers = object.__new__(CandidateWorkers)
     pair = FakePair()
     workers.first_pair, workers.forks, workers.launcher, workers.warmup_reused = pair, None, None, 7
+    workers.next = candidate.warm_servers.NextKeeper()  # no early keeper of the next experiment to wait for
     workers.warm = FakePair()  # the adopted warm fork servers (none here): closed with the experiment's own
     plan = SimpleNamespace(protocol=replace(PerfProtocol(), time_quality_pair=setting), is_cuda=is_cuda)
     clock = SimpleNamespace(spent=lambda name, t: t)

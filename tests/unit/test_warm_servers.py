@@ -232,3 +232,85 @@ def test_warm_servers_are_on_by_default_on_cuda_lanes_only_and_a_setting_wins() 
     assert PerfProtocol(warm_servers=True).uses_warm_servers(is_cuda=False)
     assert not PerfProtocol(warm_servers=False).uses_warm_servers(is_cuda=True)
     assert not PerfProtocol(fork_server=False).uses_warm_servers(is_cuda=True)  # they are fork servers
+
+
+def test_the_next_keeper_starts_early_on_cuda_lanes_only_with_warm_servers_and_a_setting_wins() -> None:
+    from dit_ar_contract.config import PerfProtocol
+
+    assert PerfProtocol().starts_next_servers_early(is_cuda=True)
+    assert not PerfProtocol().starts_next_servers_early(is_cuda=False)
+    assert not PerfProtocol(warm_servers_early=False).starts_next_servers_early(is_cuda=True)
+    assert not PerfProtocol(warm_servers=False).starts_next_servers_early(is_cuda=True)  # nothing to start
+    assert PerfProtocol(warm_servers=True, warm_servers_early=True).starts_next_servers_early(is_cuda=False)
+
+
+def _keeper_record(tmp_path: Path, **kw) -> warm.WarmRecord:
+    me = os.getpid()  # alive, with its true start time: the keeper, as far as the record says
+    return record(tmp_path, keeper_pid=me, keeper_start=warm.start_ticks(me) or 0, **kw)
+
+
+def test_the_timing_waits_for_the_early_keeper_s_hello(tmp_path: Path) -> None:
+    s = session(tmp_path)
+    warm_servers.write(s.paths, _keeper_record(tmp_path, servers=[]))  # still importing
+    timer = threading.Timer(0.3, lambda: warm_servers.write(s.paths, _keeper_record(tmp_path)))
+    timer.start()
+    ready, note = warm_servers.await_ready(s.paths, os.getpid(), wait_s=30.0)
+    timer.join()
+    assert ready and "ready after a wait of" in note
+    assert warm_servers.read(s.paths) is not None  # left running, for the next experiment
+
+
+def test_an_early_keeper_not_ready_in_time_is_stopped_before_any_timed_round(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    s, stopped = session(tmp_path), []
+    monkeypatch.setattr(warm_servers, "stop", lambda paths: stopped.append(paths))  # not this test's own process
+    warm_servers.write(s.paths, _keeper_record(tmp_path, servers=[]))
+    ready, note = warm_servers.await_ready(s.paths, os.getpid(), wait_s=0.2)
+    assert not ready and "not ready in 0 s: stopped" in note and stopped == [s.paths]
+
+
+def test_a_keeper_that_ended_or_another_keeper_s_record_is_not_waited_for(tmp_path: Path) -> None:
+    s = session(tmp_path)
+    me = os.getpid()  # a PID that lives, with another start time: the recorded keeper is gone
+    warm_servers.write(s.paths, record(tmp_path, keeper_pid=me, keeper_start=(warm.start_ticks(me) or 0) + 1,
+                                       servers=[]))
+    ready, note = warm_servers.await_ready(s.paths, me, wait_s=30.0)
+    assert not ready and "ended before its servers were ready" in note
+    warm_servers.write(s.paths, _keeper_record(tmp_path, servers=[]))
+    ready, _ = warm_servers.await_ready(s.paths, me + 1, wait_s=30.0)  # the record is not this keeper's
+    assert not ready
+
+
+def test_an_experiment_starts_its_early_keeper_once_and_waits_for_it_before_timing(tmp_path: Path) -> None:
+    s, me = session(tmp_path), os.getpid()
+    keeper, seconds = warm_servers.NextKeeper(), {}
+    clock = SimpleNamespace(spent=lambda name, t: seconds.setdefault(name, t))
+    keeper.arm(SimpleNamespace(lane=lane(True), paths=s.paths), Path("c"), judged=False)  # type: ignore[arg-type]
+    keeper.start_early()  # a plain run: none is started, nothing waited for
+    keeper.wait(clock)  # type: ignore[arg-type]
+    assert seconds == {} and keeper.note == ""
+    started: list[int] = []
+    keeper.arm(SimpleNamespace(lane=lane(True), paths=s.paths), Path("c"), judged=True)  # type: ignore[arg-type]
+    assert keeper.start is not None
+    keeper.start = lambda: started.append(me) or me
+    keeper.start_early()
+    keeper.start_early()
+    assert started == [me] and keeper.pid == me
+    warm_servers.write(s.paths, _keeper_record(tmp_path))
+    keeper.wait(clock)  # type: ignore[arg-type]
+    assert "next_servers_wait" in seconds and keeper.pid == me
+    assert "the next experiment's servers were ready" in keeper.note
+
+
+def test_a_run_whose_keeper_started_early_starts_no_second_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_dit_ar.plugin import session as plugin_session
+
+    calls: list[object] = []
+    monkeypatch.setattr(warm_servers, "start_next", lambda *a: calls.append(a))
+    for early in (1234, None):
+        plugin = SimpleNamespace(keeper_started=False)
+        exp = SimpleNamespace(session=object(), sandboxed=True, judge_only=False, config_path=Path("c"),
+                              evidence=SimpleNamespace(workers=SimpleNamespace(next=SimpleNamespace(pid=early))))
+        plugin_session.start_next_servers(plugin, exp)  # type: ignore[arg-type]
+        plugin_session.start_next_servers(plugin, exp)  # type: ignore[arg-type]
+    assert len(calls) == 1  # only the run without an early keeper, once

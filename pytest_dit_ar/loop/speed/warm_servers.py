@@ -7,6 +7,7 @@ checked): `start_next` starts the keeper, detached, at the end of an experiment 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import secrets
@@ -16,6 +17,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -89,6 +91,25 @@ def start_next(session: Session | None, config_path: Path, judged: bool = True) 
         write(paths, WarmRecord(proc.pid, ticks, "", "", session.lane_id, 0.0, [], str(paths.dir.resolve())),
               first=True)
     return proc.pid
+
+
+def await_ready(paths: StatePaths, keeper_pid: int, wait_s: float = READY_WAIT_S) -> tuple[bool, str]:
+    """Wait until the keeper `keeper_pid` started early by this experiment (`performance.warm_servers_early`) has
+    its servers' hello, so that none of its imports runs beside a timed round; one that is not ready in `wait_s`
+    is stopped (the experiment starts a keeper again when its workers are gone). Whether they are ready and
+    waiting, and what happened."""
+    t0 = time.perf_counter()
+    record = read(paths)
+    while record is not None and record.keeper_pid == keeper_pid and not record.servers and keeper_alive(record):
+        if time.perf_counter() - t0 >= wait_s:
+            stop(paths)
+            return False, f"the next experiment's servers were not ready in {wait_s:.0f} s: stopped"
+        time.sleep(0.05)
+        record = read(paths)
+    waited = time.perf_counter() - t0
+    if record is None or record.keeper_pid != keeper_pid or not keeper_alive(record):
+        return False, "the next experiment's keeper ended before its servers were ready"
+    return True, f"the next experiment's servers were ready after a wait of {waited:.1f} s before the timing"
 
 
 def stop(paths: StatePaths, wait_s: float = 15.0) -> str | None:
@@ -261,6 +282,38 @@ class WarmStart:
         if self.servers is not None:
             self.servers.close()
             self.servers = None
+
+
+class NextKeeper:
+    """The next experiment's keeper, started early by a judged experiment (`performance.warm_servers_early`; `arm`,
+    which a plain run never calls): its servers' imports run beside this quality run, and the timing waits for
+    their hello (`wait`). `note` is the record's word on it."""
+
+    def __init__(self) -> None:
+        self.start: Callable[[], int | None] | None = None
+        self.paths: StatePaths | None = None
+        self.pid: int | None = None  # the keeper's PID once started (an experiment starts no other)
+        self.note = ""
+
+    def arm(self, session: Session, config_path: Path, judged: bool) -> None:
+        """A judged, sandboxed experiment on a lane that asks for it starts the next keeper early."""
+        if judged and session.lane.performance.starts_next_servers_early(session.lane.is_cuda):
+            self.start, self.paths = functools.partial(start_next, session, config_path), session.paths
+
+    def start_early(self) -> None:
+        if self.start is not None and self.pid is None:
+            self.pid = self.start()
+
+    def wait(self, clock: Clock) -> None:
+        """Before any timed round: wait for the keeper's servers (stopped when not ready in time); the wait is
+        start-up (`next_servers_wait`)."""
+        if self.pid is None or self.paths is None:
+            return
+        t = time.perf_counter()
+        ready, self.note = await_ready(self.paths, self.pid)
+        if not ready:
+            self.pid = None  # none is waiting: the experiment starts one when its workers are gone
+        clock.spent("next_servers_wait", t)
 
 
 def _wait_ready(paths: StatePaths) -> tuple[WarmRecord | None, float]:
