@@ -20,6 +20,7 @@ from pytest_dit_ar.state.ledger import LedgerRow
 from pytest_dit_ar.state.runs import RunPaths
 from quality_suite.assessment import QualityAssessment
 from tests.helpers.loop import (
+    batch_cfg,
     commit_change,
     env_for,
     experiment,
@@ -68,16 +69,8 @@ def consistent_verdict(row: LedgerRow, quality: QualityAssessment) -> None:
 @pytest.mark.extended
 @pytest.mark.slow
 def test_batched_cfg_is_an_exact_reordering_that_passes(loop_repo: Path) -> None:
-    pipeline = loop_repo / "model_under_test" / "pipeline.py"
-    text = pipeline.read_text()
-    two_passes = ("                    eps_cond = self.predict_noise(model_input, t, labels)\n"
-                  "                    eps_uncond = self.predict_noise(model_input, t, null)\n")
-    one_pass = ("                    both = self.predict_noise(torch.cat([model_input, model_input]), t,\n"
-                "                                              torch.cat([labels, null]))\n"
-                "                    eps_cond, eps_uncond = both.chunk(2)\n")
-    assert two_passes in text
-    commit_change(loop_repo, "model_under_test/pipeline.py", text.replace(two_passes, one_pass),
-                  "batch CFG into one forward", append=False)
+    batch_cfg(loop_repo)
+    git(loop_repo, "commit", "-qam", "batch CFG into one forward")
     proc, row, quality = judged(loop_repo, "exact", "batch CFG into one forward")
     assert row.effective_class == "exact" and quality.audit_reasons == ()
     assert failures(quality) == [], proc.stdout

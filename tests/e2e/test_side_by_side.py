@@ -35,11 +35,17 @@ def first_clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_project_copy(tmp_path_factory.mktemp("clone") / "first")
 
 
+@pytest.fixture(scope="module")
+def wheel_venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Venv:
+    """The wheel in a fresh venv, shared by this module's tests (none of them changes what is installed)."""
+    return make_venv(tmp_path_factory.mktemp("venv-wheel") / "venv", str(wheel))
+
+
 @pytest.fixture(scope="module", params=INSTALLS)
 def installed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, first_clone: Path) -> Venv:
-    base = tmp_path_factory.mktemp(f"venv-{request.param}")
     if request.param == "wheel":
-        return make_venv(base / "venv", str(build_wheel(base / "dist")))
+        return request.getfixturevalue("wheel_venv")
+    base = tmp_path_factory.mktemp(f"venv-{request.param}")
     return make_venv(base / "venv", "--no-build-isolation", "-e", str(first_clone))
 
 
@@ -157,11 +163,11 @@ def test_the_venv_inside_a_users_project(tmp_path: Path, wheel: Path) -> None:
     assert "baseline" in last and "site-packages" not in last and "not selected" not in last, last
 
 
-def test_the_guides_come_with_the_wheel(tmp_path: Path, wheel: Path) -> None:
+def test_the_guides_come_with_the_wheel(tmp_path: Path, wheel_venv: Venv) -> None:
     """`dit-ar guide` prints the task guides from the installed package (setup.py copies docs/guide/ into it), in a
     folder with no checkout around: the list, a guide whose text is the repository's page (its links to other guides
     written as the command that prints them), and an unknown name refused with the list and a way out."""
-    venv = make_venv(tmp_path / "venv", str(wheel))
+    venv = wheel_venv
     assert (venv.where("pytest_dit_ar").parent / "guides" / "your-own-model.md").is_file()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
