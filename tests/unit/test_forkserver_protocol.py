@@ -178,3 +178,61 @@ def test_every_worker_compiles_in_process_whatever_its_cache(tmp_path: Path) -> 
     envs.append(Zygote("best", tmp_path, target(), 1, tmp_path / "fs.log", 30.0, None).environment())
     assert all(env == envs[0] for env in envs)
     assert envs[0]["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
+
+
+class _FakeSide:
+    """A side's servers that record what the harness asked of them."""
+
+    def __init__(self, calls: list[str], label: str):
+        self.calls, self.label = calls, label
+
+    def spawn(self):
+        self.calls.append(f"{self.label} spawn")
+        return self
+
+    def ready(self):
+        self.calls.append(f"{self.label} ready")
+        return self
+
+    def fork(self, tag: str):
+        self.calls.append(f"{self.label} fork {tag}")
+        return tag
+
+    def close(self) -> None:
+        self.calls.append(f"{self.label} close")
+
+    def kill(self) -> None:
+        self.calls.append(f"{self.label} kill")
+
+
+def _servers(calls: list[str]):
+    from pytest_dit_ar.worker.forkserver import ForkServers
+
+    servers = ForkServers.__new__(ForkServers)
+    servers.cand, servers.best = _FakeSide(calls, "cand"), _FakeSide(calls, "best")
+    servers.pending = False
+    return servers
+
+
+def test_lazy_fork_servers_start_at_the_first_fork_and_never_when_none_is_asked_for() -> None:
+    """CPU lanes: an experiment decided by the quality run or its first pair starts no fork server; the first fork
+    starts both sides' servers and waits for their hello before forking (never beside timed rounds)."""
+    calls: list[str] = []
+    unused = _servers(calls).spawn(lazy=True)
+    unused.ready()  # the first pair's segment: nothing started, nothing to wait for
+    unused.close()
+    unused.kill()
+    assert calls == [] and not unused.started
+    used = _servers(calls).spawn(lazy=True)
+    assert used.fork_pair("segment1") == ("segment1", "segment1")
+    assert calls == ["cand spawn", "best spawn", "cand ready", "best ready", "cand fork segment1", "best fork segment1"]
+    calls.clear()
+    used.fork_pair("segment2")  # started once
+    used.close()
+    assert calls == ["cand ready", "best ready", "cand fork segment2", "best fork segment2", "cand close", "best close"]
+
+
+def test_eager_fork_servers_start_at_once() -> None:
+    calls: list[str] = []
+    servers = _servers(calls).spawn()
+    assert calls == ["cand spawn", "best spawn"] and servers.started
