@@ -11,6 +11,7 @@ The candidates are patch files (demo_patches/, written by lab/tools/make_demo_pa
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -94,6 +95,30 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], echo: bool = True) -> s
     return done
 
 
+CONFIG = "config/autoresearch.json"
+WARM_COMMIT = "demo: warm fork servers on the lane (the demo stops their keeper when it ends)"
+
+
+def warm_servers_on(repo: Path, lane: str) -> None:
+    """Turn the lane's `performance.warm_servers` on in the clone's config and commit it (before `init`, so the
+    session's integrity and baseline include it). Each experiment then forks its first worker and its quality pair
+    from servers whose imports ran while the previous step's process started and ended, instead of exec'ing them
+    after its own start (docs/design/speed-verdict.md, "Fork servers")."""
+    path = repo / CONFIG
+    data = json.loads(path.read_text())
+    data["lanes"][lane].setdefault("performance", {})["warm_servers"] = True
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    subprocess.run(["git", "commit", "-qam", WARM_COMMIT], cwd=repo, check=True)
+
+
+def stop_warm_servers(repo: Path) -> str | None:
+    """End the keeper the last experiment started (and its servers), if any; what was stopped."""
+    from ..loop.speed import warm_servers
+    from ..state.paths import StatePaths
+
+    return warm_servers.stop(StatePaths(repo))
+
+
 def run_demo(source: Path, scratch: Path, lane: str = "embedded-cpu") -> int:
     """Clone source into scratch and drive the loop there with the CLI."""
     started = time.perf_counter()
@@ -102,8 +127,19 @@ def run_demo(source: Path, scratch: Path, lane: str = "embedded-cpu") -> int:
     check_clone(repo)
     for key, value in (("user.name", "dit-ar demo"), ("user.email", "demo@dit-ar.invalid")):
         subprocess.run(["git", "config", key, value], cwd=repo, check=True)
+    warm_servers_on(repo, lane)
+    try:
+        return _drive(repo, lane, started)
+    finally:
+        stopped = stop_warm_servers(repo)
+        if stopped:
+            print(f"warm servers stopped ({stopped})", flush=True)
+
+
+def _drive(repo: Path, lane: str, started: float) -> int:
+    """doctor, init, baseline, the candidates, the ledger and the report, each a CLI process in the clone."""
     env = {**os.environ, "PYTHONPATH": str(repo)}
-    cli = [sys.executable, "-m", "pytest_dit_ar.cli", "--config", "config/autoresearch.json"]
+    cli = [sys.executable, "-m", "pytest_dit_ar.cli", "--config", CONFIG]
 
     def step(title: str, *args: str) -> subprocess.CompletedProcess:
         print(f"[{time.perf_counter() - started:5.0f}s] {title}: dit-ar {' '.join(args)}", flush=True)
@@ -131,6 +167,9 @@ def run_demo(source: Path, scratch: Path, lane: str = "embedded-cpu") -> int:
         if proc.returncode == 2:
             print(proc.stdout[-2000:] + proc.stderr[-2000:], file=sys.stderr)
             return 2
+    stopped = stop_warm_servers(repo)  # the keeper the last experiment started serves no next one
+    if stopped:
+        print(f"warm servers stopped ({stopped})", flush=True)
     print(f"[{time.perf_counter() - started:5.0f}s] ledger:", flush=True)
     _run(cli + ["status", "--rows", "20"], repo, env)
     report = _run(cli + ["report", "--no-confirm"], repo, env, echo=False)  # the confirmation: `dit-ar summary`
