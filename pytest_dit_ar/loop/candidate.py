@@ -199,19 +199,15 @@ class CandidateWorkers:
 
     def _spawn_forks(self) -> None:
         """Start both sides' fork servers (their imports run beside the quality run, never beside timed
-        rounds): the pairs after the first are forked from them (lane setting performance.fork_server). On CPU
-        lanes they start when the first fork is asked for (after the first segment's look), so an experiment that
-        the quality run or the first pair decides starts none: on a few cores their preludes cost the quality
-        run as many CPU-seconds as they would cost later."""
+        rounds): the pairs after the first are forked from them (lane setting performance.fork_server)."""
         p = self.session.lane.performance
         if self.best_root is None or not self.prefetch_best or not p.fork_server:
             return
         self.forks = self.warm.timing()  # pre-started by the last experiment's keeper (CUDA lanes)
         if self.forks is not None:
             return
-        is_cuda = self.session.lane.is_cuda
         self.forks = ForkServers(self.launcher, self.candidate_root, self.best_root, self.run.dir,
-                                 p.fork_servers(is_cuda)).spawn(lazy=not is_cuda)
+                                 p.fork_servers(self.session.lane.is_cuda)).spawn()
 
     def close_forks(self) -> None:
         """Close both sides' fork servers, the adopted warm ones included (adopted timing servers once, there)."""

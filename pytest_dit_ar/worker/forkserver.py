@@ -429,40 +429,19 @@ class ForkServers:
                  tag: str = ""):
         self.cand = SideZygotes(launcher, Role.CANDIDATE.label, cand_root, log_dir, per_side, tag)
         self.best = SideZygotes(launcher, Role.BEST.label, best_root, log_dir, per_side, tag)
-        self.pending = False  # spawned lazily: the servers start at the first fork (`spawn(lazy=True)`)
 
-    def spawn(self, lazy: bool = False) -> "ForkServers":
-        """Start both sides' servers now, or (`lazy`) at the first fork: a verdict the first pair decides (a
-        discard on quality, or after one timed segment) then never pays for their preludes. CPU lanes start them
-        lazily: there the imports share the few cores with the quality run instead of hiding behind it."""
-        self.pending = lazy
-        if not lazy:
-            self.cand.spawn()
-            self.best.spawn()
+    def spawn(self) -> "ForkServers":
+        self.cand.spawn()
+        self.best.spawn()
         return self
-
-    def begin(self) -> "ForkServers":
-        """Start servers spawned lazily that have not started yet (the first fork's call)."""
-        if self.pending:
-            self.pending = False
-            self.cand.spawn()
-            self.best.spawn()
-        return self
-
-    @property
-    def started(self) -> bool:
-        return not self.pending
 
     def ready(self) -> "ForkServers":
-        """Wait for the started servers' hello (lazy servers not started yet: nothing imports, nothing to wait)."""
-        if self.pending:
-            return self
         self.cand.ready()
         self.best.ready()
         return self
 
     def fork_pair(self, tag: str) -> tuple[ForkedWorker, ForkedWorker]:
-        self.begin().ready()
+        self.ready()
         return self.cand.fork(tag), self.best.fork(tag)
 
     def side(self, role: Role) -> SideZygotes:
@@ -473,13 +452,9 @@ class ForkServers:
         return {role.label: self.side(role).times.as_dict() for role in ROLES}
 
     def close(self) -> None:
-        if self.pending:
-            return  # never started
         self.cand.close()
         self.best.close()
 
     def kill(self) -> None:
-        if self.pending:
-            return
         self.cand.kill()
         self.best.kill()

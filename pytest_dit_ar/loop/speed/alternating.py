@@ -30,7 +30,7 @@ def one_worker(launcher: WorkerLauncher, forks: ForkServers | None, side: Side, 
     """A fresh worker of one side: forked from its fork server when there is one, else exec'd."""
     if forks is None:
         return launcher.worker(side.name, side.root, log_dir / f"worker-{side.name}-segment{index}.log").spawn()
-    forks.begin().ready()
+    forks.ready()
     return forks.side(role).fork(f"segment{index}")
 
 
