@@ -5,7 +5,9 @@ doctor -> init -> baseline, then a built-in series of candidate commits, each ju
 audit raises it to quantization) and a slower change. Ends with the ledger and the report's path (the report without
 the best's confirmation on fresh seeds, which `dit-ar summary` runs: it would double the step cut's cases).
 The candidates are patch files (demo_patches/, written by lab/tools/make_demo_patches.py) applied with
-`git apply`, exactly as a person would apply an idea to model_under_test/.
+`git apply`, exactly as a person would apply an idea to model_under_test/. In its clone, a commit before `init` turns
+the lane's warm fork servers on (`performance.warm_servers`), and the keeper the last experiment starts is stopped
+when the demo ends.
 """
 
 from __future__ import annotations
