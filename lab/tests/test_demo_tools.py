@@ -27,18 +27,17 @@ def test_the_committed_patches_are_what_the_maker_writes(tmp_path: Path, monkeyp
 
 def test_demo_repeat_reads_each_candidates_verdict_from_a_demos_output() -> None:
     output = "\n".join([
-        "[ 589s] candidate 1/5: batched guidance (declared exact) — expected KEEP", "    speed: +83.48% ...",
-        "    VERDICT: KEEP", "[1088s] candidate 2/5: bf16 (declared exact)", "      [1100s] quality: metrics",
-        "    VERDICT: DISCARD-QUALITY", "[2154s] candidate 4/5: int8",
+        "[ 589s] candidate 1/4: batched guidance (declared exact) — expected KEEP", "    speed: +83.48% ...",
+        "    VERDICT: KEEP", "[1088s] candidate 2/4: half steps (declared approximate)",
+        "      [1100s] quality: metrics", "    VERDICT: KEEP", "[2154s] candidate 3/4: int8 (declared numerical)",
         "    quality test: judge_accuracy vs baseline: degradation +0.0037 [upper bound +0.0061] vs resolution "
         "3.47e-05 over 40 cases: FAIL", "    VERDICT: DISCARD-QUALITY"])
-    verdicts = tool.verdicts_in(output, 5)
-    assert verdicts == ["KEEP", "DISCARD-QUALITY", "?", "DISCARD-QUALITY", "?"]
-    assert tool.quality_tests_in(output) == {4: ["judge_accuracy vs baseline: degradation +0.0037 [upper bound "
+    verdicts = tool.verdicts_in(output, 4)
+    assert verdicts == ["KEEP", "KEEP", "DISCARD-QUALITY", "?"]
+    assert tool.quality_tests_in(output) == {3: ["judge_accuracy vs baseline: degradation +0.0037 [upper bound "
                                                  "+0.0061] vs resolution 3.47e-05 over 40 cases: FAIL"]}
     expected = [DOCUMENTED[c.patch.stem] for c in CANDIDATES]
-    run = tool.DemoRun(1, 100.0, 1.0, 0, ["KEEP", "DISCARD-QUALITY", "KEEP", "DISCARD-QUALITY",
-                                          "DISCARD-PERFORMANCE"])
+    run = tool.DemoRun(1, 100.0, 1.0, 0, ["KEEP", "KEEP", "DISCARD-QUALITY", "DISCARD-PERFORMANCE"])
     assert run.as_documented(expected)
-    run.verdicts[3] = "DISCARD-PERFORMANCE"  # the int8 candidate is documented as refused on quality only
+    run.verdicts[2] = "DISCARD-PERFORMANCE"  # the int8 candidate is documented as refused on quality only
     assert not run.as_documented(expected)

@@ -50,21 +50,17 @@ CANDIDATES = (
                     "                    both = self.predict_noise(torch.cat([model_input, model_input]), t, "
                     "torch.cat([labels, null]))\n"
                     "                    eps_cond, eps_uncond = both.chunk(2)\n"),)),
-    Candidate("02-exact-bf16", "run the denoiser in bf16 (declared exact)", "exact",
-              "the audit raises the class to numerical; judged there",
-              (Edit(EMBEDDED, LOAD, '    spec = {**spec, "options": {**spec["options"], "dtype": "bfloat16"}}\n'
-                                    + LOAD),)),
-    Candidate("03-approximate-half-steps", "halve the number of sampling steps", "approximate",
+    Candidate("02-approximate-half-steps", "halve the number of sampling steps", "approximate",
               "fewer denoiser evaluations: the approximate gate (task quality within a margin)",
               (Edit(PIPELINE, "        self.steps = int(steps)\n", "        self.steps = max(1, int(steps) // 2)\n"),)),
-    Candidate("04-quantization-int8-dynamic", "dynamic int8 quantization of every Linear", "quantization",
-              "the quantization tolerance claim: each task score within its resolution and no case beyond tau_q, "
-              "against the baseline and the parent",
+    Candidate("03-numerical-int8-dynamic", "dynamic int8 quantization of every Linear",
+              "numerical", "the audit raises the class to quantization; its tolerance claim: each task score within "
+              "its resolution and no case beyond tau_q, against the baseline and the parent",
               (Edit(EMBEDDED, "from __future__ import annotations\n\n",
                     "from __future__ import annotations\n\nimport torch\n\n"),
                Edit(EMBEDDED, LOAD, LOAD + "    transformer = torch.ao.quantization.quantize_dynamic(\n"
                                            "        transformer.float(), {torch.nn.Linear}, dtype=torch.qint8)\n"))),
-    Candidate("05-exact-wasted-pass", "evaluate one extra denoiser pass per step (slower)", "exact",
+    Candidate("04-exact-wasted-pass", "evaluate one extra denoiser pass per step (slower)", "exact",
               "a slower change: expected DISCARD-PERFORMANCE",
               (Edit(PIPELINE, STEP, STEP.replace("                latents", "                self.predict_noise("
                                                  "model_input, t, labels)  # computed and thrown away\n"

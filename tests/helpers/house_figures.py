@@ -45,6 +45,7 @@ OTHER_JSON = {  # the shipped modules outside state/ that call json.load(s), and
     "dit_ar_contract/config.py": "the session's config (config/autoresearch.json)",
     "perf_suite/studies.py": "a study's result file",
     "quality_suite/case_scores.py": "the case ids in a task-scores file's metadata",
+    "pytest_dit_ar/cli/demo.py": "the demo clone's config, to turn its lane's warm servers on before init",
     "pytest_dit_ar/cli/scaffold_files.py": "a diffusers pipeline's configs and the scaffold's contract template",
     "pytest_dit_ar/fleet/index.py": "the fleet's index of judged candidates (judged.jsonl)",
     "pytest_dit_ar/fleet/judging.py": "a judge's live.json bytes, read into LiveState",

@@ -32,7 +32,7 @@ def repo(tmp_path: Path) -> Path:
 
 
 def test_the_series_is_described() -> None:
-    assert [c.classification for c in CANDIDATES] == ["exact", "exact", "approximate", "quantization", "exact"]
+    assert [c.classification for c in CANDIDATES] == ["exact", "approximate", "numerical", "exact"]
     assert all(c.classification in CLASSES and c.description and c.expect for c in CANDIDATES)
     assert "KEEP" in CANDIDATES[0].expect and "DISCARD-PERFORMANCE" in CANDIDATES[-1].expect
 
@@ -75,6 +75,30 @@ def test_every_candidate_has_a_documented_verdict() -> None:
     from pytest_dit_ar.cli.demo import DOCUMENTED
 
     assert [DOCUMENTED[c.patch.stem] for c in CANDIDATES] == \
-        [("KEEP",), ("DISCARD-PERFORMANCE", "DISCARD-QUALITY"), ("KEEP",), ("DISCARD-QUALITY",),
-         ("DISCARD-PERFORMANCE",)]
+        [("KEEP",), ("KEEP",), ("DISCARD-QUALITY",), ("DISCARD-PERFORMANCE",)]
 
+
+
+def test_the_demo_turns_its_lanes_warm_servers_on_in_a_commit_before_init(repo: Path) -> None:
+    """The demo's clone commits `performance.warm_servers` for its lane (the config still parses, only that lane
+    changes) before `init`, and ends the keeper when it ends (none recorded here: nothing to stop)."""
+    from dit_ar_contract.config import parse_config
+    from pytest_dit_ar.cli.demo import CONFIG, WARM_COMMIT, stop_warm_servers, warm_servers_on
+
+    (repo / "config").mkdir()
+    (repo / CONFIG).write_text((PROJECT / CONFIG).read_text())
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "config")
+    before = parse_config((repo / CONFIG).read_text(), PROJECT / CONFIG)  # the project root: its corpus files
+    subprocess.run(["git", "config", "user.name", "t"], cwd=repo, check=True)
+    subprocess.run(["git", "config", "user.email", "t@t"], cwd=repo, check=True)
+    warm_servers_on(repo, "embedded-cpu")
+    after = parse_config((repo / CONFIG).read_text(), PROJECT / CONFIG)
+    lanes = {name: lane.performance for name, lane in after.lanes.items()}
+    assert lanes["embedded-cpu"].uses_warm_servers(False)
+    assert not before.lanes["embedded-cpu"].performance.uses_warm_servers(False)
+    assert all(lanes[n] == before.lanes[n].performance for n in lanes if n != "embedded-cpu")
+    log = subprocess.run(["git", "log", "-1", "--format=%s"], cwd=repo, capture_output=True, text=True).stdout
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout
+    assert log.strip() == WARM_COMMIT and status == ""
+    assert stop_warm_servers(repo) is None
