@@ -6,10 +6,16 @@ first works as one that finds it imported. Anything else started from here fails
 CI runs the tier in pytest-xdist processes, one per core (`-n 2`). Each of them computes with one thread (torch,
 its BLAS and numpy's read OMP_NUM_THREADS when torch is first imported, after this file): two processes of two
 threads each on two cores wait on each other's threads instead of computing. A run without xdist keeps the
-libraries' default."""
+libraries' default.
+
+The garbage collector: by the end of collection a worker holds millions of objects (torch, diffusers, the
+transformers library, scipy), and each full collection walks all of them again (about half a second each, a dozen
+or more per worker during a run). Collection runs with the collector off, and what it imported is frozen
+(`gc.freeze`) before the first test: the collector keeps running, over what the tests themselves create."""
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 from pathlib import Path
@@ -21,6 +27,16 @@ LIBRARY_LOOKUP = ["/sbin/ldconfig", "-p"]  # ctypes.util.find_library's own call
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # set by xdist before a worker reads any conftest
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session):  # noqa: ANN201 - the wrapped hook's result
+    gc.disable()
+    try:
+        return (yield)
+    finally:
+        gc.freeze()
+        gc.enable()
 
 
 @pytest.fixture(autouse=True)
