@@ -3,20 +3,19 @@
 `ctypes.util.find_library` runs when torch is first imported (its CUDA library finder): a test that imports torch
 first works as one that finds it imported. Anything else started from here fails the test.
 
-CI runs the tier in pytest-xdist processes, one per core (`-n 2`). Each of them computes with one thread (torch,
-its BLAS and numpy's read OMP_NUM_THREADS when torch is first imported, after this file): two processes of two
-threads each on two cores wait on each other's threads instead of computing. A run without xdist keeps the
-libraries' default.
+CI runs the tier in pytest-xdist processes, one per core (`-n 2`), each computing with one thread (the root
+`conftest.py` says why and sets it, before numpy is first imported).
 
 The garbage collector: by the end of collection a worker holds millions of objects (torch, diffusers, the
 transformers library, scipy), and each full collection walks all of them again (about half a second each, a dozen
 or more per worker during a run). Collection runs with the collector off, and what it imported is frozen
-(`gc.freeze`) before the first test: the collector keeps running, over what the tests themselves create."""
+(`gc.freeze`) before the first test: the collector keeps running, over what the tests themselves create. The
+heap is frozen again at the end, which spares the interpreter's exit its own walk over it (about 3 CPU seconds a
+worker with torch, diffusers and the transformers library imported)."""
 
 from __future__ import annotations
 
 import gc
-import os
 import subprocess
 from pathlib import Path
 
@@ -24,9 +23,6 @@ import pytest
 
 ALLOWED = {"git"}
 LIBRARY_LOOKUP = ["/sbin/ldconfig", "-p"]  # ctypes.util.find_library's own call, nothing of the project's
-
-if os.environ.get("PYTEST_XDIST_WORKER"):  # set by xdist before a worker reads any conftest
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -37,6 +33,11 @@ def pytest_collection(session: pytest.Session):  # noqa: ANN201 - the wrapped ho
     finally:
         gc.freeze()
         gc.enable()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    gc.freeze()  # the interpreter's exit then skips a last collection over everything the tests imported
 
 
 @pytest.fixture(autouse=True)
