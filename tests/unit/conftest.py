@@ -9,7 +9,8 @@ CI runs the tier in pytest-xdist processes, one per core (`-n 2`), each computin
 The garbage collector: by the end of collection a worker holds millions of objects (torch, diffusers, the
 transformers library, scipy), and each full collection walks all of them again (about half a second each, a dozen
 or more per worker during a run). Collection runs with the collector off, and what it imported is frozen
-(`gc.freeze`) before the first test: the collector keeps running, over what the tests themselves create. The
+(`gc.freeze`) before the first test: the collector keeps running, over what the tests themselves create, ten
+times less often (the tests import more, and every tenth of its middle collections walks all of that again). The
 heap is frozen again at the end, which spares the interpreter's exit its own walk over it (about 3 CPU seconds a
 worker with torch, diffusers and the transformers library imported)."""
 
@@ -23,6 +24,7 @@ import pytest
 
 ALLOWED = {"git"}
 LIBRARY_LOOKUP = ["/sbin/ldconfig", "-p"]  # ctypes.util.find_library's own call, nothing of the project's
+YOUNG = gc.get_threshold()[0]  # allocations between two young collections (700 by default)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -32,6 +34,7 @@ def pytest_collection(session: pytest.Session):  # noqa: ANN201 - the wrapped ho
         return (yield)
     finally:
         gc.freeze()
+        gc.set_threshold(10 * YOUNG, 10, 10)
         gc.enable()
 
 
