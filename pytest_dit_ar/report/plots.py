@@ -33,7 +33,9 @@ class Point:
 def _save(fig: Figure, path: Path) -> Path:
     """Write the figure as a PNG and return the path."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    if fig.get_layout_engine() is None:
+        fig.set_layout_engine("tight")  # laid out within the figure at draw: one render, not two as bbox_inches="tight"
+    fig.savefig(path, dpi=DPI)
     return path
 
 
