@@ -169,9 +169,6 @@ def _drive(repo: Path, lane: str, started: float) -> int:
         if proc.returncode == 2:
             print(proc.stdout[-2000:] + proc.stderr[-2000:], file=sys.stderr)
             return 2
-    stopped = stop_warm_servers(repo)  # the keeper the last experiment started serves no next one
-    if stopped:
-        print(f"warm servers stopped ({stopped})", flush=True)
     print(f"[{time.perf_counter() - started:5.0f}s] ledger:", flush=True)
     _run(cli + ["status", "--rows", "20"], repo, env)
     report = _run(cli + ["report", "--no-confirm"], repo, env, echo=False)  # the confirmation: `dit-ar summary`

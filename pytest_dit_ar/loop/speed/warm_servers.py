@@ -98,17 +98,12 @@ def await_ready(paths: StatePaths, keeper_pid: int, wait_s: float = READY_WAIT_S
     its servers' hello, so that none of its imports runs beside a timed round; one that is not ready in `wait_s`
     is stopped (the experiment starts a keeper again when its workers are gone). Whether they are ready and
     waiting, and what happened."""
-    t0 = time.perf_counter()
-    record = read(paths)
-    while record is not None and record.keeper_pid == keeper_pid and not record.servers and keeper_alive(record):
-        if time.perf_counter() - t0 >= wait_s:
-            stop(paths)
-            return False, f"the next experiment's servers were not ready in {wait_s:.0f} s: stopped"
-        time.sleep(0.05)
-        record = read(paths)
-    waited = time.perf_counter() - t0
+    record, waited = _wait_ready(paths, keeper_pid, wait_s)
     if record is None or record.keeper_pid != keeper_pid or not keeper_alive(record):
         return False, "the next experiment's keeper ended before its servers were ready"
+    if not record.servers:
+        stop(paths)
+        return False, f"the next experiment's servers were not ready in {wait_s:.0f} s: stopped"
     return True, f"the next experiment's servers were ready after a wait of {waited:.1f} s before the timing"
 
 
@@ -316,12 +311,14 @@ class NextKeeper:
         clock.spent("next_servers_wait", t)
 
 
-def _wait_ready(paths: StatePaths) -> tuple[WarmRecord | None, float]:
-    """The record once its servers said hello (a keeper still starting them is waited for), and the wait."""
+def _wait_ready(paths: StatePaths, keeper_pid: int | None = None,
+                wait_s: float = READY_WAIT_S) -> tuple[WarmRecord | None, float]:
+    """The record once its servers said hello (a keeper still starting them is waited for, at most `wait_s`; only
+    the keeper `keeper_pid` when given), and the wait."""
     t0 = time.perf_counter()
     record = read(paths)
     while record is not None and not record.servers and keeper_alive(record) and \
-            time.perf_counter() - t0 < READY_WAIT_S:
+            keeper_pid in (None, record.keeper_pid) and time.perf_counter() - t0 < wait_s:
         time.sleep(0.1)
         record = read(paths)
     return record, time.perf_counter() - t0
