@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fresh processes from fork servers, and clean rounds, on one H200, lane dit-xl2-256 at 8 steps; <= 150 s with the
-# environment setup (the driver stops itself at 110 s, killed at 125 s). Ran on 2026-12-01: lab/data/h200/wave4/call2/
+# environment setup (the driver stops itself at 110 s, killed at 125 s). Ran on 2026-12-01:
+# lab/data/h200/warm-start-ladder-20261201/call2/
 #   bash lab/device/fork_servers_gpu.sh            # from the repository root; results in $OUT/forkserver/
 # What it measures (lab/device/fork_servers_gpu.py, sandboxed unless the sandbox cannot start):
 #   - cold: an exec'd worker pair's spawn-to-hello, build and ready time, started at the same moment as

@@ -9,7 +9,7 @@
 #    about 3% at the graphed best's 80 ms. Then no-op commits (a comment) against the kept best until the
 #    deadline: real no-op decisions against a graphed best.
 # Results: $OUT/session.txt (the whole log), $OUT/summary.txt / summary.json (lab/device/session_summary.py),
-# $OUT/w7.tgz (ledger, every experiment.json / perf.json, noise.json, status), $OUT/env.txt.
+# $OUT/runs.tgz (ledger, every experiment.json / perf.json, noise.json, status), $OUT/env.txt.
 # Knobs: TOTAL_S (default 560), SLEEP_S (default 0.0025; 0: no sleep, no win experiment: the session is the
 # graphed best and its no-ops), WIN_SLEEP_S (the win shortens the sleep to this instead of removing it: a small
 # win on rounds dominated by a precise sleep), NOOPS (default 8), LOADED_NOOPS (the last n no-ops run beside
@@ -94,7 +94,7 @@ if [ -f .autoresearch/results.tsv ]; then
   done
   dit status --rows 30 > "$scratch/out/status.txt" 2>&1
   python3 "$src/lab/device/session_summary.py" "$project" "$OUT/summary.json" > "$OUT/summary.txt" 2>&1
-  tar czf "$OUT/w7.tgz" -C "$scratch" out
+  tar czf "$OUT/runs.tgz" -C "$scratch" out
 fi
 [ -n "${smi:-}" ] && kill "$smi" 2>/dev/null
 echo "total $(( $(date +%s) - start )) s" >> "$OUT/env.txt"

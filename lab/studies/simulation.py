@@ -43,13 +43,14 @@ from perf_suite.sequential import (
 from perf_suite.studies import StudyArm, StudyResults
 
 LAB_DATA = Path(__file__).resolve().parents[1] / "data"  # the recorded studies (lab/data)
-H200_STUDIES = ("h200/wave2/study-h200-1.json", "h200/wave3/study.json")
+H200_STUDIES = ("h200/study-eager-20261130/study-h200-1.json", "h200/sequential-rerun-20261201/study.json")
 CPU_STUDIES = ("cpu/study-quiet.json", "cpu/study-loaded.json", "cpu/study-loaded-long.json")
 # the harness's own pairs of a CUDA-graphed best (wave 6: lab/device/calibrate.sh, the study engine)
-GRAPH_STUDIES = ("h200/wave6/calibrate/graphed.json",)
+GRAPH_STUDIES = ("h200/graphs-ladder-pixart24-20261202/calibrate/graphed.json",)
 # the same engine on a best whose DiT forward is a hand-captured CUDA graph (fp32, no compile: patches 01 and
 # examples/cuda-graphs; wave 10, two calls of 27 and 20 A/A pairs)
-HAND_GRAPH_STUDIES = ("h200/wave10/call2/calibrate/graphed.json", "h200/wave10/call3/calibrate/graphed.json")
+HAND_GRAPH_STUDIES = ("h200/graphed-keep-hand-graph-20261203/call2/calibrate/graphed.json",
+                      "h200/graphed-keep-hand-graph-20261203/call3/calibrate/graphed.json")
 # the regimes resampled from those studies, where their files are recorded: name -> (files, label)
 RECORDED = {"graph-h200": (GRAPH_STUDIES, "CUDA-graphed best, H200, the harness's pairs"),
             "hand-graph-h200": (HAND_GRAPH_STUDIES, "hand-captured CUDA graph best, H200, the harness's pairs")}

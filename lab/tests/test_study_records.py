@@ -15,8 +15,8 @@ from lab.studies import measured_study
 from lab.studies.simulation import LAB_DATA, sleep_free
 from perf_suite.studies import FORMAT, NULL, OVERHEAD, StudyArm, StudyPair, StudyResults
 
-STUDIES = ["h200/wave2/study-h200-1.json", "h200/wave3/study.json", "h200/wave4/call2/eager.json",
-           "cpu/study-quiet.json", "cpu/sandbox-overhead.json"]
+STUDIES = ["h200/study-eager-20261130/study-h200-1.json", "h200/sequential-rerun-20261201/study.json",
+           "h200/warm-start-ladder-20261201/call2/eager.json", "cpu/study-quiet.json", "cpu/sandbox-overhead.json"]
 
 
 @pytest.mark.parametrize("name", STUDIES)
@@ -34,8 +34,8 @@ def test_recorded_studies_read_as_types_and_round_trip(name: str, tmp_path: Path
 
 
 def test_the_summary_is_recomputed_from_a_recorded_file() -> None:
-    results = StudyResults.read(LAB_DATA / "h200" / "wave3" / "study.json")
-    raw = json.loads((LAB_DATA / "h200" / "wave3" / "study.json").read_text())["summary"]
+    results = StudyResults.read(LAB_DATA / "h200" / "sequential-rerun-20261201" / "study.json")
+    raw = json.loads((LAB_DATA / "h200" / "sequential-rerun-20261201" / "study.json").read_text())["summary"]
     summary = measured_study.summary_of(results, orders=50)
     for arm, row in summary.items():
         assert row.segments == raw[arm]["segments"]
@@ -70,8 +70,8 @@ def test_the_command_line_refuses_a_bad_plan_before_any_worker_starts(capsys: py
 
 def test_a_study_of_no_ops_alone_still_draws_its_keeps_and_rounds(tmp_path: Path) -> None:
     """The figure puts the no-op arm at a true speedup of 0 in both panels: the loaded no-op study of
-    2026-12-03 (lab/data/cpu/study-loaded-wave9.json, run 1) has no speedup arm and drew two empty panels before."""
-    results = StudyResults.read(LAB_DATA / "cpu" / "study-loaded-wave9.json")
+    2026-12-03 (lab/data/cpu/study-loaded-20261203a.json, run 1) has no speedup arm and drew two empty panels before."""
+    results = StudyResults.read(LAB_DATA / "cpu" / "study-loaded-20261203a.json")
     summary = measured_study.summary_of(results, orders=50)
     assert list(summary) == [NULL] and summary[NULL].new.keeps == 0 and len(summary[NULL].new.experiments) == 21
     path = measured_study.figure(summary, tmp_path / "noops.png")
