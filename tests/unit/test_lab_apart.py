@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import fnmatch
 import re
+import subprocess
 from pathlib import Path
 
 from tests.helpers import sources
@@ -72,7 +73,7 @@ def test_the_checker_sees_an_import_of_the_lab(tmp_path: Path) -> None:
 # -- the lab's files are named for what they do ------------------------------------------------------------
 
 # A name that says when or for whom a file was written (a wave, a device call, an issue, a review turn) says
-# nothing of what it does; the dated record keeps those names (lab/data/ folders, lab/notebook/ pages).
+# nothing of what it does; the dated record (lab/data/ folders, lab/notebook/ pages) may keep a session's calls.
 HISTORY_NAME = re.compile(r"(wave|call|issue|turn)[-_ ]?\d", re.IGNORECASE)
 RECORDS = ("data", "notebook")
 
@@ -96,6 +97,42 @@ def test_a_history_name_is_found_outside_the_records_only(tmp_path: Path) -> Non
         (tmp_path / name).touch()
     assert history_named(tmp_path) == ["device/call2", "device/h200_issue17.sh", "device/wave4_ladder.sh",
                                        "probes/Wave-5_pool.py", "tools/review-turn_3.md"]
+
+
+# The records too are named for what they hold (and when: `night-20261207`, `study-loaded-20261203a.json`), never
+# for a wave, an issue or a review turn; a dated folder may keep its device calls (`call1/`).
+RECORD_HISTORY_NAME = re.compile(r"(?<![a-z])(wave|issue|turn)[-_ ]?\d", re.IGNORECASE)
+
+
+def tracked_under(root: Path, top: str = "lab") -> list[str]:
+    """Every file and folder git tracks under `root`/`top` (relative to `root`, posix), folders included."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--", top], cwd=root, capture_output=True, check=True).stdout
+    entries = set()
+    for name in filter(None, listed.decode("utf-8").split("\0")):
+        parts = name.split("/")
+        entries.update("/".join(parts[:end]) for end in range(2, len(parts) + 1))
+    return sorted(entries)
+
+
+def wave_issue_or_turn_named(entries: list[str]) -> list[str]:
+    return [entry for entry in entries if RECORD_HISTORY_NAME.search(entry.rsplit("/", 1)[-1])]
+
+
+def test_no_tracked_lab_file_or_folder_is_named_after_a_wave_an_issue_or_a_turn() -> None:
+    assert wave_issue_or_turn_named(tracked_under(ROOT)) == []
+
+
+def test_a_wave_issue_or_turn_name_is_found_among_the_tracked_files_records_included(tmp_path: Path) -> None:
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    for name in ("lab/data/h200/wave10/call2/graphed.json", "lab/data/cpu/study-loaded-wave9b.png",
+                 "lab/notebook/issue-20.md", "lab/tools/Turn3/notes.md", "lab/data/h100/night-20261207c/call1/env.txt",
+                 "lab/studies/return2.py", "lab/data/cpu/verdict_study-20261203-hand-graph.txt", "docs/wave5.md"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).touch()
+    subprocess.run(["git", "add", "lab", "docs"], cwd=tmp_path, check=True)
+    (tmp_path / "lab/data/untracked-wave11.txt").touch()  # not tracked: not the lab's
+    assert wave_issue_or_turn_named(tracked_under(tmp_path)) == [
+        "lab/data/cpu/study-loaded-wave9b.png", "lab/data/h200/wave10", "lab/notebook/issue-20.md", "lab/tools/Turn3"]
 
 
 def test_every_device_script_is_listed_in_the_lab_readme() -> None:
