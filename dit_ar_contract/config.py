@@ -72,23 +72,33 @@ class ExactGate:
     psnr_floor_db: float = 60.0
     ssim_loss_floor: float = 1e-4
     # the baseline's benign reruns the envelope is the worst of (ENVELOPE_RERUNS); None: every one the lane's device
-    # has. A lane may keep fewer where the others measured bit-identical to the default run (docs/design/quality.md)
+    # runs by default (default_reruns). A lane may keep fewer where the others measured bit-identical to the default
+    # run (docs/design/quality.md)
     envelope_reruns: tuple[str, ...] | None = None
 
     def reruns(self, is_cuda: bool) -> tuple[str, ...]:
         """The benign reruns the baseline runs on a lane of this kind of device, in order."""
-        own = device_reruns(is_cuda)
-        return own if self.envelope_reruns is None else tuple(r for r in own if r in self.envelope_reruns)
+        if self.envelope_reruns is None:
+            return default_reruns(is_cuda)
+        return tuple(r for r in device_reruns(is_cuda) if r in self.envelope_reruns)
 
 
-# the baseline's benign, mathematically equivalent reruns (loop/baseline.py `perturbations`): every case alone, the
-# batches in reverse order, and one per kind of device (a thread count on a CPU, the math attention kernel on CUDA)
-ENVELOPE_RERUNS = ("split-batch", "reversed-batches", "one-thread", "sdpa-math")
+# the baseline's benign, mathematically equivalent reruns (loop/baseline.py `perturbations`): every case alone, two
+# batches as one (twice the lane's batch), the batches in reverse order, and one per kind of device (a thread count
+# on a CPU, the math attention kernel on CUDA)
+ENVELOPE_RERUNS = ("split-batch", "merged-batches", "reversed-batches", "one-thread", "sdpa-math")
+# the reruns a lane runs by default only on a CPU: a doubled batch on a card of the target's size may not fit
+CPU_DEFAULT_ONLY = ("merged-batches",)
 
 
 def device_reruns(is_cuda: bool) -> tuple[str, ...]:
     """The benign reruns a lane on this kind of device may run."""
-    return ("split-batch", "reversed-batches", "sdpa-math" if is_cuda else "one-thread")
+    return ("split-batch", "merged-batches", "reversed-batches", "sdpa-math" if is_cuda else "one-thread")
+
+
+def default_reruns(is_cuda: bool) -> tuple[str, ...]:
+    """The benign reruns a lane runs when it names none (`envelope_reruns` null)."""
+    return tuple(r for r in device_reruns(is_cuda) if not (is_cuda and r in CPU_DEFAULT_ONLY))
 
 
 @dataclass(frozen=True)

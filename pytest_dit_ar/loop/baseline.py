@@ -45,7 +45,8 @@ from .workers import memory_plan
 from .workers.launch import launcher_for, memory_budget
 from .workers.live import Live
 
-PERTURBATIONS: dict[str, dict[str, Any]] = {"split-batch": {"batch": 1}, "reversed-batches": {"reverse": True},
+PERTURBATIONS: dict[str, dict[str, Any]] = {"split-batch": {"batch": 1}, "merged-batches": {"batches": 2},
+                                            "reversed-batches": {"reverse": True},
                                             "one-thread": {"perturb": {"threads": 1}},
                                             "sdpa-math": {"perturb": {"sdpa": "math"}}}
 
@@ -86,7 +87,8 @@ def _envelope_runs(session: Session, worker: WorkerProcess, cases: list[Case], d
     key, lane = session.started.seed_key, session.lane
     for name, how in perturbations(session).items():
         order = list(reversed(cases)) if how.get("reverse") else cases
-        alt = generate_corpus(worker, order, how.get("batch", lane.batch), key, lane.resolution,
+        batch = how.get("batch", lane.batch * how.get("batches", 1))
+        alt = generate_corpus(worker, order, batch, key, lane.resolution,
                               perturb=how.get("perturb"), live=live, desc=f"noise envelope: rerun {name}")
         runs[name] = per_case_fidelity(alt.images, alt.latents, default.images, default.latents)
         alt_scores = task_metrics.compute(names, alt.images, cases, session.root, quality)

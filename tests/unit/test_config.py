@@ -9,6 +9,7 @@ import pytest
 
 from dit_ar_contract.config import ENVELOPE_RERUNS, PerfProtocol, load_config
 from dit_ar_contract.errors import ConfigError, UnknownKeyError
+from pytest_dit_ar.loop.baseline import PERTURBATIONS
 from tests.helpers.loop import PROJECT
 
 RAW = json.loads((PROJECT / "config" / "autoresearch.json").read_text())
@@ -187,9 +188,13 @@ def test_each_shipped_lane_with_a_holdout_has_a_frozen_disjoint_one() -> None:
 
 def test_the_envelope_reruns_default_to_every_one_of_the_device_and_a_lane_keeps_fewer(tmp_path: Path) -> None:
     lanes = load_config(write(tmp_path, edited(**{"lanes__embedded-cpu__quality": {}}))).lanes
-    assert lanes["embedded-cpu"].quality.exact.reruns(False) == ("split-batch", "reversed-batches", "one-thread")
+    assert lanes["embedded-cpu"].quality.exact.reruns(False) == ("split-batch", "merged-batches", "reversed-batches",
+                                                                   "one-thread")
+    # a doubled batch may not fit a card of the target's size: a CUDA lane runs merged-batches only when it names it
     assert lanes["dit-xl2-256"].quality.exact.reruns(True) == ("split-batch", "reversed-batches", "sdpa-math")
     shipped = load_config(PROJECT / "config" / "autoresearch.json").lanes
-    assert shipped["embedded-cpu"].quality.exact.reruns(False) == ("split-batch",)  # docs/design/quality.md says why
-    assert shipped["dit-xl2-256"].quality.exact.envelope_reruns is None  # the GPU lanes keep all three
-    assert set(ENVELOPE_RERUNS) == {"split-batch", "reversed-batches", "one-thread", "sdpa-math"}  # loop/baseline.py
+    # docs/design/quality.md says why: merged-batches is the batch arithmetic of batched guidance
+    assert shipped["embedded-cpu"].quality.exact.reruns(False) == ("split-batch", "merged-batches")
+    assert shipped["dit-xl2-256"].quality.exact.envelope_reruns is None  # the GPU lanes keep their three
+    assert set(ENVELOPE_RERUNS) == {"split-batch", "merged-batches", "reversed-batches", "one-thread", "sdpa-math"}
+    assert set(ENVELOPE_RERUNS) == set(PERTURBATIONS)  # each name has its rerun in loop/baseline.py
