@@ -58,6 +58,12 @@ def perturbations(session: Session) -> dict[str, dict[str, Any]]:
     return {name: PERTURBATIONS[name] for name in lane.quality.exact.reruns(lane.is_cuda)}
 
 
+def rerun_batch(how: dict[str, Any], lane_batch: int) -> int:
+    """The batch a benign rerun generates in: its own (`split-batch`: 1), `batches` of the lane's as one
+    (`merged-batches`: two), or the lane's."""
+    return int(how.get("batch", lane_batch * how.get("batches", 1)))
+
+
 def _check_preconditions(session: Session) -> git.Repo:
     record = session.require_current_layout()
     repo = gitops.open_repo(session.root)
@@ -87,8 +93,7 @@ def _envelope_runs(session: Session, worker: WorkerProcess, cases: list[Case], d
     key, lane = session.started.seed_key, session.lane
     for name, how in perturbations(session).items():
         order = list(reversed(cases)) if how.get("reverse") else cases
-        batch = how.get("batch", lane.batch * how.get("batches", 1))
-        alt = generate_corpus(worker, order, batch, key, lane.resolution,
+        alt = generate_corpus(worker, order, rerun_batch(how, lane.batch), key, lane.resolution,
                               perturb=how.get("perturb"), live=live, desc=f"noise envelope: rerun {name}")
         runs[name] = per_case_fidelity(alt.images, alt.latents, default.images, default.latents)
         alt_scores = task_metrics.compute(names, alt.images, cases, session.root, quality)

@@ -9,7 +9,7 @@ import pytest
 
 from dit_ar_contract.config import ENVELOPE_RERUNS, PerfProtocol, load_config
 from dit_ar_contract.errors import ConfigError, UnknownKeyError
-from pytest_dit_ar.loop.baseline import PERTURBATIONS
+from pytest_dit_ar.loop.baseline import PERTURBATIONS, rerun_batch
 from tests.helpers.loop import PROJECT
 
 RAW = json.loads((PROJECT / "config" / "autoresearch.json").read_text())
@@ -198,3 +198,9 @@ def test_the_envelope_reruns_default_to_every_one_of_the_device_and_a_lane_keeps
     assert shipped["dit-xl2-256"].quality.exact.envelope_reruns is None  # the GPU lanes keep their three
     assert set(ENVELOPE_RERUNS) == {"split-batch", "merged-batches", "reversed-batches", "one-thread", "sdpa-math"}
     assert set(ENVELOPE_RERUNS) == set(PERTURBATIONS)  # each name has its rerun in loop/baseline.py
+
+
+def test_each_envelope_rerun_generates_in_its_own_batch() -> None:
+    batches = {name: rerun_batch(how, 2) for name, how in PERTURBATIONS.items()}
+    assert batches == {"split-batch": 1, "merged-batches": 4, "reversed-batches": 2, "one-thread": 2, "sdpa-math": 2}
+    assert rerun_batch(PERTURBATIONS["merged-batches"], 8) == 16  # twice the lane's batch: batched guidance's shape
