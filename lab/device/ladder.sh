@@ -32,7 +32,8 @@
 # fp32, bf16, bf16 channels-last and bf16 compiled, eager and graphed, against fp32; $OUT/vae_decode.txt; once per
 # session); ONLY="04,05" judges only those steps; NOOP=1 then judges a commit that changes one comment against the
 # best (once a session: a no-op DISCARD's phases); WARM=1 turns the lane's performance.warm_servers on and waits,
-# before each step, until the servers the previous run started are ready (the time an agent spends between runs);
+# before each step, until the servers the previous run started are ready (the time an agent spends between runs;
+# a resumed call first starts them again, since the last call's end stopped them);
 # START="01,02" folds those patches into the starting commit (a session that starts later in the ladder, e.g. on
 # a fresh machine; its chain starts there); PROFILE_AFTER; STEPS; ROUNDS; SCRATCH (default /tmp/ladder); FRESH=1
 # discards an earlier session in SCRATCH; LANE=embedded-cpu rehearses the whole flow on this machine's CPU (no
@@ -75,6 +76,12 @@ wait_warm() {  # WARM=1: wait (at most 150 s) until the warm fork servers the la
     sleep 1
   done
   stamp "warm servers not ready after 150 s"
+}
+warm_again() {  # WARM=1, a resumed call: start the next experiment's keeper (the last call's end stopped it)
+  [ -n "${WARM:-}" ] && [ ! -f .autoresearch/warm-servers.json ] || return 0
+  python3 -c 'import sys; from pathlib import Path; from pytest_dit_ar.loop.speed.warm_servers import open_session, start_next
+config = Path("config/autoresearch.json"); print(start_next(open_session(config, sys.argv[1]), config))' "$lane" \
+    2>&1 | sed 's/^/warm servers started again: keeper pid /' >> "$log"
 }
 echo "=== call at $(date -u '+%Y-%m-%d %H:%M:%S') UTC, lane $lane, deadline in $(left) s" >> "$log"
 stamp "call starts (lane $lane, scratch $scratch)"
@@ -227,6 +234,7 @@ if [ -f "$ledger" ] && grep -qP '\tbaseline\t' "$ledger"; then
   best="$(dit status --json | python3 -c 'import json, sys; b = json.load(sys.stdin)["best"]; print(b["ref"] or b["commit"])')"
   git reset -q --hard "$best" && git clean -qfd model_under_test
   dit recover >> "$log" 2>&1
+  warm_again  # the last call's end stopped the keeper: start it now, so the call's first experiment adopts
 else
   if [ -f "$project/.autoresearch/session.json" ]; then cd "$project" || exit 2; else setup_project; fi
   baseline || { finish; cp "$log" "$OUT/session.txt"; cp "$times" "$OUT/timing.txt"; exit 1; }
