@@ -74,7 +74,10 @@ def round_check(quality: QualityAssessment, envelope: dict[str, float], session:
     corpus cases within 7.5e-7; its bf16 cast: 0.084 against 0.05, corpus within 0.018). So a timed case may
     leave the class's gate if it stays inside the next looser one (LOOSER), for at most OUTSIDE_SHARE of the
     timed cases so far (at least one); a change that differs only when timed differs on most of its rounds
-    and still fails. Each timed round's denoiser rows are also held against the quality run's (`fewer_rows`)."""
+    and still fails. An approximate change has no looser gate: a timed case outside its floors gets the same
+    allowance with nothing behind it (a demo's half steps: one fresh case at 14.3 dB against the 15 dB floor, its
+    160 corpus cases at 24.6 dB or more); its quality is the corpus tests' to decide. Each timed round's denoiser
+    rows are also held against the quality run's (`fewer_rows`)."""
     cls = ChangeClass.from_word(quality.effective_class)
     approx = quality.approximate_outputs
     contract = session.lane.quality
@@ -84,9 +87,10 @@ def round_check(quality: QualityAssessment, envelope: dict[str, float], session:
         tally.cases += 1
         bad = [c for c in gates.case_checks(cls, f"timed-{i}", fid, contract, envelope, approximate_outputs=approx)
                if not c.passed]
-        if not bad or cls not in LOOSER:
-            return [c.describe() for c in bad]
-        hard = [c for c in gates.case_checks(LOOSER[cls], f"timed-{i}", fid, contract, envelope) if not c.passed]
+        if not bad:
+            return []
+        hard = [c for c in gates.case_checks(LOOSER[cls], f"timed-{i}", fid, contract, envelope)
+                if not c.passed] if cls in LOOSER else []
         tally.outside += 1
         if hard or tally.outside > tally.allowed():
             why = f" ({tally.outside} of {tally.cases} timed cases outside the {cls.value} gate, " \
