@@ -194,7 +194,7 @@ def test_the_envelope_reruns_default_to_every_one_of_the_device_and_a_lane_keeps
     assert lanes["dit-xl2-256"].quality.exact.reruns(True) == ("split-batch", "reversed-batches", "sdpa-math")
     shipped = load_config(PROJECT / "config" / "autoresearch.json").lanes
     # docs/design/quality.md says why: merged-batches is the batch arithmetic of batched guidance
-    assert shipped["embedded-cpu"].quality.exact.reruns(False) == ("split-batch", "merged-batches")
+    assert shipped["embedded-cpu"].quality.exact.reruns(False) == ("merged-batches",)
     assert shipped["dit-xl2-256"].quality.exact.envelope_reruns is None  # the GPU lanes keep their three
     assert set(ENVELOPE_RERUNS) == {"split-batch", "merged-batches", "reversed-batches", "one-thread", "sdpa-math"}
     assert set(ENVELOPE_RERUNS) == set(PERTURBATIONS)  # each name has its rerun in loop/baseline.py
